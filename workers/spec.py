@@ -1,0 +1,297 @@
+"""JobSpec: the one description of a training job.
+
+It is the REST request body, the CLI input, the database payload and what the
+worker actors receive. Unknown keys are errors. Every rule that spans several
+fields lives in `JobSpec._check_cross_field_rules`, and each message starts with
+the dotted field name, states the rule and prints the values.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    model_validator,
+)
+
+ENTRYPOINT_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+FAULT_INJECTION_ENV = "TRAINYARD_ALLOW_FAULT_INJECTION"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- model -----------------------------------------------------------------
+
+
+class GPTModelSpec(_Strict):
+    name: Literal["gpt"] = "gpt"
+    n_layers: int = Field(2, ge=1, le=256, description="transformer blocks")
+    d_model: int = Field(64, ge=8, le=16384, description="embedding width")
+    n_heads: int = Field(4, ge=1, le=256, description="attention heads; must divide d_model")
+    seq_len: int = Field(64, ge=2, le=65536, description="context length in tokens")
+    vocab_size: int = Field(256, ge=2, description="byte-level vocabulary by default")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> "GPTModelSpec":
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"model.d_model must be divisible by model.n_heads "
+                f"(d_model={self.d_model}, n_heads={self.n_heads})"
+            )
+        return self
+
+
+class MLPModelSpec(_Strict):
+    name: Literal["mlp"]
+    in_features: int = Field(16, ge=1)
+    hidden: int = Field(64, ge=1)
+    out_features: int = Field(1, ge=1)
+    n_layers: int = Field(2, ge=1, le=64, description="hidden layers")
+
+
+class EntrypointSpec(_Strict):
+    entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN, description="'package.module:factory'")
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+def _name_or_entrypoint(value: Any) -> str | None:
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    if not isinstance(value, dict):
+        return None
+    if "entrypoint" in value:
+        return "entrypoint"
+    return value.get("name", "gpt")
+
+
+ModelSpec = Annotated[
+    Union[
+        Annotated[GPTModelSpec, Tag("gpt")],
+        Annotated[MLPModelSpec, Tag("mlp")],
+        Annotated[EntrypointSpec, Tag("entrypoint")],
+    ],
+    Discriminator(_name_or_entrypoint, custom_error_type="model.name",
+                  custom_error_message="model.name must be 'gpt' or 'mlp', or give model.entrypoint"),
+]
+
+
+# --- data ------------------------------------------------------------------
+
+
+class TextDataSpec(_Strict):
+    name: Literal["text:pystdlib"]
+    max_bytes: int = Field(4_000_000, ge=10_000, description="corpus size cap")
+    val_fraction: float = Field(0.05, gt=0.0, lt=0.5)
+
+
+class SyntheticDataSpec(_Strict):
+    name: Literal["synthetic"]
+    n_samples: int = Field(4096, ge=1)
+    in_features: int = Field(16, ge=1)
+    out_features: int = Field(1, ge=1)
+    noise: float = Field(0.01, ge=0.0)
+
+
+DataSpec = Annotated[
+    Union[
+        Annotated[TextDataSpec, Tag("text:pystdlib")],
+        Annotated[SyntheticDataSpec, Tag("synthetic")],
+        Annotated[EntrypointSpec, Tag("entrypoint")],
+    ],
+    Discriminator(_name_or_entrypoint, custom_error_type="data.name",
+                  custom_error_message="data.name must be 'text:pystdlib' or 'synthetic', or give data.entrypoint"),
+]
+
+
+# --- the rest --------------------------------------------------------------
+
+
+class TrainSpec(_Strict):
+    steps: int = Field(100, ge=1, le=10_000_000)
+    global_batch_size: int = Field(32, ge=1)
+    micro_batch_size: int = Field(8, ge=1)
+    lr: float = Field(3e-3, gt=0.0, le=10.0)
+    warmup_steps: int = Field(0, ge=0)
+    lr_schedule: Literal["cosine", "constant"] = "cosine"
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="cosine floor as a fraction of lr")
+    weight_decay: float = Field(0.0, ge=0.0)
+    grad_clip: float | None = Field(1.0, gt=0.0, description="max global grad norm; null disables")
+    seed: int = Field(0, ge=0)
+    eval_every: int = Field(0, ge=0, description="validation loss every N steps; 0 disables")
+    eval_batches: int = Field(2, ge=1)
+    loss: Literal["cross_entropy", "mse"] = "cross_entropy"
+    init_from: str | None = Field(None, description="checkpoint directory or exported .safetensors to start from")
+
+
+class ParallelSpec(_Strict):
+    dp: int | None = Field(None, ge=1, description="data-parallel degree; default workers / (tp x pp)")
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    zero: int = Field(0, ge=0, le=3)
+
+
+class ResourcesSpec(_Strict):
+    workers: int = Field(1, ge=1, le=4096)
+    cpus_per_worker: float = Field(1.0, gt=0.0)
+    gpus_per_worker: float = Field(0.0, ge=0.0)
+
+
+class CheckpointSpec(_Strict):
+    every_steps: int = Field(0, ge=0, description="0 = only at the end")
+    keep: int = Field(2, ge=1)
+
+
+class FaultToleranceSpec(_Strict):
+    max_restarts: int = Field(3, ge=0)
+    hang_timeout_s: float = Field(120.0, gt=0.0, description="no step finished for this long = hung")
+
+
+class FaultSpec(_Strict):
+    at_step: int = Field(ge=1)
+    rank: int = Field(0, ge=0)
+    kind: Literal["crash", "hang", "slow"]
+    factor: float = Field(2.0, ge=1.0, description="slow-down factor for kind=slow")
+
+
+class JobSpec(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$", description="lower-case job name")
+    model: ModelSpec = Field(default_factory=GPTModelSpec)
+    data: DataSpec = Field(default_factory=lambda: TextDataSpec(name="text:pystdlib"))
+    train: TrainSpec = Field(default_factory=TrainSpec)
+    parallel: ParallelSpec = Field(default_factory=ParallelSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
+    fault_injection: list[FaultSpec] = Field(default_factory=list)
+
+    @property
+    def dp(self) -> int:
+        p = self.parallel
+        return p.dp if p.dp is not None else max(1, self.resources.workers // (p.tp * p.pp))
+
+    @property
+    def world_size(self) -> int:
+        return self.resources.workers
+
+    @property
+    def grad_accum_steps(self) -> int:
+        return self.train.global_batch_size // (self.dp * self.train.micro_batch_size)
+
+    @model_validator(mode="after")
+    def _check_cross_field_rules(self, info: ValidationInfo) -> "JobSpec":
+        errors = list(_cross_field_errors(self, info.context or {}))
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
+
+def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
+    p, r, t = spec.parallel, spec.resources, spec.train
+    if p.tp != 1:
+        yield f"parallel.tp must be 1: tensor parallelism is not available yet (tp={p.tp})"
+    if p.pp != 1:
+        yield f"parallel.pp must be 1: pipeline parallelism is not available yet (pp={p.pp})"
+    if p.zero != 0:
+        yield f"parallel.zero must be 0: ZeRO sharding is not available yet (zero={p.zero})"
+    dp = spec.dp
+    if dp * p.tp * p.pp != r.workers:
+        yield (f"parallel: dp x tp x pp must equal resources.workers "
+               f"(dp={dp} x tp={p.tp} x pp={p.pp} = {dp * p.tp * p.pp}, workers={r.workers})")
+    elif t.global_batch_size % (dp * t.micro_batch_size):
+        yield (f"train.global_batch_size must be divisible by parallel.dp x train.micro_batch_size "
+               f"(global_batch_size={t.global_batch_size}, dp={dp}, micro_batch_size={t.micro_batch_size})")
+    if t.warmup_steps > t.steps:
+        yield f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})"
+    yield from _model_data_errors(spec)
+    yield from _fault_injection_errors(spec, context)
+
+
+def _model_data_errors(spec: JobSpec):
+    m, d, loss = spec.model, spec.data, spec.train.loss
+    if isinstance(m, GPTModelSpec):
+        if isinstance(d, SyntheticDataSpec):
+            yield "data.name 'synthetic' is a regression set: model 'gpt' needs token data (data.name 'text:pystdlib' or an entrypoint)"
+        if loss != "cross_entropy":
+            yield f"train.loss must be 'cross_entropy' for model 'gpt' (loss={loss!r})"
+        if isinstance(d, TextDataSpec) and m.vocab_size < 256:
+            yield f"model.vocab_size must be >= 256 for byte-level 'text:pystdlib' (vocab_size={m.vocab_size})"
+    if isinstance(m, MLPModelSpec):
+        if isinstance(d, TextDataSpec):
+            yield "data.name 'text:pystdlib' is token data: model 'mlp' needs vector data (data.name 'synthetic' or an entrypoint)"
+        if isinstance(d, SyntheticDataSpec):
+            if d.in_features != m.in_features or d.out_features != m.out_features:
+                yield (f"model.in_features/out_features must match data.in_features/out_features "
+                       f"(model {m.in_features}->{m.out_features}, data {d.in_features}->{d.out_features})")
+            if loss != "mse":
+                yield f"train.loss must be 'mse' for regression data 'synthetic' (loss={loss!r})"
+
+
+def fault_injection_allowed(context: dict[str, Any]) -> bool:
+    if "allow_fault_injection" in context:
+        return bool(context["allow_fault_injection"])
+    return os.environ.get(FAULT_INJECTION_ENV, "").lower() in {"1", "true", "yes", "on"}
+
+
+def _fault_injection_errors(spec: JobSpec, context: dict[str, Any]):
+    if not spec.fault_injection:
+        return
+    if not fault_injection_allowed(context):
+        yield f"fault_injection is refused: the server does not allow it (set {FAULT_INJECTION_ENV}=1)"
+        return
+    for i, fault in enumerate(spec.fault_injection):
+        if fault.at_step > spec.train.steps:
+            yield (f"fault_injection[{i}].at_step must be <= train.steps "
+                   f"(at_step={fault.at_step}, steps={spec.train.steps})")
+        if fault.rank >= spec.resources.workers:
+            yield (f"fault_injection[{i}].rank must be < resources.workers "
+                   f"(rank={fault.rank}, workers={spec.resources.workers})")
+
+
+# --- loading ---------------------------------------------------------------
+
+
+def parse_spec(data: Any, *, allow_fault_injection: bool | None = None) -> JobSpec:
+    context = {} if allow_fault_injection is None else {"allow_fault_injection": allow_fault_injection}
+    return JobSpec.model_validate(data, context=context)
+
+
+def load_spec(path: str | Path, **kwargs: Any) -> JobSpec:
+    """Read a YAML or JSON spec file (JSON is valid YAML)."""
+    text = Path(path).read_text()
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a job spec must be a mapping, got {type(data).__name__}")
+    return parse_spec(data, **kwargs)
+
+
+_UNION_TAGS = {"gpt", "mlp", "entrypoint", "text:pystdlib", "synthetic"}
+
+
+def format_validation_error(exc: Exception) -> list[dict[str, str]]:
+    """Turn a pydantic ValidationError into [{field, message}] for humans and HTTP 422."""
+    out = []
+    for err in getattr(exc, "errors", lambda: [])():
+        field = ".".join(str(p) for p in err.get("loc", ()) if p not in _UNION_TAGS)
+        msg = err.get("msg", "").removeprefix("Value error, ")
+        if field and msg.startswith(field):
+            field = msg.split(" ", 1)[0].rstrip(":")  # a sub-model rule names its own field
+            out.append({"field": field, "message": msg})
+        elif field:
+            out.append({"field": field, "message": f"{field}: {msg}"})
+            continue
+        # Cross-field rules arrive joined at the root; each starts with its field name.
+        for part in msg.split("; "):
+            out.append({"field": part.split(" ", 1)[0].rstrip(":"), "message": part})
+    return out or [{"field": "", "message": str(exc)}]
