@@ -1,0 +1,46 @@
+"""Dataset registry: built-in data by name, user datasets by entrypoint."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torch.utils.data import Dataset
+
+from workers.data.pystdlib_text import pystdlib_splits
+from workers.data.synthetic import synthetic_splits
+from workers.entrypoints import EntrypointError, resolve_entrypoint
+from workers.spec import EntrypointSpec, GPTModelSpec, JobSpec, SyntheticDataSpec, TextDataSpec
+
+
+def _text(spec: JobSpec):
+    seq_len = spec.model.seq_len if isinstance(spec.model, GPTModelSpec) else 64
+    d = spec.data
+    return pystdlib_splits(d.max_bytes, d.val_fraction, seq_len)
+
+
+def _synthetic(spec: JobSpec):
+    d = spec.data
+    return synthetic_splits(d.n_samples, d.in_features, d.out_features, d.noise, spec.train.seed)
+
+
+def _entrypoint(spec: JobSpec):
+    d = spec.data
+    made = resolve_entrypoint(d.entrypoint, "data.entrypoint")(**d.args)
+    train, val = made if isinstance(made, tuple) else (made, made)
+    for ds in (train, val):
+        if not (hasattr(ds, "__getitem__") and hasattr(ds, "__len__")):
+            raise EntrypointError(f"data.entrypoint: {d.entrypoint} must return a map-style dataset "
+                                  f"(with __len__ and __getitem__), got {type(ds).__name__}")
+    return train, val
+
+
+DATA_BUILDERS: dict[type, Callable] = {
+    TextDataSpec: _text,
+    SyntheticDataSpec: _synthetic,
+    EntrypointSpec: _entrypoint,
+}
+
+
+def build_datasets(spec: JobSpec) -> tuple[Dataset, Dataset]:
+    """(train, validation) map-style datasets of (input, target) tensor pairs."""
+    return DATA_BUILDERS[type(spec.data)](spec)

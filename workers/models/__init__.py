@@ -1,0 +1,41 @@
+"""Model registry: built-in models by name, user models by entrypoint."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from workers.entrypoints import EntrypointError, resolve_entrypoint
+from workers.models.gpt import GPT
+from workers.models.mlp import MLPRegressor
+from workers.spec import EntrypointSpec, GPTModelSpec, JobSpec, MLPModelSpec
+
+
+def _gpt(m: GPTModelSpec) -> nn.Module:
+    return GPT(m.vocab_size, m.seq_len, m.n_layers, m.d_model, m.n_heads, m.dropout)
+
+
+def _mlp(m: MLPModelSpec) -> nn.Module:
+    return MLPRegressor(m.in_features, m.hidden, m.out_features, m.n_layers)
+
+
+def _entrypoint(m: EntrypointSpec) -> nn.Module:
+    model = resolve_entrypoint(m.entrypoint, "model.entrypoint")(**m.args)
+    if not isinstance(model, nn.Module):
+        raise EntrypointError(f"model.entrypoint: {m.entrypoint} returned {type(model).__name__}, not an nn.Module")
+    return model
+
+
+MODEL_BUILDERS: dict[type, Callable] = {
+    GPTModelSpec: _gpt,
+    MLPModelSpec: _mlp,
+    EntrypointSpec: _entrypoint,
+}
+
+
+def build_model(spec: JobSpec) -> nn.Module:
+    """Build the model with weights that depend only on train.seed."""
+    torch.manual_seed(spec.train.seed)
+    return MODEL_BUILDERS[type(spec.model)](spec.model)

@@ -1,0 +1,93 @@
+"""The `trainyard` command line."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from workers.spec import JobSpec, format_validation_error, load_spec
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Trainyard: distributed training jobs on Ray.")
+err = Console(stderr=True)
+
+
+def read_spec_or_exit(path: Path, allow_fault_injection: bool | None = None) -> JobSpec:
+    try:
+        return load_spec(path, allow_fault_injection=allow_fault_injection)
+    except ValidationError as exc:
+        for e in format_validation_error(exc):
+            err.print(f"[red]invalid spec[/red] {e['message']}")
+        raise typer.Exit(2)
+    except (OSError, ValueError) as exc:
+        err.print(f"[red]cannot read spec[/red] {exc}")
+        raise typer.Exit(2)
+
+
+@app.command()
+def run(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec")],
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON summary object")] = False,
+) -> None:
+    """Train SPEC directly on a local Ray (or TRAINYARD_RAY_ADDRESS), without the server."""
+    from service.ray_client import connect
+    from service.settings import get_settings
+    from service.supervisor.run import JobRun
+
+    settings = get_settings()
+    spec = read_spec_or_exit(spec_path, allow_fault_injection=settings.allow_fault_injection)
+    job_id = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    connect(settings)
+    if as_json:
+        summary = JobRun(spec, settings.job_dir(job_id), job_id).run()
+        print(json.dumps(summary))
+    else:
+        from api.progress import RunProgress
+
+        console = Console()
+        with RunProgress(spec.train.steps, console) as progress:
+            summary = JobRun(spec, settings.job_dir(job_id), job_id, listener=progress).run()
+        print_summary(console, summary)
+    raise typer.Exit(0 if summary["state"] == "SUCCEEDED" else 1)
+
+
+def print_summary(console: Console, summary: dict) -> None:
+    table = Table(title=f"{summary['name']} ({summary['job_id']})", show_header=False)
+    for key, value in summary.items():
+        if key in {"name", "job_id"}:
+            continue
+        if isinstance(value, float):
+            value = f"{value:.6g}"
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    console.print(table)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JobSpec JSON Schema."""
+    print(json.dumps(JobSpec.model_json_schema(), indent=2))
+
+
+@app.command()
+def validate(spec_path: Annotated[Path, typer.Argument(metavar="SPEC")]) -> None:
+    """Check SPEC against every rule and print the resolved spec."""
+    from service.settings import get_settings
+
+    spec = read_spec_or_exit(spec_path, allow_fault_injection=get_settings().allow_fault_injection)
+    print(json.dumps(spec.model_dump(mode="json"), indent=2))
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Joins per-rank step records into one job-level record per step."""
+
+from __future__ import annotations
+
+import statistics
+
+
+class StepAggregator:
+    def __init__(self, world_size: int, global_batch_size: int):
+        self.world_size, self.global_batch_size = world_size, global_batch_size
+        self._pending: dict[int, dict[int, dict]] = {}
+
+    def add(self, record: dict) -> dict | None:
+        """Add one rank's record; return the job-level record once every rank reported the step."""
+        ranks = self._pending.setdefault(record["step"], {})
+        ranks[record["rank"]] = record
+        if len(ranks) < self.world_size:
+            return None
+        del self._pending[record["step"]]
+        return self._join([ranks[r] for r in sorted(ranks)])
+
+    def _join(self, ranks: list[dict]) -> dict:
+        step_time = max(r["step_time_s"] for r in ranks)  # the step ends when the slowest rank ends
+        tokens = sum(r["tokens"] for r in ranks)
+        joined = {
+            "step": ranks[0]["step"],
+            "loss": statistics.fmean(r["loss"] for r in ranks),  # equal slices: mean of means
+            "step_time_s": step_time,
+            "samples_per_s": self.global_batch_size / step_time if step_time > 0 else None,
+            "tokens_per_s": tokens / step_time if step_time > 0 and tokens else None,
+            "grad_norm": ranks[0]["grad_norm"],
+            "lr": ranks[0]["lr"],
+            "comm_bytes": ranks[0]["comm_bytes"],
+            "model_state_bytes": ranks[0].get("model_state_bytes"),
+            "bubble_fraction": None,
+            "ts": max(r["ts"] for r in ranks),
+            "ranks": [
+                {"rank": r["rank"], "compute_time_s": r["compute_time_s"],
+                 "comm_time_s": r["comm_time_s"], "step_time_s": r["step_time_s"]}
+                for r in ranks
+            ],
+        }
+        val = [r["val_loss"] for r in ranks if r.get("val_loss") is not None]
+        if val:
+            joined["val_loss"] = statistics.fmean(val)
+        return joined

@@ -1,0 +1,194 @@
+"""JobRun: owns one job's run on Ray — form the group, watch it, restart it, finish it.
+
+`trainyard run` drives it in-process; the service runs it inside the per-job
+supervisor actor. Either way the caller hears about it through a RunListener.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Protocol
+
+from service.lifecycle import JobState, check_transition
+from service.supervisor.aggregate import StepAggregator
+from service.supervisor.policies import Action, FailureStatus, on_failure
+from workers.checkpointing import latest_checkpoint
+from workers.group import GroupFailure, WorkerGroup
+from workers.spec import JobSpec
+from workers.strategies import strategy_name
+
+log = logging.getLogger("trainyard.supervisor")
+
+
+class RunListener(Protocol):
+    def on_state(self, state: JobState, message: str) -> None: ...
+    def on_event(self, kind: str, message: str, data: dict) -> None: ...
+    def on_step(self, record: dict) -> None: ...
+
+
+class _Silent:
+    def on_state(self, state, message): pass
+    def on_event(self, kind, message, data): pass
+    def on_step(self, record): pass
+
+
+class JobRun:
+    def __init__(self, spec: JobSpec, job_dir: Path, job_id: str, listener: RunListener | None = None,
+                 poll_interval_s: float = 0.25, start_timeout_s: float = 120.0):
+        self.spec, self.job_dir, self.job_id = spec, Path(job_dir), job_id
+        self.listener = listener or _Silent()
+        self.poll_interval_s, self.start_timeout_s = poll_interval_s, start_timeout_s
+        self.state = JobState.STARTING
+        self.restarts = 0
+        self.steps: list[dict] = []
+        self.last_checkpoint_step: int | None = None
+        self.error: str | None = None
+        self.result: dict = {}
+        self._cancel = threading.Event()
+        self._group: WorkerGroup | None = None
+
+    # --- public ------------------------------------------------------------
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def run(self) -> dict:
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        handler = _attach_log_file(self.job_dir / "logs" / "supervisor.log")
+        try:
+            return self._run()
+        finally:
+            log.removeHandler(handler)
+            handler.close()
+
+    def _run(self) -> dict:
+        self.listener.on_state(self.state, "forming the worker group")
+        attempt = 0
+        while True:
+            outcome = self._attempt(attempt)
+            if outcome in (JobState.SUCCEEDED, JobState.CANCELLED):
+                self._set_state(outcome, "training finished" if outcome == JobState.SUCCEEDED else "cancelled by user")
+                break
+            reason, retryable = outcome
+            decision = on_failure(FailureStatus(
+                reason=reason, restarts_done=self.restarts, max_restarts=self.spec.fault_tolerance.max_restarts,
+                steps_done=self.steps[-1]["step"] if self.steps else 0, retryable=retryable,
+            ))
+            if decision.action == Action.FAIL:
+                self.error = decision.reason
+                self._set_state(JobState.FAILED, decision.reason)
+                break
+            self.restarts += 1
+            attempt += 1
+            latest = latest_checkpoint(self.job_dir)
+            self._set_state(JobState.RECOVERING, decision.reason)
+            self.listener.on_event("restart", decision.reason, {
+                "restart": self.restarts, "resume_step": latest[0] if latest else 0, "reason": reason,
+            })
+        return self.summary()
+
+    # --- one attempt -------------------------------------------------------
+
+    def _attempt(self, attempt: int) -> JobState | tuple[str, bool]:
+        """Run one worker group to its end. Returns a terminal state, or (failure reason, retryable)."""
+        group = self._group = WorkerGroup(self.spec, self.job_dir, attempt, f"ty-{self.job_id}")
+        try:
+            if self._cancel.is_set():
+                return JobState.CANCELLED
+            setups = group.start(self.start_timeout_s)
+            start_step = setups[0]["start_step"]
+            self._set_state(JobState.RUNNING, f"{self.spec.world_size} workers training from step {start_step}")
+            return self._watch(group)
+        except GroupFailure as exc:
+            log.warning("attempt %d failed: %s", attempt, exc)
+            return str(exc), exc.retryable
+        finally:
+            group.shutdown()
+            self._group = None
+
+    def _watch(self, group: WorkerGroup) -> JobState:
+        aggregator = StepAggregator(self.spec.world_size, self.spec.train.global_batch_size)
+        last_progress = time.monotonic()
+        hang_timeout = self.spec.fault_tolerance.hang_timeout_s
+        while True:
+            if self._cancel.is_set():
+                return JobState.CANCELLED
+            for event in group.poll():
+                if self._handle(event, aggregator):
+                    last_progress = time.monotonic()
+            if group.check():
+                for event in group.poll():
+                    self._handle(event, aggregator)
+                self.result = next((r for r in group.results if r and "params_sha256" in r), group.results[0])
+                return JobState.SUCCEEDED
+            if time.monotonic() - last_progress > hang_timeout:
+                raise GroupFailure(f"no step finished for {hang_timeout:.0f}s (hang)")
+            time.sleep(self.poll_interval_s)
+
+    def _handle(self, event: dict, aggregator: StepAggregator) -> bool:
+        kind = event.get("kind")
+        if kind == "step":
+            joined = aggregator.add(event)
+            if joined is not None:
+                self.steps = [s for s in self.steps if s["step"] < joined["step"]]  # replayed after a restart
+                self.steps.append(joined)
+                self.listener.on_step(joined)
+            return True
+        if kind == "checkpoint" and event.get("rank") == 0:
+            self.last_checkpoint_step = event["step"]
+            self.listener.on_event("checkpoint", f"checkpoint at step {event['step']}", {"step": event["step"]})
+        return False
+
+    def _set_state(self, state: JobState, message: str) -> None:
+        if state == self.state:
+            return
+        self.state = check_transition(self.state, state)
+        log.info("state %s: %s", state, message)
+        self.listener.on_state(state, message)
+
+    # --- summary -----------------------------------------------------------
+
+    def summary(self) -> dict:
+        steps = self.steps
+        steady = steps[len(steps) // 5:] or steps  # skip warm-up steps for throughput
+        step_time = sum(s["step_time_s"] for s in steady)
+        g = self.spec.train.global_batch_size
+        return {
+            "job_id": self.job_id,
+            "name": self.spec.name,
+            "state": str(self.state),
+            "steps": steps[-1]["step"] if steps else 0,
+            "initial_loss": steps[0]["loss"] if steps else None,
+            "final_loss": steps[-1]["loss"] if steps else None,
+            "world_size": self.spec.world_size,
+            "layout": self.layout(),
+            "samples_per_s": g * len(steady) / step_time if step_time else None,
+            "tokens_per_s": statistics.fmean(s["tokens_per_s"] for s in steady) if steady and steady[0]["tokens_per_s"] else None,
+            "bubble_fraction": None,
+            "bubble_fraction_theoretical": None,
+            "model_state_bytes_per_rank": self.result.get("model_state_bytes"),
+            "comm_bytes_per_step": statistics.median(s["comm_bytes"] for s in steps) if steps else None,
+            "restarts": self.restarts,
+            "last_checkpoint_step": self.last_checkpoint_step,
+            "params_sha256": self.result.get("params_sha256"),
+            "export_path": self.result.get("export_path"),
+            "job_dir": str(self.job_dir),
+            "error": self.error,
+        }
+
+    def layout(self) -> dict:
+        p = self.spec.parallel
+        return {"dp": self.spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy_name(self.spec)}
+
+
+def _attach_log_file(path: Path) -> logging.Handler:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    return handler

@@ -1,0 +1,47 @@
+"""The global batch at step s is a pure function of (seed, s).
+
+It does not depend on the world size: sample position p = s * G + i walks
+through seeded per-epoch permutations of the dataset, and rank r takes the
+contiguous slice [r * G/dp, (r+1) * G/dp). Resuming at step s therefore needs
+nothing but s, and resharding to another dp keeps the same global batch.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch.utils.data import Dataset
+
+
+class GlobalBatches:
+    def __init__(self, dataset: Dataset, global_batch_size: int, seed: int):
+        if len(dataset) == 0:
+            raise ValueError("data: the dataset is empty")
+        self.dataset, self.global_batch_size, self.seed = dataset, global_batch_size, seed
+
+    @lru_cache(maxsize=2)
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(len(self.dataset), generator=g)
+
+    def indices(self, step: int, start: int, count: int) -> list[int]:
+        """Dataset indices of global-batch positions [start, start+count) at `step` (0-based)."""
+        n = len(self.dataset)
+        out = []
+        for i in range(start, start + count):
+            p = step * self.global_batch_size + i
+            out.append(int(self._permutation(p // n)[p % n]))
+        return out
+
+    def rank_microbatches(self, step: int, dp_rank: int, dp: int, micro_batch_size: int):
+        """Yield (inputs, targets) micro-batches of this data-parallel rank's slice."""
+        per_rank = self.global_batch_size // dp
+        for offset in range(0, per_rank, micro_batch_size):
+            idx = self.indices(step, dp_rank * per_rank + offset, micro_batch_size)
+            yield collate([self.dataset[i] for i in idx])
+
+
+def collate(items: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    inputs, targets = zip(*items)
+    return torch.stack(inputs), torch.stack(targets)

@@ -1,0 +1,120 @@
+"""WorkerGroup: one placement group, one TrainWorker actor per rank, one process group.
+
+Teardown kills every actor and removes the placement group, whatever state the
+group is in, so a failed or cancelled run leaves nothing behind in Ray.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from workers.actor import TrainWorker
+from workers.spec import JobSpec
+
+
+class GroupFailure(RuntimeError):
+    """A rank died, raised, or the group could not form. `retryable` is False for bad configuration."""
+
+    def __init__(self, message: str, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+# Errors that a restart cannot fix: the spec or the user's code is wrong.
+CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, KeyError)
+
+
+class WorkerGroup:
+    def __init__(self, spec: JobSpec, job_dir: Path, attempt: int, namespace_tag: str):
+        self.spec, self.job_dir, self.attempt, self.tag = spec, job_dir, attempt, namespace_tag
+        self.pg = None
+        self.actors: list = []
+        self.train_refs: list = []
+        self.results: list[dict | None] = []
+
+    def bundle(self) -> dict[str, float]:
+        r = self.spec.resources
+        b = {"CPU": r.cpus_per_worker}
+        if r.gpus_per_worker:
+            b["GPU"] = r.gpus_per_worker
+        return b
+
+    def start(self, timeout_s: float) -> list[dict]:
+        """Reserve resources, start the actors, rendezvous, load the latest checkpoint, begin training."""
+        n, r = self.spec.world_size, self.spec.resources
+        self.pg = placement_group([self.bundle()] * n, strategy="PACK", name=f"{self.tag}-pg-{self.attempt}")
+        try:
+            ray.get(self.pg.ready(), timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise GroupFailure(f"resources for {n} workers x {self.bundle()} not available within {timeout_s:.0f}s") from exc
+        self.actors = [
+            TrainWorker.options(
+                num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
+                max_restarts=0,
+            ).remote(i, n, str(self.job_dir), f"rank-{i}.log")
+            for i in range(n)
+        ]
+        spec_json = self.spec.model_dump(mode="json")
+        try:
+            addr, port = ray.get(self.actors[0].address.remote(), timeout=timeout_s)
+            setups = ray.get([a.setup.remote(spec_json, addr, port, self.spec.fault_tolerance.hang_timeout_s)
+                              for a in self.actors], timeout=timeout_s)
+        except ray.exceptions.RayTaskError as exc:
+            retryable = not isinstance(exc.cause, CONFIGURATION_ERRORS)
+            raise GroupFailure(f"group did not form: {_reason(exc)}", retryable) from exc
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+            raise GroupFailure(f"group did not form: {_reason(exc)}") from exc
+        self.train_refs = [a.train.remote() for a in self.actors]
+        self.results = [None] * n
+        return setups
+
+    def poll(self) -> list[dict]:
+        """Telemetry from every live rank since the last poll."""
+        events: list[dict] = []
+        refs = [a.poll.remote() for a in self.actors]
+        for ref in refs:
+            try:
+                events.extend(ray.get(ref, timeout=30))
+            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                pass  # a dead rank shows up in check()
+        return events
+
+    def check(self) -> bool:
+        """True once every rank finished; raises GroupFailure if any rank failed."""
+        ready, _ = ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=0)
+        for ref in ready:
+            i = self.train_refs.index(ref)
+            try:
+                self.results[i] = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                raise GroupFailure(f"rank {i} failed: {_reason(exc)}") from exc
+        return all(res is not None for res in self.results)
+
+    def request_stop(self) -> None:
+        for a in self.actors:
+            a.request_stop.remote()
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # already dead
+                pass
+        self.actors, self.train_refs = [], []
+        if self.pg is not None:
+            try:
+                remove_placement_group(self.pg)
+            except Exception:
+                pass
+            self.pg = None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    tail = [line for line in text if line.strip()][-1:] or [type(exc).__name__]
+    return f"{type(exc).__name__}: {tail[0][:300]}"

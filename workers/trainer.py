@@ -1,0 +1,179 @@
+"""The training loop of one rank. Reads top to bottom: build, resume, step, checkpoint, export.
+
+Determinism: the model is built from `train.seed`; the global batch of step s is
+a pure function of (seed, s); the learning rate is a pure function of s; RNG is
+reseeded from (seed, s, rank) every step; DDP reduces buckets in a fixed order.
+So a run resumed from a checkpoint at the same world size ends bit-identical to
+the uninterrupted run, which `params_sha256` proves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from workers import checkpointing
+from workers.data import build_datasets
+from workers.data.batches import GlobalBatches
+from workers.faults import FaultInjector
+from workers.losses import LOSSES
+from workers.models import build_model
+from workers.schedule import lr_at
+from workers.spec import JobSpec
+from workers.strategies import StrategyContext, build_strategy
+from workers.telemetry import CommMeter, StepRecord, model_state_bytes
+
+
+class Trainer:
+    def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device, job_dir: Path):
+        self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
+        self.job_dir = job_dir
+        self.dp, self.dp_rank = spec.dp, rank  # pure data parallelism in this layout
+        self.accum = spec.grad_accum_steps
+        self.comm = CommMeter()
+        self.loss_fn = LOSSES[spec.train.loss]
+        self.faults = FaultInjector(spec.fault_injection, rank, job_dir)
+        self.step = 0  # optimizer steps completed
+        self.model_state_bytes: int | None = None
+
+        train_set, val_set = build_datasets(spec)
+        self.batches = GlobalBatches(train_set, spec.train.global_batch_size, spec.train.seed)
+        self.val_batches = GlobalBatches(val_set, spec.train.global_batch_size, spec.train.seed + 1)
+
+        model = build_model(spec)
+        if spec.train.init_from:
+            checkpointing.load_weights(Path(spec.train.init_from), model)
+        self.strategy = build_strategy(spec)
+        ctx = StrategyContext(rank, world_size, self.dp_rank, self.dp, device, self.comm)
+        self.model = self.strategy.wrap(model, ctx)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=spec.train.lr, weight_decay=spec.train.weight_decay,
+            foreach=False,  # the per-parameter loop is the same on every layout
+        )
+        self.checkpointer = checkpointing.Checkpointer(job_dir, spec.checkpoint.keep, rank)
+
+    # --- resume ----------------------------------------------------------
+
+    def resume_from_latest(self) -> int:
+        latest = checkpointing.latest_checkpoint(self.job_dir)
+        if latest is not None:
+            self.step = checkpointing.load_checkpoint(latest[1], self.model, self.optimizer)
+        return self.step
+
+    # --- one step --------------------------------------------------------
+
+    def train_step(self) -> StepRecord:
+        spec, s = self.spec, self.step
+        self.faults.before_step(s + 1)
+        torch.manual_seed(spec.train.seed * 1_000_003 + s * 4099 + self.rank)
+        self.model.train()
+        self.comm.reset()
+        t0 = time.perf_counter()
+        loss_sum, samples, tokens = 0.0, 0, 0
+        micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size))
+        for i, (inputs, targets) in enumerate(micro):
+            inputs, targets = inputs.to(self.device), targets.to(self.device)
+            sync = i == len(micro) - 1  # all-reduce once, on the last micro-batch
+            with self.strategy.no_sync(self.model) if not sync else contextlib.nullcontext():
+                loss = self.loss_fn(self.model(inputs), targets) / len(micro)
+                loss.backward()
+            loss_sum += loss.item()
+            samples += inputs.shape[0]
+            tokens += inputs.numel() if inputs.dtype == torch.long else 0
+        backward_done = time.perf_counter()
+        # Time blocked after the last gradient was ready is exposed communication.
+        comm_time = max(0.0, backward_done - self.comm.last_launch) if self.comm.last_launch else 0.0
+
+        grad_norm = self._clip_gradients()
+        lr = lr_at(spec.train, s)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self._inject_slowness(s + 1, time.perf_counter() - t0 - comm_time)
+        if self.model_state_bytes is None:  # measured once, while grads and optimiser state exist
+            self.model_state_bytes = model_state_bytes(self.model, self.optimizer)["total"]
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        step_time = time.perf_counter() - t0
+
+        self.step = s + 1
+        record = StepRecord(
+            step=self.step, rank=self.rank, loss=loss_sum, step_time_s=step_time,
+            compute_time_s=step_time - comm_time, comm_time_s=comm_time,
+            samples=samples, tokens=tokens, grad_norm=grad_norm, lr=lr,
+            comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes,
+        )
+        return record
+
+    def _clip_gradients(self) -> float | None:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if not params:
+            return None
+        max_norm = self.spec.train.grad_clip if self.spec.train.grad_clip is not None else math.inf
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False))
+
+    def _inject_slowness(self, step: int, compute_time: float) -> None:
+        factor = self.faults.slow_factor(step)
+        if factor > 1.0:
+            _busy_wait((factor - 1.0) * compute_time)
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        self.model.eval()
+        total, n = 0.0, 0
+        for b in range(self.spec.train.eval_batches):
+            micro = self.val_batches.rank_microbatches(b, self.dp_rank, self.dp, self.spec.train.micro_batch_size)
+            inputs, targets = next(micro)
+            total += float(self.loss_fn(self.model(inputs.to(self.device)), targets.to(self.device)))
+            n += 1
+        return total / max(n, 1)
+
+    # --- the loop --------------------------------------------------------
+
+    def run(self, emit: Callable[[dict], None], stop: threading.Event) -> dict:
+        spec = self.spec
+        every = spec.checkpoint.every_steps
+        while self.step < spec.train.steps and not stop.is_set():
+            record = self.train_step().to_dict()
+            if spec.train.eval_every and self.step % spec.train.eval_every == 0:
+                record["val_loss"] = self.evaluate()
+            if every and self.step % every == 0 and self.step < spec.train.steps:
+                self.checkpointer.save(self.model, self.optimizer, self.step)
+                emit({"kind": "checkpoint_started", "rank": self.rank, "step": self.step})
+            emit({"kind": "step", **record})
+        return self.finish(emit)
+
+    def finish(self, emit: Callable[[dict], None]) -> dict:
+        saved = self.checkpointer.wait()
+        if saved is not None:
+            emit({"kind": "checkpoint", "rank": self.rank, "step": saved})
+        if self.step < self.spec.train.steps:
+            return {"stopped_at": self.step}
+        self.checkpointer.save(self.model, self.optimizer, self.step)
+        self.checkpointer.wait()
+        emit({"kind": "checkpoint", "rank": self.rank, "step": self.step})
+        state = checkpointing.full_model_state(self.model)
+        result = {"step": self.step, "model_state_bytes": self.model_state_bytes}
+        if self.rank == 0:
+            result["params_sha256"] = checkpointing.state_sha256(state)
+            result["export_path"] = str(checkpointing.export_model(
+                self.job_dir, state, {"job": self.spec.name, "step": self.step,
+                                      "spec": self.spec.model_dump(mode="json")}))
+        dist.barrier()
+        return result
+
+
+def _busy_wait(seconds: float) -> None:
+    # Burn CPU rather than sleep: a degraded node computes slowly, it does not idle.
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
