@@ -87,13 +87,27 @@ class WorkerGroup:
     def check(self) -> bool:
         """True once every rank finished; raises GroupFailure if any rank failed."""
         ready, _ = ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=0)
-        for ref in ready:
+        failures = self._collect(ready)
+        if failures:
+            # Peers of a dead rank fail too (broken connections); give them a moment so the
+            # report names the rank that died rather than the first peer to notice.
+            ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=2.0)
+            failures = self._collect(self.train_refs)
+            rank, exc = min(failures, key=lambda f: (not isinstance(f[1], ray.exceptions.RayActorError), f[0]))
+            raise GroupFailure(f"rank {rank} failed: {_reason(exc)}") from exc
+        return all(res is not None for res in self.results)
+
+    def _collect(self, refs: list) -> list[tuple[int, ray.exceptions.RayError]]:
+        failures = []
+        for ref in refs:
             i = self.train_refs.index(ref)
             try:
-                self.results[i] = ray.get(ref)
+                self.results[i] = ray.get(ref, timeout=0)
+            except ray.exceptions.GetTimeoutError:
+                continue
             except ray.exceptions.RayError as exc:
-                raise GroupFailure(f"rank {i} failed: {_reason(exc)}") from exc
-        return all(res is not None for res in self.results)
+                failures.append((i, exc))
+        return failures
 
     def request_stop(self) -> None:
         for a in self.actors:

@@ -283,7 +283,10 @@ def format_validation_error(exc: Exception) -> list[dict[str, str]]:
     """Turn a pydantic ValidationError into [{field, message}] for humans and HTTP 422."""
     out = []
     for err in getattr(exc, "errors", lambda: [])():
-        field = ".".join(str(p) for p in err.get("loc", ()) if p not in _UNION_TAGS)
+        loc = list(err.get("loc", ()))
+        if len(loc) > 1 and loc[0] in {"model", "data"} and loc[1] in _UNION_TAGS:
+            del loc[1]  # the union member's tag is not a field the user wrote
+        field = ".".join(str(p) for p in loc)
         msg = err.get("msg", "").removeprefix("Value error, ")
         if field and msg.startswith(field):
             field = msg.split(" ", 1)[0].rstrip(":")  # a sub-model rule names its own field
@@ -294,4 +297,5 @@ def format_validation_error(exc: Exception) -> list[dict[str, str]]:
         # Cross-field rules arrive joined at the root; each starts with its field name.
         for part in msg.split("; "):
             out.append({"field": part.split(" ", 1)[0].rstrip(":"), "message": part})
-    return out or [{"field": "", "message": str(exc)}]
+    unique = [dict(t) for t in dict.fromkeys(tuple(e.items()) for e in out)]
+    return unique or [{"field": "", "message": str(exc)}]

@@ -125,16 +125,8 @@ class Trainer:
         if factor > 1.0:
             _busy_wait((factor - 1.0) * compute_time)
 
-    @torch.no_grad()
     def evaluate(self) -> float:
-        self.model.eval()
-        total, n = 0.0, 0
-        for b in range(self.spec.train.eval_batches):
-            micro = self.val_batches.rank_microbatches(b, self.dp_rank, self.dp, self.spec.train.micro_batch_size)
-            inputs, targets = next(micro)
-            total += float(self.loss_fn(self.model(inputs.to(self.device)), targets.to(self.device)))
-            n += 1
-        return total / max(n, 1)
+        return validation_loss(self.model, self.val_batches, self.spec, self.dp_rank, self.dp, self.device)
 
     # --- the loop --------------------------------------------------------
 
@@ -161,7 +153,7 @@ class Trainer:
         self.checkpointer.wait()
         emit({"kind": "checkpoint", "rank": self.rank, "step": self.step})
         state = checkpointing.full_model_state(self.model)
-        result = {"step": self.step, "model_state_bytes": self.model_state_bytes}
+        result = {"step": self.step, "model_state_bytes": self.model_state_bytes, "val_loss": self.evaluate()}
         if self.rank == 0:
             result["params_sha256"] = checkpointing.state_sha256(state)
             result["export_path"] = str(checkpointing.export_model(
@@ -169,6 +161,22 @@ class Trainer:
                                       "spec": self.spec.model_dump(mode="json")}))
         dist.barrier()
         return result
+
+
+@torch.no_grad()
+def validation_loss(model, val_batches: GlobalBatches, spec: JobSpec, dp_rank: int, dp: int,
+                    device: torch.device = torch.device("cpu")) -> float:
+    """Mean loss of this rank's first micro-batch of `eval_batches` fixed validation batches.
+
+    The job's validation loss is the mean over data-parallel ranks of this value.
+    """
+    model.eval()
+    losses = []
+    for b in range(spec.train.eval_batches):
+        inputs, targets = next(val_batches.rank_microbatches(b, dp_rank, dp, spec.train.micro_batch_size))
+        losses.append(float(LOSSES[spec.train.loss](model(inputs.to(device)), targets.to(device))))
+    model.train()
+    return sum(losses) / len(losses)
 
 
 def _busy_wait(seconds: float) -> None:

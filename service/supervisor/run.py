@@ -123,7 +123,8 @@ class JobRun:
             if group.check():
                 for event in group.poll():
                     self._handle(event, aggregator)
-                self.result = next((r for r in group.results if r and "params_sha256" in r), group.results[0])
+                self.result = dict(group.results[0])
+                self.result["val_loss"] = statistics.fmean(r["val_loss"] for r in group.results)
                 return JobState.SUCCEEDED
             if time.monotonic() - last_progress > hang_timeout:
                 raise GroupFailure(f"no step finished for {hang_timeout:.0f}s (hang)")
@@ -164,6 +165,7 @@ class JobRun:
             "steps": steps[-1]["step"] if steps else 0,
             "initial_loss": steps[0]["loss"] if steps else None,
             "final_loss": steps[-1]["loss"] if steps else None,
+            "final_val_loss": self.result.get("val_loss"),
             "world_size": self.spec.world_size,
             "layout": self.layout(),
             "samples_per_s": g * len(steady) / step_time if step_time else None,

@@ -1,0 +1,114 @@
+"""The per-job supervisor: a named, detached Ray actor that owns one JobRun.
+
+It runs the worker runtime (JobRun) in a thread and keeps what the run reports
+(state changes, events, step records) in a numbered buffer. The reconciler
+drains it with `drain(ack)`: records up to `ack` are stored in the database and
+dropped here, the rest are returned again, so a control plane that dies between
+a drain and its commit loses nothing and stores nothing twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import ray
+
+from service.lifecycle import JobState
+from service.ray_client import NAMESPACE
+from service.supervisor.run import JobRun
+from workers.spec import parse_spec
+
+MAX_BUFFERED_STEPS = 5000  # a control plane away for long: older steps are thinned, never the newest
+
+
+def supervisor_name(job_id: str) -> str:
+    return f"trainyard-supervisor-{job_id}"
+
+
+@ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)
+class JobSupervisor:
+    def __init__(self, job_id: str, spec_json: dict, job_dir: str, epoch: int, metric_stride: int = 1):
+        # The spec was validated at submit (fault injection included), so no policy is re-applied here.
+        spec = parse_spec(spec_json, allow_fault_injection=True)
+        self.job_id, self.epoch, self.metric_stride = job_id, epoch, max(1, metric_stride)
+        self._lock = threading.Lock()
+        self._records: list[dict] = []
+        self._seq = 0
+        self._summary: dict | None = None
+        self._run = JobRun(spec, Path(job_dir), job_id, listener=self)
+        self._thread = threading.Thread(target=self._main, name=f"jobrun-{job_id}", daemon=True)
+        self._thread.start()
+
+    # --- RunListener (called from the run thread) ---------------------------
+
+    def _push(self, record: dict) -> None:
+        with self._lock:
+            self._seq += 1
+            record["seq"] = self._seq
+            record.setdefault("ts", time.time())
+            self._records.append(record)
+            steps = [r for r in self._records if r["type"] == "step"]
+            if len(steps) > MAX_BUFFERED_STEPS:  # drop every other old step, keep the newest half intact
+                old = {id(r) for r in steps[: len(steps) // 2 : 2]}
+                self._records = [r for r in self._records if id(r) not in old]
+
+    def on_state(self, state, message: str) -> None:
+        self._push({"type": "state", "state": str(state), "message": message})
+
+    def on_event(self, kind: str, message: str, data: dict) -> None:
+        self._push({"type": "event", "kind": kind, "message": message, "data": dict(data)})
+
+    def on_step(self, record: dict) -> None:
+        step = record["step"]
+        if step % self.metric_stride and step != self._run.spec.train.steps:
+            return
+        self._push({"type": "step", **{k: v for k, v in record.items() if k != "ranks"}})
+
+    def _main(self) -> None:
+        try:
+            summary = self._run.run()
+        except BaseException as exc:  # the run itself broke: report it as a failed job
+            self._run.error = f"supervisor error: {exc!r}"
+            summary = self._run.summary() | {"state": str(JobState.FAILED), "error": self._run.error}
+            self.on_state(JobState.FAILED, self._run.error + "\n" + traceback.format_exc(limit=3))
+        with self._lock:
+            self._summary = summary
+
+    # --- called by the control plane ----------------------------------------
+
+    def drain(self, ack: int) -> dict:
+        """Forget records up to `ack` (stored by the caller) and return the rest plus the run's status."""
+        with self._lock:
+            self._records = [r for r in self._records if r["seq"] > ack]
+            return {"records": list(self._records), **self._status()}
+
+    def status(self) -> dict:
+        with self._lock:
+            return self._status()
+
+    def _status(self) -> dict:
+        run = self._run
+        return {"job_id": self.job_id, "epoch": self.epoch, "state": str(run.state), "restarts": run.restarts,
+                "last_checkpoint_step": run.last_checkpoint_step, "layout": run.layout(),
+                "done": self._summary is not None, "summary": self._summary, "seq": self._seq}
+
+    def cancel(self) -> bool:
+        self._run.cancel()
+        return True
+
+
+def start_supervisor(job_id: str, spec_json: dict, job_dir: str, epoch: int, metric_stride: int):
+    """Start the job's supervisor; it outlives the control plane that started it."""
+    return JobSupervisor.options(name=supervisor_name(job_id), namespace=NAMESPACE, lifetime="detached",
+                                 get_if_exists=False).remote(job_id, spec_json, job_dir, epoch, metric_stride)
+
+
+def find_supervisor(job_id: str):
+    """The live supervisor of a job, or None if there is none."""
+    try:
+        return ray.get_actor(supervisor_name(job_id), namespace=NAMESPACE)
+    except ValueError:
+        return None

@@ -1,0 +1,41 @@
+"""Small test helpers: spec building and Ray leak checks."""
+
+from __future__ import annotations
+
+import copy
+
+import ray
+
+from workers.spec import parse_spec
+
+TINY_GPT = {
+    "name": "tiny",
+    "model": {"name": "gpt", "n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 32},
+    "data": {"name": "text:pystdlib", "max_bytes": 200_000},
+    "train": {"steps": 20, "global_batch_size": 16, "micro_batch_size": 4, "lr": 3e-3, "warmup_steps": 2},
+    "resources": {"workers": 1},
+}
+
+
+def tiny_spec(**overrides):
+    """TINY_GPT with dotted-key overrides, e.g. tiny_spec(**{"resources.workers": 2})."""
+    data = copy.deepcopy(TINY_GPT)
+    for key, value in overrides.items():
+        node = data
+        *path, last = key.split(".")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return data
+
+
+def spec_of(**overrides):
+    return parse_spec(tiny_spec(**overrides), allow_fault_injection=True)
+
+
+def alive_actors() -> list[dict]:
+    return [a for a in ray._private.state.actors().values() if a["State"] != "DEAD"]
+
+
+def live_placement_groups() -> list[dict]:
+    return [p for p in ray.util.placement_group_table().values() if p["state"] != "REMOVED"]

@@ -1,0 +1,165 @@
+"""The worker runtime on a real local Ray with real gloo process groups."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from service.supervisor.run import JobRun
+from tests.helpers import alive_actors, live_placement_groups, spec_of
+from workers.checkpointing import complete_checkpoints, state_sha256
+from workers.data import build_datasets
+from workers.data.batches import GlobalBatches
+from workers.losses import LOSSES
+from workers.models import build_model
+from workers.trainer import validation_loss
+
+pytestmark = pytest.mark.slow
+
+
+class Recorder:
+    def __init__(self):
+        self.states, self.events, self.steps = [], [], []
+        self.reached = threading.Event()
+        self.wait_for_step = None
+
+    def on_state(self, state, message):
+        self.states.append(str(state))
+
+    def on_event(self, kind, message, data):
+        self.events.append((kind, data))
+
+    def on_step(self, record):
+        self.steps.append(record)
+        if self.wait_for_step and record["step"] >= self.wait_for_step:
+            self.reached.set()
+
+
+def run_job(spec, tmp_path: Path, name: str = "job", listener=None) -> dict:
+    return JobRun(spec, tmp_path / name, name, listener=listener).run()
+
+
+def assert_nothing_left():
+    assert alive_actors() == []
+    assert live_placement_groups() == []
+
+
+def test_data_parallel_matches_single_process(ray_cluster, tmp_path):
+    losses = {}
+    for dp in (1, 2, 4):
+        spec = spec_of(**{"resources.workers": dp})
+        rec = Recorder()
+        summary = run_job(spec, tmp_path, f"dp{dp}", rec)
+        assert summary["state"] == "SUCCEEDED" and summary["world_size"] == dp
+        losses[dp] = [s["loss"] for s in rec.steps]
+        assert len(losses[dp]) == 20
+    assert losses[1][-1] < losses[1][0] - 0.5  # it learns
+    for dp in (2, 4):
+        for step in (9, 19):
+            assert losses[dp][step] == pytest.approx(losses[1][step], rel=1e-5), (dp, step)
+    assert_nothing_left()
+
+
+def test_crash_restarts_and_ends_bit_identical(ray_cluster, tmp_path):
+    base = {"resources.workers": 2, "checkpoint.every_steps": 5, "train.steps": 16}
+    clean = run_job(spec_of(**base), tmp_path, "clean")
+    rec = Recorder()
+    faulty = run_job(spec_of(**base, fault_injection=[{"at_step": 13, "rank": 1, "kind": "crash"}]),
+                     tmp_path, "faulty", rec)
+    assert faulty["state"] == "SUCCEEDED" and faulty["restarts"] == 1
+    assert rec.states == ["STARTING", "RUNNING", "RECOVERING", "RUNNING", "SUCCEEDED"]
+    restart = [data for kind, data in rec.events if kind == "restart"]
+    # The save at step 10 waited for the one at 5, so at least that one is durable.
+    assert restart[0]["resume_step"] in (5, 10) and "rank 1 failed" in restart[0]["reason"]
+    assert faulty["params_sha256"] == clean["params_sha256"]
+    assert faulty["final_loss"] == clean["final_loss"]
+    assert_nothing_left()
+
+
+def test_hang_is_detected_and_recovered(ray_cluster, tmp_path):
+    spec = spec_of(**{"resources.workers": 2, "checkpoint.every_steps": 3, "train.steps": 8,
+                      "fault_tolerance.hang_timeout_s": 4.0},
+                   fault_injection=[{"at_step": 5, "rank": 0, "kind": "hang"}])
+    summary = run_job(spec, tmp_path)
+    assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 1
+    assert_nothing_left()
+
+
+def test_restart_budget_exhausted_fails_and_cleans_up(ray_cluster, tmp_path):
+    spec = spec_of(**{"resources.workers": 2, "fault_tolerance.max_restarts": 0},
+                   fault_injection=[{"at_step": 3, "rank": 0, "kind": "crash"}])
+    summary = run_job(spec, tmp_path)
+    assert summary["state"] == "FAILED" and "restart budget exhausted" in summary["error"]
+    assert_nothing_left()
+
+
+def test_bad_user_code_fails_without_retrying(ray_cluster, tmp_path):
+    spec = spec_of(model={"entrypoint": "tests.fixtures.user_code:no_such_factory"})
+    summary = run_job(spec, tmp_path)
+    assert summary["state"] == "FAILED" and summary["restarts"] == 0
+    assert "no callable 'no_such_factory'" in summary["error"]
+    assert_nothing_left()
+
+
+def test_cancel_mid_run_tears_everything_down(ray_cluster, tmp_path):
+    rec = Recorder()
+    rec.wait_for_step = 3
+    run = JobRun(spec_of(**{"resources.workers": 2, "train.steps": 500}), tmp_path / "c", "c", listener=rec)
+    thread = threading.Thread(target=run.run)
+    thread.start()
+    assert rec.reached.wait(120)
+    run.cancel()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert run.state == "CANCELLED" and rec.states[-1] == "CANCELLED"
+    assert_nothing_left()
+
+
+def test_checkpoints_are_kept_and_pruned(ray_cluster, tmp_path):
+    summary = run_job(spec_of(**{"resources.workers": 2, "checkpoint.every_steps": 4, "checkpoint.keep": 2}),
+                      tmp_path)
+    steps = [s for s, _ in complete_checkpoints(Path(summary["job_dir"]))]
+    assert steps == [16, 20]
+    logs = Path(summary["job_dir"]) / "logs"
+    assert "ready at step 0" in (logs / "rank-1.log").read_text()
+    assert "state SUCCEEDED" in (logs / "supervisor.log").read_text()
+
+
+def test_exported_model_reproduces_loss_and_seeds_a_new_job(ray_cluster, tmp_path):
+    spec = spec_of(**{"resources.workers": 2})
+    summary = run_job(spec, tmp_path, "first")
+    state = load_file(summary["export_path"])
+    assert state_sha256(state) == summary["params_sha256"]
+
+    model = build_model(spec)
+    model.load_state_dict(state)  # plain torch, no Trainyard runtime
+    _, val_set = build_datasets(spec)
+    val = GlobalBatches(val_set, spec.train.global_batch_size, spec.train.seed + 1)
+    reproduced = sum(validation_loss(model, val, spec, r, 2) for r in range(2)) / 2
+    assert reproduced == pytest.approx(summary["final_val_loss"], rel=1e-6)
+
+    # init_from: the new job's first loss is the exported model's loss on that job's first batch.
+    follow = spec_of(**{"resources.workers": 2, "train.steps": 2, "train.init_from": summary["export_path"]})
+    second = run_job(follow, tmp_path, "second")
+    train_set, _ = build_datasets(follow)
+    batch = GlobalBatches(train_set, 16, follow.train.seed)
+    inputs, targets = zip(*[train_set[i] for i in batch.indices(0, 0, 16)])
+    with torch.no_grad():
+        expected = float(LOSSES["cross_entropy"](model(torch.stack(inputs)), torch.stack(targets)))
+    assert second["initial_loss"] == pytest.approx(expected, rel=1e-5)
+    assert second["initial_loss"] < summary["initial_loss"] - 0.5
+
+
+def test_user_entrypoint_model_and_dataset_train(ray_cluster, tmp_path):
+    spec = spec_of(
+        model={"entrypoint": "tests.fixtures.user_code:make_model", "args": {"in_features": 4, "hidden": 16}},
+        data={"entrypoint": "tests.fixtures.user_code:make_dataset", "args": {"n": 512}},
+        **{"train.loss": "mse", "train.steps": 30, "train.lr": 0.02, "resources.workers": 2},
+    )
+    summary = run_job(spec, tmp_path)
+    assert summary["state"] == "SUCCEEDED"
+    assert summary["final_loss"] < 0.5 * summary["initial_loss"]

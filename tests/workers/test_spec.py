@@ -1,0 +1,129 @@
+"""Every JobSpec rule, with the message it gives."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from tests.helpers import tiny_spec
+from workers.spec import JobSpec, format_validation_error, parse_spec
+
+ARCHITECTURE_EXAMPLE = {
+    "name": "gpt-ddp",
+    "model": {"name": "gpt", "n_layers": 4, "d_model": 128, "n_heads": 4, "seq_len": 64},
+    "data": {"name": "text:pystdlib"},
+    "train": {"steps": 200, "global_batch_size": 32, "micro_batch_size": 8, "lr": 3.0e-3,
+              "warmup_steps": 20, "seed": 0, "loss": "cross_entropy"},
+    "parallel": {"dp": 2, "tp": 1, "pp": 1, "zero": 0},
+    "resources": {"workers": 2, "cpus_per_worker": 1},
+    "checkpoint": {"every_steps": 50, "keep": 2},
+    "fault_tolerance": {"max_restarts": 3},
+}
+
+
+def test_architecture_example_is_valid():
+    spec = parse_spec(ARCHITECTURE_EXAMPLE)
+    assert (spec.dp, spec.world_size, spec.grad_accum_steps) == (2, 2, 2)
+
+
+def test_dp_defaults_to_workers():
+    assert parse_spec(tiny_spec(**{"resources.workers": 4})).dp == 4
+
+
+INVALID = [
+    # (overrides, field, words that the message must contain)
+    ({"name": "Bad Name"}, "name", ["pattern"]),
+    ({"bogus": 1}, "bogus", ["Extra inputs"]),
+    ({"train.bogus": 1}, "train.bogus", ["Extra inputs"]),
+    ({"model.d_model": 30, "model.n_heads": 4}, "model.d_model", ["divisible by model.n_heads", "d_model=30", "n_heads=4"]),
+    ({"model.name": "resnet"}, "model.name", ["'gpt' or 'mlp'", "entrypoint"]),
+    ({"model": {"entrypoint": "not a path"}}, "model.entrypoint", ["pattern"]),
+    ({"data.name": "imagenet"}, "data.name", ["'text:pystdlib' or 'synthetic'"]),
+    ({"train.steps": 0}, "train.steps", ["greater than or equal to 1"]),
+    ({"train.lr": -1}, "train.lr", ["greater than 0"]),
+    ({"train.loss": "hinge"}, "train.loss", ["cross_entropy", "mse"]),
+    ({"parallel.dp": 3, "resources.workers": 2}, "parallel", ["dp=3", "workers=2", "must equal resources.workers"]),
+    ({"parallel.tp": 2, "resources.workers": 2, "parallel.dp": 1}, "parallel.tp", ["not available yet", "tp=2"]),
+    ({"parallel.pp": 2, "resources.workers": 2, "parallel.dp": 1}, "parallel.pp", ["not available yet"]),
+    ({"parallel.zero": 1}, "parallel.zero", ["not available yet"]),
+    ({"parallel.zero": 4}, "parallel.zero", ["less than or equal to 3"]),
+    ({"train.global_batch_size": 20, "resources.workers": 2}, "train.global_batch_size",
+     ["divisible by parallel.dp x train.micro_batch_size", "global_batch_size=20", "dp=2", "micro_batch_size=4"]),
+    ({"train.warmup_steps": 50}, "train.warmup_steps", ["must not exceed train.steps", "warmup_steps=50", "steps=20"]),
+    ({"resources.workers": 0}, "resources.workers", ["greater than or equal to 1"]),
+    ({"resources.cpus_per_worker": 0}, "resources.cpus_per_worker", ["greater than 0"]),
+    ({"checkpoint.keep": 0}, "checkpoint.keep", ["greater than or equal to 1"]),
+    ({"fault_tolerance.max_restarts": -1}, "fault_tolerance.max_restarts", ["greater than or equal to 0"]),
+    ({"data": {"name": "synthetic"}}, "data.name", ["'gpt' needs token data"]),
+    ({"model": {"name": "mlp"}}, "data.name", ["'mlp' needs vector data"]),
+    ({"model": {"name": "mlp", "in_features": 8}, "data": {"name": "synthetic", "in_features": 16}, "train.loss": "mse"},
+     "model.in_features/out_features", ["model 8->1", "data 16->1"]),
+    ({"model": {"name": "mlp"}, "data": {"name": "synthetic"}}, "train.loss", ["'mse'"]),
+    ({"model.vocab_size": 100}, "model.vocab_size", [">= 256"]),
+]
+
+
+@pytest.mark.parametrize("overrides,field,words", INVALID, ids=[f"{i}-{c[1]}" for i, c in enumerate(INVALID)])
+def test_invalid_specs_name_field_and_rule(overrides, field, words):
+    with pytest.raises(ValidationError) as info:
+        parse_spec(tiny_spec(**overrides), allow_fault_injection=False)
+    errors = format_validation_error(info.value)
+    matching = [e for e in errors if e["field"] == field]
+    assert matching, f"no error for {field}: {errors}"
+    for word in words:
+        assert any(word in e["message"] for e in matching), f"{word!r} not in {matching}"
+
+
+def test_fault_injection_refused_unless_allowed(monkeypatch):
+    spec = tiny_spec(fault_injection=[{"at_step": 3, "rank": 0, "kind": "crash"}])
+    monkeypatch.delenv("TRAINYARD_ALLOW_FAULT_INJECTION", raising=False)
+    with pytest.raises(ValidationError, match="fault_injection is refused"):
+        parse_spec(spec)
+    monkeypatch.setenv("TRAINYARD_ALLOW_FAULT_INJECTION", "1")
+    assert parse_spec(spec).fault_injection[0].kind == "crash"
+
+
+@pytest.mark.parametrize("fault,field,word", [
+    ({"at_step": 99, "rank": 0, "kind": "crash"}, "fault_injection[0].at_step", "steps=20"),
+    ({"at_step": 2, "rank": 5, "kind": "hang"}, "fault_injection[0].rank", "workers=1"),
+])
+def test_fault_injection_bounds(fault, field, word):
+    with pytest.raises(ValidationError) as info:
+        parse_spec(tiny_spec(fault_injection=[fault]), allow_fault_injection=True)
+    errors = format_validation_error(info.value)
+    assert any(e["field"] == field and word in e["message"] for e in errors), errors
+
+
+def test_all_errors_are_reported_together():
+    with pytest.raises(ValidationError) as info:
+        parse_spec(tiny_spec(**{"parallel.zero": 1, "train.warmup_steps": 99}))
+    fields = {e["field"] for e in format_validation_error(info.value)}
+    assert {"parallel.zero", "train.warmup_steps"} <= fields
+
+
+def test_json_schema_is_exported_by_cli():
+    out = subprocess.run([sys.executable, "-m", "api.cli", "schema"], capture_output=True, text=True, check=True)
+    schema = json.loads(out.stdout)
+    assert schema["title"] == "JobSpec" and "parallel" in schema["properties"]
+    assert JobSpec.model_json_schema() == schema
+
+
+def test_cli_validate_reports_field_and_exit_code(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nresources: {workers: 2}\nparallel: {dp: 3}\n")
+    out = subprocess.run([sys.executable, "-m", "api.cli", "validate", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "dp=3" in out.stderr and "workers=2" in out.stderr
+
+
+def test_examples_are_valid():
+    from pathlib import Path
+
+    from workers.spec import load_spec
+
+    examples = sorted(Path(__file__).resolve().parents[2].joinpath("examples").glob("*.yaml"))
+    assert examples
+    for path in examples:
+        load_spec(path)
