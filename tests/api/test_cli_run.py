@@ -1,0 +1,76 @@
+"""`trainyard run` driven the way a user drives it: a subprocess with a spec file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import tiny_spec
+
+SUMMARY_KEYS = {"state", "steps", "initial_loss", "final_loss", "world_size", "layout", "samples_per_s",
+                "bubble_fraction", "bubble_fraction_theoretical", "model_state_bytes_per_rank",
+                "comm_bytes_per_step", "restarts", "params_sha256"}
+
+
+def trainyard(tmp_path: Path, *args: str, allow_faults: bool = False) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRAINYARD_HOME": str(tmp_path / "home"), "TRAINYARD_RAY_ADDRESS": ""}
+    env.pop("TRAINYARD_ALLOW_FAULT_INJECTION", None)
+    if allow_faults:
+        env["TRAINYARD_ALLOW_FAULT_INJECTION"] = "1"
+    return subprocess.run([sys.executable, "-m", "api.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def write_spec(tmp_path: Path, name: str, data: dict) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def json_summary(out: subprocess.CompletedProcess) -> dict:
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_run_json_crash_recovers_to_the_fault_free_hash(tmp_path):
+    base = tiny_spec(**{"resources.workers": 2, "checkpoint.every_steps": 5, "train.steps": 16})
+    clean = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "clean", base), "--json"))
+    assert SUMMARY_KEYS <= clean.keys()
+    assert clean["state"] == "SUCCEEDED" and clean["steps"] == 16 and clean["world_size"] == 2
+    assert clean["final_loss"] < clean["initial_loss"]
+    assert clean["layout"] == {"dp": 2, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp"}
+    assert clean["bubble_fraction"] is None and clean["restarts"] == 0
+    assert clean["comm_bytes_per_step"] > 0 and clean["model_state_bytes_per_rank"] > 0
+
+    crashing = dict(base, fault_injection=[{"at_step": 12, "rank": 1, "kind": "crash"}])
+    faulty = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "crash", crashing), "--json",
+                                    allow_faults=True))
+    assert faulty["state"] == "SUCCEEDED" and faulty["restarts"] == 1
+    assert faulty["params_sha256"] == clean["params_sha256"]
+
+
+@pytest.mark.slow
+def test_run_shows_progress_and_summary(tmp_path):
+    out = trainyard(tmp_path, "run", write_spec(tmp_path, "p", tiny_spec(**{"train.steps": 8})))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "samples/s" in out.stdout and "8/8" in out.stdout
+    assert "params_sha256" in out.stdout and "SUCCEEDED" in out.stdout
+
+
+def test_run_refuses_invalid_spec_with_the_field_named(tmp_path):
+    out = trainyard(tmp_path, "run", write_spec(tmp_path, "bad", tiny_spec(**{"train.micro_batch_size": 5})))
+    assert out.returncode == 2
+    assert "train.global_batch_size must be divisible" in out.stderr
+
+
+def test_run_refuses_fault_injection_unless_allowed(tmp_path):
+    spec = tiny_spec(fault_injection=[{"at_step": 2, "kind": "crash"}])
+    out = trainyard(tmp_path, "run", write_spec(tmp_path, "f", spec))
+    assert out.returncode == 2 and "fault_injection is refused" in out.stderr
