@@ -85,6 +85,11 @@ def validate(spec_path: Annotated[Path, typer.Argument(metavar="SPEC")]) -> None
     print(json.dumps(spec.model_dump(mode="json"), indent=2))
 
 
+from api.remote import register  # noqa: E402  (serve, submit, list, get, cancel, events, logs)
+
+register(app)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -19,6 +19,29 @@ class Settings(BaseSettings):
     allow_fault_injection: bool = False
     ray_num_cpus: int = 8  # logical CPUs of a local Ray (more than physical, so small jobs fit)
 
+    # --- control plane (trainyard serve) ---
+    host: str = "127.0.0.1"
+    port: int = 8600
+    max_body_bytes: int = 1_000_000  # larger request bodies get 413
+    max_active_jobs_per_tenant: int = 10_000  # QUEUED + running jobs; more get 429
+    scheduler_enabled: bool = True  # false = accept jobs but keep them QUEUED (maintenance, benchmarks)
+    control_loops: bool = True  # false = an API-only replica: no scheduler or reconciler here
+    loop_interval_s: float = 0.5  # scheduler and reconciler tick
+    metrics_max_points: int = 2000  # per-step metrics kept per job; longer jobs are downsampled
+    access_log: bool = False
+
+    @property
+    def sqlite_path(self) -> Path:
+        return (self.home / "trainyard.db").resolve()
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.sqlite_path}"
+
+    @property
+    def admin_token_file(self) -> Path:
+        return (self.home / "admin-token").resolve()
+
     @property
     def storage_root(self) -> Path:
         root = Path(self.storage_uri.removeprefix("file://")) if self.storage_uri else self.home / "storage"

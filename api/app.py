@@ -1,0 +1,36 @@
+"""The FastAPI application factory: settings in, app out; the control plane lives in its lifespan."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api.errors import install_error_handlers
+from api.limits import BodyLimitMiddleware
+from api.routers import artifacts, jobs, system
+from service.control import ControlPlane
+from service.settings import Settings, get_settings
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        plane = ControlPlane(settings)
+        plane.start()
+        app.state.plane = plane
+        try:
+            yield
+        finally:
+            plane.stop()
+
+    app = FastAPI(title="Trainyard", version="0.1.0", lifespan=lifespan,
+                  description="Cluster training service: submit JobSpecs, follow them, fetch what they produce.")
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.include_router(system.router)
+    app.include_router(jobs.router)
+    app.include_router(artifacts.router)
+    return app

@@ -1,0 +1,74 @@
+"""Error mapping: every failure leaves as JSON {"detail": message, "errors": [{field, message}]}.
+
+Bad input is always a 4xx naming the field and the rule; an unexpected server
+fault is a logged 500 without internals.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.db.repository import IdempotencyConflict, QuotaExceeded
+from service.lifecycle import IllegalTransition
+from workers.spec import format_validation_error
+
+log = logging.getLogger("trainyard.api")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, errors: list[dict] | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.errors, self.headers = status, message, errors or [], headers
+
+
+def error_response(status: int, message: str, errors: list[dict] | None = None, headers=None) -> JSONResponse:
+    return JSONResponse({"detail": message, "errors": errors or []}, status_code=status, headers=headers)
+
+
+def _request_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = []
+    for e in exc.errors():
+        field = ".".join(str(p) for p in e.get("loc", ()) if p not in ("body",)) or "body"
+        errors.append({"field": field, "message": f"{field}: {e.get('msg', 'invalid')}"})
+    return error_response(422, "; ".join(e["message"] for e in errors), errors)
+
+
+def _spec_validation(_: Request, exc: ValidationError) -> JSONResponse:
+    errors = format_validation_error(exc)
+    return error_response(422, "invalid job spec: " + "; ".join(e["message"] for e in errors), errors)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _request_validation)
+    app.add_exception_handler(ValidationError, _spec_validation)
+
+    @app.exception_handler(ApiError)
+    def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.errors, exc.headers)
+
+    @app.exception_handler(IllegalTransition)
+    def _illegal(_: Request, exc: IllegalTransition) -> JSONResponse:
+        return error_response(409, str(exc), [{"field": "state", "message": str(exc)}])
+
+    @app.exception_handler(QuotaExceeded)
+    def _quota(_: Request, exc: QuotaExceeded) -> JSONResponse:
+        return error_response(429, str(exc), headers={"Retry-After": "30"})
+
+    @app.exception_handler(IdempotencyConflict)
+    def _conflict(_: Request, exc: IdempotencyConflict) -> JSONResponse:
+        return error_response(409, str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal error; see the service log")

@@ -1,0 +1,108 @@
+"""Submitting, listing, reading and cancelling jobs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
+
+from api.deps import PlaneDep, Principal, PrincipalDep, SessionDep, job_or_404
+from api.errors import ApiError
+from api.schemas import job_out
+from service.control import ControlPlane
+from service.db import repository as repo
+from service.lifecycle import JobState
+from service.scheduler import demand_of, never_fits
+from workers.spec import JobSpec, parse_spec
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+def _decode(body: bytes) -> dict:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(422, f"body: malformed JSON ({exc})", [{"field": "body", "message": f"body: malformed JSON ({exc})"}])
+    if not isinstance(data, dict):
+        msg = f"body: a job spec must be a JSON object, got {type(data).__name__}"
+        raise ApiError(422, msg, [{"field": "body", "message": msg}])
+    return data
+
+
+@router.post("", status_code=201, openapi_extra={
+    "requestBody": {"required": True, "content": {"application/json": {"schema": JobSpec.model_json_schema()}}}})
+async def submit_job(
+    request: Request, plane: PlaneDep, principal: PrincipalDep,
+    priority: Annotated[int, Query(ge=-1000, le=1000, description="higher starts first")] = 0,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128)] = None,
+) -> JSONResponse:
+    """Validate a JobSpec and queue it. The same Idempotency-Key and body return the same job."""
+    data = _decode(await request.body())
+    spec = parse_spec(data, allow_fault_injection=plane.settings.allow_fault_injection)  # 422 on any rule
+    if plane.capacity is not None and (why := never_fits(demand_of(spec), *plane.capacity)):
+        raise ApiError(422, f"the job can never run on this cluster: {why}", [{"field": "resources", "message": why}])
+    canonical = json.dumps({"spec": spec.model_dump(mode="json"), "priority": priority}, sort_keys=True)
+    body_sha = hashlib.sha256(canonical.encode()).hexdigest()
+    job, created = await run_in_threadpool(_store, plane, principal, spec, priority, body_sha, idempotency_key)
+    return JSONResponse(job, status_code=201, headers={"Location": f"/v1/jobs/{job['id']}",
+                                                       "Idempotent-Replayed": "false" if created else "true"})
+
+
+def _store(plane: ControlPlane, principal: Principal, spec: JobSpec, priority: int, body_sha: str,
+           key: str | None) -> tuple[dict, bool]:
+    for _ in range(2):  # a concurrent submit with the same key wins the insert: read its job instead
+        if key is not None:
+            with plane.sessions() as s:
+                existing = repo.find_by_idempotency_key(s, principal.tenant_id, key)
+                if existing is not None:
+                    if existing.body_sha256 != body_sha:
+                        raise repo.IdempotencyConflict(
+                            "idempotency-key: already used for a different job spec or priority; use a new key")
+                    return job_out(existing), False
+        try:
+            with plane.sessions.begin() as s:
+                job = repo.create_job(s, principal.tenant_id, spec, priority, body_sha, key,
+                                      plane.settings.max_active_jobs_per_tenant)
+                out = job_out(job)
+            return out, True
+        except IntegrityError:
+            if key is None:
+                raise
+    raise ApiError(409, "idempotency-key: concurrent submits with this key; retry")
+
+
+@router.get("")
+def list_jobs(
+    s: SessionDep, principal: PrincipalDep,
+    state: Annotated[JobState | None, Query(description="only jobs in this state")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict:
+    jobs = repo.list_jobs(s, principal.tenant_id, state, limit, offset)
+    return {"jobs": [job_out(j, full=False) for j in jobs], "limit": limit, "offset": offset}
+
+
+@router.get("/{job_id}")
+def get_job(job_id: str, s: SessionDep, principal: PrincipalDep) -> dict:
+    return job_out(job_or_404(s, job_id, principal))
+
+
+@router.post("/{job_id}/cancel", status_code=202)
+def cancel_job(job_id: str, plane: PlaneDep, principal: PrincipalDep) -> dict:
+    """Stop a job: a queued one at once, a running one through its supervisor (poll until CANCELLED)."""
+    with plane.sessions.begin() as s:
+        job = job_or_404(s, job_id, principal)
+        job = repo.get_job(s, job.id, lock=True)
+        repo.request_cancel(s, job)  # 409 if the job already ended
+        out = job_out(job)
+    if out["cancel_requested"] and plane.ray_ready.is_set():
+        from service.supervisor.actor import find_supervisor
+
+        handle = find_supervisor(job_id)
+        if handle is not None:
+            handle.cancel.remote()  # quicker than waiting for the reconciler's next tick
+    return out

@@ -1,0 +1,125 @@
+"""ControlPlane: what one `trainyard serve` process owns besides HTTP.
+
+Start-up migrates the database, bootstraps the admin credential, connects to
+Ray in the background (so /healthz answers at once and /readyz turns ready when
+Ray is there) and runs the scheduler and reconciler on one loop thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import repository as repo
+from service.db.engine import make_engine, make_sessionmaker, migrate
+from service.metrics import make_registry
+from service.settings import Settings
+
+log = logging.getLogger("trainyard.control")
+SUPERVISOR_PREFIX = "trainyard-supervisor-"
+
+
+class ControlPlane:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.engine = make_engine(settings.db_url)
+        self.sessions: sessionmaker[Session] = make_sessionmaker(self.engine)
+        self.registry = make_registry(self.sessions)
+        self.ray_ready = threading.Event()
+        self.ray_error: str | None = None
+        self.capacity: tuple[dict, dict] | None = None  # (cluster total, largest node), refreshed by the loop
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def start(self) -> None:
+        self.settings.home.mkdir(parents=True, exist_ok=True)
+        migrate(self.engine)
+        self.bootstrap_admin()
+        self._thread = threading.Thread(target=self._main, name="trainyard-control", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        self.engine.dispose()
+
+    def bootstrap_admin(self) -> None:
+        """TRAINYARD_ADMIN_TOKEN, or in embedded mode a generated one kept in TRAINYARD_HOME (0600)."""
+        token = self.settings.admin_token
+        if not token:
+            path = self.settings.admin_token_file
+            if path.exists():
+                token = path.read_text().strip()
+            else:
+                token = repo.new_token()
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(token + "\n")
+                log.info("generated an admin token in %s", path)
+        with self.sessions.begin() as s:
+            repo.ensure_token(s, repo.ensure_tenant(s, "admin"), token, "bootstrap admin", is_admin=True)
+
+    # --- the loop ------------------------------------------------------------
+
+    def _main(self) -> None:
+        from service.ray_client import connect
+        from service.reconciler import Reconciler
+        from service.scheduler import Scheduler, cluster_capacity
+
+        while not self._stop.is_set():
+            try:
+                connect(self.settings)
+                self.capacity = cluster_capacity()
+                break
+            except Exception as exc:  # Ray not reachable yet: keep trying, /readyz says why
+                self.ray_error = f"{type(exc).__name__}: {exc}"
+                log.warning("connecting to Ray failed: %s", self.ray_error)
+                self._stop.wait(2.0)
+        self.ray_error = None
+        self.ray_ready.set()
+        if not self.settings.control_loops:
+            return
+        reconciler = Reconciler(self.sessions, self.settings)
+        scheduler = Scheduler(self.sessions, self.settings, reconciler.handles)
+        self.sweep_orphans()
+        tick = 0
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                reconciler.tick()
+                if self.settings.scheduler_enabled:
+                    scheduler.tick()
+                tick += 1
+                if tick % 20 == 0:
+                    self.capacity = cluster_capacity()
+                    self.sweep_orphans()
+            except Exception:
+                log.exception("control loop tick failed; retrying")
+            self._stop.wait(max(0.0, self.settings.loop_interval_s - (time.monotonic() - started)))
+
+    def sweep_orphans(self) -> None:
+        """Kill supervisors whose job is over (e.g. a control plane died before it could)."""
+        import ray
+
+        from service.lifecycle import TERMINAL
+        from service.ray_client import NAMESPACE
+
+        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                 if a.get("namespace") == NAMESPACE and a["name"].startswith(SUPERVISOR_PREFIX)]
+        if not names:
+            return
+        with self.sessions() as s:
+            for name in names:
+                job = repo.get_job(s, name.removeprefix(SUPERVISOR_PREFIX))
+                if job is not None and job.state in TERMINAL:  # unknown ids may belong to another control plane
+                    try:
+                        ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+                    except Exception:
+                        pass

@@ -1,0 +1,1 @@
+"""The control plane's database: models, engine/session setup, migrations, repository."""

@@ -1,0 +1,73 @@
+"""Prometheus metrics: read from the database at scrape time, so every control-plane
+replica reports the same numbers and a restart loses nothing.
+
+Job-level series carry a `job` label (the job id) and exist for open jobs and the
+most recently finished ones only, so the label set stays bounded. No step label.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db.models import Job
+from service.lifecycle import JobState
+
+RECENT_FINISHED = 50
+
+
+class JobCollector(Collector):
+    def __init__(self, sessions: sessionmaker[Session]):
+        self.sessions = sessions
+
+    def collect(self):
+        from service.db import repository as repo
+
+        with self.sessions() as s:
+            by_state = repo.jobs_by_state(s)
+            cols = (Job.id, Job.name, Job.state, Job.step, Job.total_steps, Job.loss, Job.samples_per_s,
+                    Job.step_time_s, Job.restarts)
+            open_jobs = s.execute(select(*cols).where(~Job.state.in_([JobState.SUCCEEDED, JobState.FAILED,
+                                                                        JobState.CANCELLED, JobState.QUEUED]))).all()
+            finished = s.execute(select(*cols).where(or_(Job.state == JobState.SUCCEEDED, Job.state == JobState.FAILED,
+                                                         Job.state == JobState.CANCELLED), Job.finished_at.is_not(None))
+                                 .order_by(Job.finished_at.desc()).limit(RECENT_FINISHED)).all()
+        states = GaugeMetricFamily("trainyard_jobs", "Jobs by lifecycle state", labels=["state"])
+        for state in JobState:
+            states.add_metric([state.value], by_state.get(state.value, 0))
+        yield states
+        families = {
+            "step": GaugeMetricFamily("trainyard_job_step", "Last training step stored", labels=["job", "name"]),
+            "total_steps": GaugeMetricFamily("trainyard_job_total_steps", "Steps the job trains for", labels=["job", "name"]),
+            "loss": GaugeMetricFamily("trainyard_job_loss", "Training loss at the last step", labels=["job", "name"]),
+            "samples_per_s": GaugeMetricFamily("trainyard_job_samples_per_second", "Training throughput at the last step",
+                                               labels=["job", "name"]),
+            "step_time_s": GaugeMetricFamily("trainyard_job_step_time_seconds", "Wall time of the last step",
+                                             labels=["job", "name"]),
+            "restarts": GaugeMetricFamily("trainyard_job_restarts", "Restarts of the job so far", labels=["job", "name"]),
+        }
+        running = GaugeMetricFamily("trainyard_job_active", "1 while the job is starting, running or recovering",
+                                    labels=["job", "name"])
+        for row in [*open_jobs, *finished]:
+            labels = [row.id, row.name]
+            for key, family in families.items():
+                value = getattr(row, key)
+                if value is not None:
+                    family.add_metric(labels, float(value))
+            running.add_metric(labels, 0.0 if row.state in (JobState.SUCCEEDED, JobState.FAILED,
+                                                                             JobState.CANCELLED) else 1.0)
+        yield from families.values()
+        yield running
+
+
+def make_registry(sessions: sessionmaker[Session]) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(JobCollector(sessions))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

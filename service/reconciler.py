@@ -1,0 +1,160 @@
+"""Reconciler: copies what supervisors report into the database and recovers lost ones.
+
+Each tick, for every STARTING/RUNNING/RECOVERING job:
+- its supervisor (found by name, so a restarted control plane re-attaches) is
+  drained; state changes go through the lifecycle table and become events,
+  steps become (downsampled) metrics, checkpoints become rows; the records'
+  sequence number is stored in the same transaction and acknowledged on the
+  next drain, so nothing is lost or stored twice;
+- a job whose supervisor is gone is restarted with a new supervisor on the
+  same job directory, which resumes from the latest checkpoint (or cancelled,
+  if a cancel was pending). No accepted job is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import ray
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import repository as repo
+from service.lifecycle import TERMINAL, IllegalTransition, JobState
+from service.settings import Settings
+from service.supervisor.actor import find_supervisor, start_supervisor
+from workers.checkpointing import latest_checkpoint
+
+log = logging.getLogger("trainyard.reconciler")
+DRAIN_TIMEOUT_S = 10.0
+
+
+class Reconciler:
+    def __init__(self, sessions: sessionmaker[Session], settings: Settings):
+        self.sessions, self.settings = sessions, settings
+        self.handles: dict[str, object] = {}  # job id -> supervisor actor handle
+
+    def tick(self) -> None:
+        with self.sessions() as s:
+            jobs = [(j.id, j.drained_seq, j.cancel_requested, j.supervisor_epoch) for j in repo.active_jobs(s)]
+        refs = {}
+        for job_id, ack, cancel, _epoch in jobs:
+            handle = self.handles.get(job_id)
+            if handle is None:
+                handle = find_supervisor(job_id)
+                if handle is None:
+                    self.recover(job_id)
+                    continue
+                self.handles[job_id] = handle
+                self._note_reattach(job_id)
+            if cancel:
+                handle.cancel.remote()
+            refs[job_id] = handle.drain.remote(ack)
+        for job_id, ref in refs.items():
+            try:
+                self.apply(job_id, ray.get(ref, timeout=DRAIN_TIMEOUT_S))
+            except ray.exceptions.GetTimeoutError:
+                log.warning("supervisor of %s did not answer within %.0fs", job_id, DRAIN_TIMEOUT_S)
+            except ray.exceptions.RayActorError:
+                self.handles.pop(job_id, None)
+                self.recover(job_id)
+        for job_id in set(self.handles) - {j[0] for j in jobs}:
+            self._retire(job_id)
+
+    # --- one drain into the database ---------------------------------------
+
+    def apply(self, job_id: str, drained: dict) -> None:
+        finished = False
+        with self.sessions.begin() as s:
+            job = repo.get_job(s, job_id, lock=True)
+            if job is None or job.state in TERMINAL or drained["epoch"] != job.supervisor_epoch:
+                finished = job is not None and job.state in TERMINAL
+            else:
+                steps = []
+                for rec in drained["records"]:
+                    if rec["seq"] <= job.drained_seq:
+                        continue
+                    if rec["type"] == "state":
+                        self._apply_state(s, job, JobState(rec["state"]), rec["message"])
+                    elif rec["type"] == "event":
+                        repo.add_event(s, job.id, rec["kind"], rec["message"], data=rec["data"])
+                        if rec["kind"] == "checkpoint":
+                            step = rec["data"]["step"]
+                            job.last_checkpoint_step = step
+                            path = self.settings.job_dir(job.id) / "checkpoints" / f"step-{step:08d}"
+                            repo.record_checkpoint(s, job.id, step, str(path))
+                    elif rec["type"] == "step":
+                        steps.append(rec)
+                    job.drained_seq = rec["seq"]
+                if steps:
+                    repo.record_steps(s, job, steps, self.settings.metrics_max_points)
+                    last = steps[-1]
+                    job.step, job.loss = last["step"], last["loss"]
+                    job.samples_per_s, job.step_time_s = last.get("samples_per_s"), last.get("step_time_s")
+                job.restarts = job.restarts_base + drained["restarts"]
+                job.layout = drained["layout"]
+                summary = drained["summary"]
+                if drained["done"] and summary is not None:
+                    job.summary = summary
+                    job.error = summary.get("error")
+                    self._apply_state(s, job, JobState(summary["state"]), job.error or "run finished")
+                    finished = True
+        if finished:
+            self._retire(job_id)
+
+    def _apply_state(self, s: Session, job, target: JobState, message: str) -> None:
+        if target == job.state:
+            return
+        if target == JobState.STARTING and job.state in (JobState.RECOVERING, JobState.RUNNING):
+            return  # a replacement supervisor re-forming the group: the job stays RECOVERING
+        try:
+            repo.transition(s, job, target, message)
+        except IllegalTransition as exc:
+            repo.add_event(s, job.id, "ignored_transition", str(exc), data={"from": job.state, "to": str(target)})
+
+    # --- supervisors that vanished -----------------------------------------
+
+    def recover(self, job_id: str) -> None:
+        with self.sessions.begin() as s:
+            job = repo.get_job(s, job_id, lock=True)
+            if job is None or job.state in TERMINAL or job.state == JobState.QUEUED:
+                return
+            if job.cancel_requested:
+                repo.transition(s, job, JobState.CANCELLED, "cancelled (its supervisor had already stopped)")
+                return
+            never_started = job.state == JobState.STARTING and job.drained_seq == 0
+            if not never_started:
+                max_restarts = job.spec.get("fault_tolerance", {}).get("max_restarts", 3)
+                if job.restarts >= max_restarts:
+                    job.error = f"supervisor lost and the restart budget is spent ({job.restarts}/{max_restarts})"
+                    repo.transition(s, job, JobState.FAILED, job.error)
+                    return
+                latest = latest_checkpoint(self.settings.job_dir(job_id))
+                resume = latest[0] if latest else 0
+                reason = "supervisor lost (control plane or node restart)"
+                if job.state != JobState.RECOVERING:
+                    repo.transition(s, job, JobState.RECOVERING, f"{reason}; restarting from step {resume}")
+                job.restarts_base = job.restarts = job.restarts + 1
+                repo.add_event(s, job.id, "restart", f"{reason}; new supervisor resumes from step {resume}",
+                               data={"restart": job.restarts, "resume_step": resume, "reason": reason})
+            job.supervisor_epoch += 1
+            job.drained_seq = 0
+            spec, epoch, total = job.spec, job.supervisor_epoch, job.total_steps
+        try:
+            handle = start_supervisor(job_id, spec, str(self.settings.job_dir(job_id)), epoch,
+                                      repo.metric_stride(total, self.settings.metrics_max_points))
+            self.handles[job_id] = handle
+        except Exception as exc:  # the old name not released yet: the next tick tries again
+            log.warning("restarting the supervisor of %s failed: %s", job_id, exc)
+
+    def _note_reattach(self, job_id: str) -> None:
+        with self.sessions.begin() as s:
+            repo.add_event(s, job_id, "reattach", "control plane attached to the running supervisor")
+
+    def _retire(self, job_id: str) -> None:
+        """The job is over and stored: stop its supervisor (its workers are already gone)."""
+        handle = self.handles.pop(job_id, None) or find_supervisor(job_id)
+        if handle is not None:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:
+                pass

@@ -1,0 +1,118 @@
+"""Admission: QUEUED jobs start, highest priority first then oldest first, when Ray has room.
+
+Free resources are read from Ray, minus what admitted jobs will take but do
+not hold yet (a job between admission and its placement group being created,
+or one recovering while its group is re-formed), so two ticks never promise
+the same CPUs twice. Admission is strictly in order: a job that does not fit
+now holds back the jobs behind it, so a big job is never starved by small ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import ray
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import repository as repo
+from service.lifecycle import JobState
+from service.settings import Settings
+from service.supervisor.actor import start_supervisor
+
+log = logging.getLogger("trainyard.scheduler")
+EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Demand:
+    cpus: float
+    gpus: float
+    cpus_per_worker: float
+    gpus_per_worker: float
+
+
+def demand_of(spec) -> Demand:
+    r = spec.resources
+    return Demand(r.cpus_per_worker * spec.world_size, r.gpus_per_worker * spec.world_size,
+                  r.cpus_per_worker, r.gpus_per_worker)
+
+
+def never_fits(demand: Demand, total: dict[str, float], largest_node: dict[str, float]) -> str | None:
+    """Why the job can never run on this cluster, or None if it can once resources free up."""
+    for key, need, per_worker in (("CPU", demand.cpus, demand.cpus_per_worker), ("GPU", demand.gpus, demand.gpus_per_worker)):
+        have = total.get(key, 0.0)
+        if need > have + EPS:
+            return (f"resources: the job needs {need:g} {key} in all (resources.workers x resources."
+                    f"{key.lower()}s_per_worker) but the whole cluster has {have:g}")
+        if per_worker > largest_node.get(key, 0.0) + EPS:
+            return (f"resources.{key.lower()}s_per_worker: {per_worker:g} {key} per worker is more than the "
+                    f"largest node has ({largest_node.get(key, 0.0):g})")
+    return None
+
+
+def cluster_capacity() -> tuple[dict[str, float], dict[str, float]]:
+    """(total resources, the largest node's resources) as Ray reports them."""
+    total = ray.cluster_resources()
+    largest: dict[str, float] = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            for key in ("CPU", "GPU"):
+                largest[key] = max(largest.get(key, 0.0), node["Resources"].get(key, 0.0))
+    return total, largest
+
+
+class Scheduler:
+    def __init__(self, sessions: sessionmaker[Session], settings: Settings, handles: dict | None = None):
+        self.sessions, self.settings = sessions, settings
+        self.handles = handles if handles is not None else {}  # shared with the reconciler
+
+    def tick(self) -> list[str]:
+        """Admit what fits now; returns the admitted job ids."""
+        with self.sessions() as s:
+            queue = repo.queued_jobs(s)
+            reserved = self._reserved_not_held(repo.active_jobs(s)) if queue else {}
+        if not queue:
+            return []
+        free = ray.available_resources()
+        free = {k: free.get(k, 0.0) - reserved.get(k, 0.0) for k in ("CPU", "GPU")}
+        admitted = []
+        for job in queue:
+            if job.cpus > free["CPU"] + EPS or job.gpus > free["GPU"] + EPS:
+                break  # strict order: nothing jumps the queue
+            if self._admit(job.id, free):
+                free["CPU"] -= job.cpus
+                free["GPU"] -= job.gpus
+                admitted.append(job.id)
+        return admitted
+
+    def _reserved_not_held(self, active) -> dict[str, float]:
+        """Resources of STARTING/RECOVERING jobs whose placement group is not created yet."""
+        waiting = [j for j in active if j.state in (JobState.STARTING, JobState.RECOVERING)]
+        if not waiting:
+            return {}
+        held = {pg.get("name", "") for pg in ray.util.placement_group_table().values() if pg.get("state") == "CREATED"}
+        reserved = {"CPU": 0.0, "GPU": 0.0}
+        for job in waiting:
+            if not any(name.startswith(f"ty-{job.id}-pg-") for name in held):
+                reserved["CPU"] += job.cpus
+                reserved["GPU"] += job.gpus
+        return reserved
+
+    def _admit(self, job_id: str, free: dict[str, float]) -> bool:
+        with self.sessions.begin() as s:
+            job = repo.get_job(s, job_id, lock=True)
+            if job is None or job.state != JobState.QUEUED or job.cancel_requested:
+                return False
+            repo.transition(s, job, JobState.STARTING,
+                            f"admitted: needs {job.cpus:g} CPU / {job.gpus:g} GPU, {free['CPU']:g} CPU free")
+            job.supervisor_epoch += 1
+            job.drained_seq = 0
+            spec, epoch, total_steps = job.spec, job.supervisor_epoch, job.total_steps
+        # Committed first: if this process dies right here the reconciler starts the supervisor.
+        try:
+            self.handles[job_id] = start_supervisor(job_id, spec, str(self.settings.job_dir(job_id)), epoch,
+                             repo.metric_stride(total_steps, self.settings.metrics_max_points))
+        except Exception as exc:  # e.g. the name is still held by a dying supervisor: retried by the reconciler
+            log.warning("starting the supervisor of %s failed: %s", job_id, exc)
+        return True
