@@ -48,6 +48,10 @@ class ControlPlane:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=15)
+        if not self.settings.ray_address:  # the local Ray this process started goes with it
+            import ray
+
+            ray.shutdown()
         self.engine.dispose()
 
     def bootstrap_admin(self) -> None:

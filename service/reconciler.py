@@ -94,12 +94,25 @@ class Reconciler:
                 job.layout = drained["layout"]
                 summary = drained["summary"]
                 if drained["done"] and summary is not None:
-                    job.summary = summary
+                    job.summary = self._complete_summary(s, job, summary)
                     job.error = summary.get("error")
                     self._apply_state(s, job, JobState(summary["state"]), job.error or "run finished")
                     finished = True
         if finished:
             self._retire(job_id)
+
+    @staticmethod
+    def _complete_summary(s: Session, job, summary: dict) -> dict:
+        """A replacement supervisor only saw the steps after its resume point: fill in the job-wide view."""
+        summary = dict(summary)
+        first = repo.list_metrics(s, job.id, 0, 1)
+        if first:
+            summary["initial_loss"] = first[0].loss
+        summary["steps"] = max(summary.get("steps") or 0, job.step)
+        if summary.get("final_loss") is None:
+            summary["final_loss"] = job.loss
+        summary["restarts"] = job.restarts
+        return summary
 
     def _apply_state(self, s: Session, job, target: JobState, message: str) -> None:
         if target == job.state:
@@ -131,6 +144,11 @@ class Reconciler:
                 latest = latest_checkpoint(self.settings.job_dir(job_id))
                 resume = latest[0] if latest else 0
                 reason = "supervisor lost (control plane or node restart)"
+                if resume > job.step:  # trained, but its telemetry went down with the supervisor
+                    repo.add_event(s, job.id, "telemetry_gap", f"steps {job.step + 1}..{resume} trained but their "
+                                   "per-step metrics were lost with the supervisor",
+                                   data={"from_step": job.step + 1, "to_step": resume})
+                    job.step = resume
                 if job.state != JobState.RECOVERING:
                     repo.transition(s, job, JobState.RECOVERING, f"{reason}; restarting from step {resume}")
                 job.restarts_base = job.restarts = job.restarts + 1

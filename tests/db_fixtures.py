@@ -1,0 +1,40 @@
+"""Database fixtures: every repository and API test runs on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.live import create_pg_schema, drop_pg_schema, pg_schema_url
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def make_db_url(backend: str, tmp_path) -> tuple[str, str | None]:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path}/trainyard.db", None
+    schema = create_pg_schema()  # raises (test fails) if PostgreSQL is unreachable
+    return pg_schema_url(schema), schema
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request, tmp_path):
+    url, schema = make_db_url(request.param, tmp_path)
+    yield url
+    if schema:
+        drop_pg_schema(schema)
+
+
+@pytest.fixture
+def sessions(db_url):
+    from service.db.engine import make_engine, make_sessionmaker, migrate
+
+    engine = make_engine(db_url)
+    migrate(engine)
+    yield make_sessionmaker(engine)
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def ray_address(ray_cluster):
+    """The session's local Ray, shared by the `trainyard serve` processes under test."""
+    return ray_cluster.get_runtime_context().gcs_address
