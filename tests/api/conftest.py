@@ -1,0 +1,55 @@
+"""Live servers for the API tests: real `trainyard serve` processes on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.db_fixtures import BACKENDS, db_url, make_db_url, ray_address, sessions  # noqa: F401
+from tests.live import Server, drop_pg_schema
+
+QUOTA = 5
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def queue_server(request, tmp_path_factory, ray_address):
+    """A service whose scheduler is paused: accepted jobs stay QUEUED. One per backend per module."""
+    home = tmp_path_factory.mktemp(f"home-{request.param}")
+    url, schema = make_db_url(request.param, home)
+    server = Server(home, url, ray_address, TRAINYARD_SCHEDULER_ENABLED="false",
+                    TRAINYARD_MAX_ACTIVE_JOBS_PER_TENANT=str(QUOTA), TRAINYARD_MAX_BODY_BYTES="200000")
+    server.database_url = url
+    server.start()
+    yield server
+    server.stop()
+    if schema:
+        drop_pg_schema(schema)
+
+
+@pytest.fixture
+def tenant(queue_server):
+    """A fresh tenant (so quotas and listings start empty) and its client."""
+    with queue_server.client() as admin:
+        resp = admin.post("/v1/tenants", json={"name": f"t-{uuid.uuid4().hex[:8]}"})
+        assert resp.status_code == 201, resp.text
+        token = resp.json()["token"]
+    with queue_server.client(token) as client:
+        yield client
+
+
+@pytest.fixture
+def counts(queue_server):
+    """Row counts of every table, read straight from the service's database."""
+    from service.db import repository as repo
+    from service.db.engine import make_engine, make_sessionmaker
+
+    engine = make_engine(queue_server.database_url)
+    sessions = make_sessionmaker(engine)
+
+    def read() -> dict[str, int]:
+        with sessions() as s:
+            return repo.row_counts(s)
+
+    yield read
+    engine.dispose()

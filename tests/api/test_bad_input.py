@@ -1,0 +1,125 @@
+"""Bad input battery: every case is a 4xx naming the field and the rule, and writes nothing."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.helpers import tiny_spec
+
+
+def _fails(resp: httpx.Response, status: int, *needles: str) -> dict:
+    assert resp.status_code == status, f"{resp.status_code} != {status}: {resp.text}"
+    body = resp.json()
+    text = json.dumps(body)
+    for needle in needles:
+        assert needle in text, f"{needle!r} not in {text}"
+    assert body["detail"]
+    return body
+
+
+CASES = [
+    ("malformed JSON", dict(content=b'{"name": "x",', headers={"content-type": "application/json"}),
+     422, ["body", "malformed JSON"]),
+    ("not an object", dict(json=[1, 2]), 422, ["a job spec must be a JSON object"]),
+    ("wrong type", dict(json=tiny_spec(**{"train.steps": "many"})), 422, ["train.steps", "integer"]),
+    ("negative", dict(json=tiny_spec(**{"train.lr": -1})), 422, ["train.lr", "greater than 0"]),
+    ("unknown field", dict(json={**tiny_spec(), "bogus": 1}), 422, ["bogus", "Extra inputs are not permitted"]),
+    ("unknown nested field", dict(json=tiny_spec(**{"train.stepz": 3})), 422, ["train.stepz"]),
+    ("missing name", dict(json={k: v for k, v in tiny_spec().items() if k != "name"}), 422, ["name", "Field required"]),
+    ("impossible layout", dict(json=tiny_spec(**{"parallel.dp": 3, "resources.workers": 2})), 422,
+     ["parallel", "dp x tp x pp must equal resources.workers"]),
+    ("batch not divisible", dict(json=tiny_spec(**{"train.global_batch_size": 10})), 422,
+     ["train.global_batch_size", "divisible"]),
+    ("never fits the cluster", dict(json=tiny_spec(**{"resources.workers": 4, "resources.cpus_per_worker": 4})), 422,
+     ["resources", "whole cluster has 8"]),
+    ("worker bigger than any node", dict(json=tiny_spec(**{"resources.cpus_per_worker": 64})), 422,
+     ["resources", "needs 64 CPU"]),
+    ("gpus on a cpu cluster", dict(json=tiny_spec(**{"resources.gpus_per_worker": 1})), 422, ["GPU", "whole cluster has 0"]),
+    ("priority out of range", dict(json=tiny_spec(), params={"priority": 10**6}), 422, ["priority"]),
+    ("priority not a number", dict(json=tiny_spec(), params={"priority": "high"}), 422, ["priority"]),
+    ("idempotency key too long", dict(json=tiny_spec(), headers={"Idempotency-Key": "k" * 500}), 422, ["idempotency-key"]),
+    ("huge body", dict(json={**tiny_spec(), "pad": "x" * 300_000}), 413, ["body", "over the limit"]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_invalid_submissions_are_4xx_and_write_nothing(tenant, counts, case):
+    _, kwargs, status, needles = case
+    before = counts()
+    _fails(tenant.post("/v1/jobs", **kwargs), status, *needles)
+    assert counts() == before
+
+
+def test_huge_chunked_body_is_413(tenant, counts):
+    before = counts()
+
+    def chunks():
+        yield b'{"name": "x", "pad": "'
+        for _ in range(50):
+            yield b"x" * 10_000
+        yield b'"}'
+
+    _fails(tenant.post("/v1/jobs", content=chunks(), headers={"content-type": "application/json"}), 413, "over the limit")
+    assert counts() == before
+
+
+@pytest.mark.parametrize("headers,needle", [
+    ({}, "missing bearer token"),
+    ({"Authorization": "Basic dXNlcjpwYXNz"}, "must be 'Bearer <token>'"),
+    ({"Authorization": "Bearer"}, "must be 'Bearer <token>'"),
+    ({"Authorization": "Bearer ty_forged_0000"}, "unknown or revoked token"),
+])
+def test_missing_or_forged_tokens_are_401(queue_server, counts, headers, needle):
+    before = counts()
+    with httpx.Client(base_url=queue_server.url, headers=headers) as anon:
+        for method, path in [("POST", "/v1/jobs"), ("GET", "/v1/jobs"), ("GET", "/v1/jobs/abc"),
+                             ("POST", "/v1/jobs/abc/cancel"), ("GET", "/v1/jobs/abc/logs")]:
+            resp = anon.request(method, path, json=tiny_spec() if method == "POST" else None)
+            body = _fails(resp, 401, needle)
+            assert resp.headers["www-authenticate"] == "Bearer", body
+    assert counts() == before
+
+
+def test_another_tenants_job_is_404_everywhere(queue_server, tenant, counts):
+    job = tenant.post("/v1/jobs", json=tiny_spec()).json()
+    with queue_server.client() as admin:
+        other = admin.post("/v1/tenants", json={"name": "intruder-" + job["id"][:6]}).json()["token"]
+    before = counts()
+    with queue_server.client(other) as intruder:
+        for method, suffix in [("GET", ""), ("POST", "/cancel"), ("GET", "/events"), ("GET", "/metrics"),
+                               ("GET", "/logs"), ("GET", "/checkpoints"), ("GET", "/checkpoints/model")]:
+            _fails(intruder.request(method, f"/v1/jobs/{job['id']}{suffix}"), 404, "not found")
+        assert intruder.get("/v1/jobs").json()["jobs"] == []
+    assert counts() == before
+    assert tenant.get(f"/v1/jobs/{job['id']}").json()["state"] == "QUEUED"
+
+
+def test_unknown_ids_bad_queries_and_missing_scope(tenant, counts):
+    job = tenant.post("/v1/jobs", json=tiny_spec()).json()
+    before = counts()
+    _fails(tenant.get("/v1/jobs/does-not-exist"), 404, "not found")
+    _fails(tenant.get("/v1/jobs", params={"state": "SLEEPING"}), 422, "state")
+    _fails(tenant.get("/v1/jobs", params={"limit": 0}), 422, "limit")
+    _fails(tenant.get(f"/v1/jobs/{job['id']}/logs", params={"rank": 7}), 422, "rank", "[0, 0]")
+    _fails(tenant.get(f"/v1/jobs/{job['id']}/logs", params={"tail": -1}), 422, "tail")
+    _fails(tenant.get(f"/v1/jobs/{job['id']}/checkpoints/model"), 404, "no exported model")
+    _fails(tenant.post("/v1/tenants", json={"name": "sneaky"}), 403, "admin")
+    assert counts() == before
+
+
+def test_illegal_transition_is_409(tenant):
+    job = tenant.post("/v1/jobs", json=tiny_spec()).json()
+    assert tenant.post(f"/v1/jobs/{job['id']}/cancel").json()["state"] == "CANCELLED"
+    _fails(tenant.post(f"/v1/jobs/{job['id']}/cancel"), 409, "CANCELLED to CANCELLED")
+
+
+def test_bad_tenant_requests(queue_server, counts):
+    before = counts()
+    with queue_server.client() as admin:
+        _fails(admin.post("/v1/tenants", json={"name": "Bad Name!"}), 422, "name")
+        _fails(admin.post("/v1/tenants", json={"name": "ok", "extra": 1}), 422, "extra")
+        _fails(admin.post("/v1/tenants", content=b"{", headers={"content-type": "application/json"}), 422)
+    assert counts() == before
