@@ -11,11 +11,13 @@ import os
 import socket
 import sys
 import threading
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
 
 import ray
+from ray.util.placement_group import placement_group_table
 
 
 def _redirect_output(log_path: Path) -> None:
@@ -28,17 +30,42 @@ def _redirect_output(log_path: Path) -> None:
     os.close(fd)
 
 
+def _exit_when_removed(pg, interval_s: float = 2.0) -> None:
+    # A pooled worker is detached from its job's owner; tie its life to the job's placement group
+    # so that a vanished supervisor cannot leave it orphaned.
+    while True:
+        time.sleep(interval_s)
+        try:
+            state = placement_group_table(pg).get("state")
+        except Exception:
+            state = "REMOVED"
+        if state == "REMOVED":
+            os._exit(0)
+
+
 @ray.remote(max_concurrency=4)
 class TrainWorker:
-    def __init__(self, rank: int, world_size: int, job_dir: str, log_name: str):
-        import torch  # noqa: F401  (warm the import before rendezvous)
+    """Created either for one job (inside its placement group) or ahead of time by the warm pool."""
 
-        self.rank, self.world_size, self.job_dir = rank, world_size, Path(job_dir)
-        _redirect_output(self.job_dir / "logs" / log_name)
+    def __init__(self) -> None:
+        from workers.warmup import import_training_stack
+
+        import_training_stack()  # the slow part of a cold start, done before any job asks
         self._lock = threading.Lock()
         self._events: list[dict] = []
         self._stop = threading.Event()
         self.trainer = None
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def assign(self, rank: int, world_size: int, job_dir: str, log_name: str, pg=None) -> int:
+        """Bind this process to one rank of one job. With `pg`, exit once that placement group is gone."""
+        self.rank, self.world_size, self.job_dir = rank, world_size, Path(job_dir)
+        _redirect_output(self.job_dir / "logs" / log_name)
+        if pg is not None:
+            threading.Thread(target=_exit_when_removed, args=(pg,), daemon=True).start()
+        return os.getpid()
 
     def address(self) -> tuple[str, int]:
         """This node's IP and a free port (asked of rank 0, which hosts the TCP store)."""

@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.actor import TrainWorker
+from workers.pool import find_pool
 from workers.spec import JobSpec
 
 
@@ -35,6 +36,7 @@ class WorkerGroup:
         self.actors: list = []
         self.train_refs: list = []
         self.results: list[dict | None] = []
+        self.warm_workers = 0
 
     def bundle(self) -> dict[str, float]:
         r = self.spec.resources
@@ -45,22 +47,15 @@ class WorkerGroup:
 
     def start(self, timeout_s: float) -> list[dict]:
         """Reserve resources, start the actors, rendezvous, load the latest checkpoint, begin training."""
-        n, r = self.spec.world_size, self.spec.resources
+        n = self.spec.world_size
         self.pg = placement_group([self.bundle()] * n, strategy="PACK", name=f"{self.tag}-pg-{self.attempt}")
         try:
             ray.get(self.pg.ready(), timeout=timeout_s)
         except ray.exceptions.GetTimeoutError as exc:
             raise GroupFailure(f"resources for {n} workers x {self.bundle()} not available within {timeout_s:.0f}s") from exc
-        self.actors = [
-            TrainWorker.options(
-                num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-                max_restarts=0,
-            ).remote(i, n, str(self.job_dir), f"rank-{i}.log")
-            for i in range(n)
-        ]
         spec_json = self.spec.model_dump(mode="json")
         try:
+            self._place_actors(timeout_s)
             addr, port = ray.get(self.actors[0].address.remote(), timeout=timeout_s)
             setups = ray.get([a.setup.remote(spec_json, addr, port, self.spec.fault_tolerance.hang_timeout_s)
                               for a in self.actors], timeout=timeout_s)
@@ -72,6 +67,28 @@ class WorkerGroup:
         self.train_refs = [a.train.remote() for a in self.actors]
         self.results = [None] * n
         return setups
+
+    def _place_actors(self, timeout_s: float) -> None:
+        """One actor per bundle: a warm pooled worker on the bundle's node if there is one, else a fresh one."""
+        n, r = self.spec.world_size, self.spec.resources
+        bundle_nodes = placement_group_table(self.pg)["bundles_to_node_id"]
+        pool = find_pool() if not r.gpus_per_worker else None
+        warm = ray.get(pool.take.remote([bundle_nodes[i] for i in range(n)])) if pool else [None] * n
+        self.warm_workers = sum(name is not None for name in warm)
+        actors, assigned = [], []
+        for i, name in enumerate(warm):
+            if name is not None:
+                actor = ray.get_actor(name)
+            else:
+                actor = TrainWorker.options(
+                    num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker, max_restarts=0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
+                ).remote()
+            actors.append(actor)
+            assigned.append(actor.assign.remote(i, n, str(self.job_dir), f"rank-{i}.log",
+                                                self.pg if name is not None else None))
+        self.actors = actors
+        ray.get(assigned, timeout=timeout_s)
 
     def poll(self) -> list[dict]:
         """Telemetry from every live rank since the last poll."""

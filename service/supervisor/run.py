@@ -44,6 +44,7 @@ class JobRun:
         self.poll_interval_s, self.start_timeout_s = poll_interval_s, start_timeout_s
         self.state = JobState.STARTING
         self.restarts = 0
+        self.warm_workers = 0
         self.steps: list[dict] = []
         self.last_checkpoint_step: int | None = None
         self.error: str | None = None
@@ -101,7 +102,9 @@ class JobRun:
                 return JobState.CANCELLED
             setups = group.start(self.start_timeout_s)
             start_step = setups[0]["start_step"]
-            self._set_state(JobState.RUNNING, f"{self.spec.world_size} workers training from step {start_step}")
+            self.warm_workers = group.warm_workers
+            self._set_state(JobState.RUNNING, f"{self.spec.world_size} workers ({group.warm_workers} from the "
+                                              f"warm pool) training from step {start_step}")
             return self._watch(group)
         except GroupFailure as exc:
             log.warning("attempt %d failed: %s", attempt, exc)
@@ -175,6 +178,7 @@ class JobRun:
             "model_state_bytes_per_rank": self.result.get("model_state_bytes"),
             "comm_bytes_per_step": statistics.median(s["comm_bytes"] for s in steps) if steps else None,
             "restarts": self.restarts,
+            "warm_workers": self.warm_workers,
             "last_checkpoint_step": self.last_checkpoint_step,
             "params_sha256": self.result.get("params_sha256"),
             "export_path": self.result.get("export_path"),

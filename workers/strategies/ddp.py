@@ -36,7 +36,7 @@ class DDPStrategy:
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         model = model.to(ctx.device)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        ddp = DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
+        ddp = DistributedDataParallel(model, device_ids=device_ids)
         ddp.register_comm_hook(ctx.comm, metered_allreduce_hook)
         return ddp
 

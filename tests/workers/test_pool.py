@@ -1,0 +1,55 @@
+"""The warm worker pool: jobs start on pre-imported processes, and nothing outlives its job."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+
+from service.supervisor.run import JobRun
+from tests.helpers import alive_actors, spec_of
+from workers.pool import start_pool
+
+pytestmark = pytest.mark.slow
+
+
+def wait_until(predicate, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+@pytest.fixture
+def pool(ray_cluster):
+    pool = start_pool(2, refill_delay_s=1.0)
+    assert wait_until(lambda: ray.get(pool.stats.remote())["idle"] == 2)
+    yield pool
+    ray.get(pool.shutdown.remote())
+    ray.kill(pool)
+    assert wait_until(lambda: alive_actors() == [], 30)
+
+
+def test_job_runs_on_warm_workers_and_pool_refills(pool, tmp_path):
+    summary = JobRun(spec_of(**{"resources.workers": 2}), tmp_path / "j", "j").run()
+    assert summary["state"] == "SUCCEEDED" and summary["warm_workers"] == 2
+    # The job's two workers are gone; the pool made two fresh ones.
+    assert wait_until(lambda: ray.get(pool.stats.remote())["idle"] == 2)
+    assert len(alive_actors()) == 3  # the pool and its two idle workers
+
+
+def test_pooled_worker_exits_when_its_placement_group_is_removed(pool, tmp_path):
+    # What happens to a job's workers if its supervisor vanishes without tearing down.
+    pg = placement_group([{"CPU": 1}])
+    ray.get(pg.ready())
+    node = ray.get_runtime_context().get_node_id()
+    [name] = ray.get(pool.take.remote([node]))
+    worker = ray.get_actor(name)
+    pid = ray.get(worker.assign.remote(0, 1, str(tmp_path), "rank-0.log", pg))
+    assert pid > 0
+    remove_placement_group(pg)
+    assert wait_until(lambda: name not in {a["Name"] for a in alive_actors()}, 20)

@@ -1,0 +1,100 @@
+"""A pool of warm TrainWorker processes (torch and the trainer already imported).
+
+Cold-starting a Ray actor that imports torch costs seconds per rank; a job that
+takes warm workers starts training in about one. The pool holds no resources:
+its actors use 0 CPUs while idle, and a job still reserves its CPUs with its own
+placement group; each pooled worker is matched to a bundle on its own node and
+exits by itself once that placement group is removed. GPU jobs always get fresh
+actors, since Ray assigns devices at actor creation.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import ray
+
+from workers.actor import TrainWorker
+
+POOL_NAME = "trainyard-worker-pool"
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=4)
+class WarmPool:
+    def __init__(self, size: int, refill_delay_s: float = 3.0):
+        self.size, self.refill_delay_s = size, refill_delay_s
+        self.starting: dict = {}  # ready ref -> name
+        self.idle: list[tuple[str, str]] = []  # (name, node id)
+        self.last_take = 0.0
+        self._lock = threading.Lock()
+        self._fill()
+        threading.Thread(target=self._maintain, daemon=True).start()
+
+    def _maintain(self) -> None:
+        # Refill only once jobs have started: importing torch in new processes right away
+        # would steal the CPUs that the job that just took workers needs to start.
+        while True:
+            time.sleep(1.0)
+            with self._lock:
+                if time.monotonic() - self.last_take >= self.refill_delay_s:
+                    self._harvest()
+                    self._fill()
+
+    def _fill(self) -> None:
+        while len(self.idle) + len(self.starting) < self.size:
+            name = f"trainyard-warm-{uuid.uuid4().hex[:12]}"
+            actor = TrainWorker.options(name=name, lifetime="detached", num_cpus=0).remote()
+            self.starting[actor.node_id.remote()] = name
+
+    def _harvest(self) -> None:
+        ready, _ = ray.wait(list(self.starting), num_returns=len(self.starting), timeout=0)
+        for ref in ready:
+            name = self.starting.pop(ref)
+            try:
+                self.idle.append((name, ray.get(ref)))
+            except ray.exceptions.RayError:
+                pass  # died while starting; _fill replaces it
+
+    def take(self, node_ids: list[str]) -> list[str | None]:
+        """For each wanted node, the name of an idle warm worker there, or None. Refills later."""
+        with self._lock:
+            self._harvest()
+            self.last_take = time.monotonic()
+            names: list[str | None] = []
+            for node in node_ids:
+                match = next((w for w in self.idle if w[1] == node), None)
+                if match:
+                    self.idle.remove(match)
+                names.append(match[0] if match else None)
+            return names
+
+    def stats(self) -> dict:
+        with self._lock:
+            self._harvest()
+            return {"size": self.size, "idle": len(self.idle), "starting": len(self.starting)}
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._kill_all()
+
+    def _kill_all(self) -> None:
+        for name in [n for n, _ in self.idle] + list(self.starting.values()):
+            try:
+                ray.kill(ray.get_actor(name))
+            except ValueError:
+                pass
+        self.idle, self.starting, self.size = [], {}, 0
+
+
+def start_pool(size: int, refill_delay_s: float = 3.0):
+    """Get or create the cluster's warm pool (named, detached)."""
+    return WarmPool.options(name=POOL_NAME, lifetime="detached", get_if_exists=True).remote(size, refill_delay_s)
+
+
+def find_pool():
+    try:
+        return ray.get_actor(POOL_NAME)
+    except ValueError:
+        return None

@@ -1,0 +1,9 @@
+"""What a worker process imports before it is given a job (the bulk of a cold start)."""
+
+
+def import_training_stack() -> None:
+    import torch  # noqa: F401
+    import torch.distributed.checkpoint  # noqa: F401
+    from torch.nn.parallel import DistributedDataParallel  # noqa: F401
+
+    import workers.trainer  # noqa: F401
