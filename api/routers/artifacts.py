@@ -111,11 +111,16 @@ def _owned_job(plane: ControlPlane, job_id: str, principal: Principal):
 @router.get("/checkpoints")
 def checkpoints(job_id: str, plane: PlaneDep, s: SessionDep, principal: PrincipalDep) -> dict:
     job = job_or_404(s, job_id, principal)
-    rows = repo.list_checkpoints(s, job.id)
+    listed = {c.step: checkpoint_out(c, Path(c.path).exists()) for c in repo.list_checkpoints(s, job.id)}
+    ckpt_dir = plane.settings.job_dir(job.id) / "checkpoints"
+    for path in sorted(ckpt_dir.glob("step-*")) if ckpt_dir.is_dir() else []:  # on disk but not reported (yet)
+        step = int(path.name.removeprefix("step-")) if path.name.removeprefix("step-").isdigit() else None
+        if step is not None and step not in listed:
+            listed[step] = {"step": step, "path": str(path), "created_at": None, "available": True}
     model = plane.settings.job_dir(job.id) / "model.safetensors"
     return {
         "job_id": job.id,
-        "checkpoints": [checkpoint_out(c, Path(c.path).exists()) for c in rows],
+        "checkpoints": [listed[step] for step in sorted(listed)],
         "model": {"available": model.exists(), "bytes": model.stat().st_size if model.exists() else None,
                   "download": f"/v1/jobs/{job.id}/checkpoints/model"},
     }

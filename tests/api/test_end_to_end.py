@@ -1,0 +1,149 @@
+"""Live end to end: a real `trainyard serve` process, a real local Ray, jobs that really train."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+from service.supervisor.actor import supervisor_name
+from tests.db_fixtures import BACKENDS, make_db_url
+from tests.helpers import tiny_spec
+from tests.live import Server, drop_pg_schema, states_of, wait_for, wait_step
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=BACKENDS)
+def server(request, tmp_path, ray_address):
+    url, schema = make_db_url(request.param, tmp_path)
+    srv = Server(tmp_path / "home", url, ray_address).start()
+    yield srv
+    srv.stop()
+    if schema:
+        drop_pg_schema(schema)
+
+
+@pytest.fixture
+def sqlite_server(tmp_path, ray_address):
+    srv = Server(tmp_path / "home", f"sqlite:///{tmp_path}/ty.db", ray_address).start()
+    yield srv
+    srv.stop()
+
+
+def job_actors(job_id: str) -> list[dict]:
+    """Live Ray actors that belong to this job: its supervisor and its rank workers."""
+    out = []
+    for a in ray._private.state.actors().values():
+        if a["State"] == "DEAD":
+            continue
+        name = a.get("Name") or ""
+        if name == supervisor_name(job_id) or job_id in name or job_id in str(a.get("RayNamespace", "")):
+            out.append(a)
+    return out
+
+
+def job_placement_groups(job_id: str) -> list[dict]:
+    return [p for p in ray.util.placement_group_table().values()
+            if p["state"] != "REMOVED" and p.get("name", "").startswith(f"ty-{job_id}")]
+
+
+def eventually(check, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def assert_released(job_id: str) -> None:
+    def check():
+        assert job_actors(job_id) == [], job_actors(job_id)
+        assert job_placement_groups(job_id) == []
+    eventually(check)
+
+
+def test_submit_trains_to_succeeded_with_events_metrics_and_artefacts(server):
+    with server.client() as c:
+        spec = tiny_spec(**{"resources.workers": 2, "train.steps": 30, "checkpoint.every_steps": 10})
+        job = c.post("/v1/jobs", json=spec).json()
+        job = wait_for(c, job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
+        assert job["state"] == "SUCCEEDED", job
+        assert job["step"] == 30 and job["restarts"] == 0 and job["layout"]["dp"] == 2
+        summary = job["summary"]
+        assert summary["final_loss"] < summary["initial_loss"]
+        assert summary["params_sha256"]
+
+        events = c.get(f"/v1/jobs/{job['id']}/events").json()["events"]
+        assert states_of(events) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
+        assert 30 in {e["data"]["step"] for e in events if e["kind"] == "checkpoint"}
+
+        points = c.get(f"/v1/jobs/{job['id']}/metrics").json()["points"]
+        assert [p["step"] for p in points] == list(range(1, 31))
+        assert points[-1]["loss"] < points[0]["loss"] and all(p["samples_per_s"] > 0 for p in points)
+
+        ckpts = c.get(f"/v1/jobs/{job['id']}/checkpoints").json()
+        assert ckpts["model"]["available"]
+        assert [cp["step"] for cp in ckpts["checkpoints"] if cp["available"]] == [20, 30]  # keep: 2
+        model = c.get(f"/v1/jobs/{job['id']}/checkpoints/model")
+        assert model.status_code == 200 and len(model.content) == ckpts["model"]["bytes"] > 0
+
+        assert "ready at step 0" in c.get(f"/v1/jobs/{job['id']}/logs", params={"rank": 1}).text
+        assert "SUCCEEDED" in c.get(f"/v1/jobs/{job['id']}/logs", params={"rank": "supervisor"}).text
+        followed = c.get(f"/v1/jobs/{job['id']}/logs", params={"rank": 0, "follow": True}, timeout=30)
+        assert followed.status_code == 200 and "ready at step 0" in followed.text  # ends: the job is over
+
+        prom = c.get("/metrics").text
+        assert f'trainyard_job_step{{job="{job["id"]}",name="tiny"}} 30.0' in prom
+        assert f'trainyard_job_loss{{job="{job["id"]}"' in prom
+        assert 'trainyard_jobs{state="SUCCEEDED"} 1.0' in prom
+    assert_released(job["id"])
+
+
+def test_cancel_mid_run_stops_the_job_and_releases_ray(sqlite_server):
+    with sqlite_server.client() as c:
+        spec = tiny_spec(**{"resources.workers": 2, "train.steps": 5000})
+        job = c.post("/v1/jobs", json=spec).json()
+        running = wait_step(c, job["id"], 5)
+        assert running["state"] == "RUNNING", running
+        assert job_placement_groups(job["id"]), "a running job holds its placement group"
+        resp = c.post(f"/v1/jobs/{job['id']}/cancel")
+        assert resp.status_code == 202 and resp.json()["cancel_requested"]
+        job = wait_for(c, job["id"], {"CANCELLED", "SUCCEEDED", "FAILED"}, timeout=60)
+        assert job["state"] == "CANCELLED" and job["step"] < 5000
+        kinds = [(e["kind"], e["state"]) for e in c.get(f"/v1/jobs/{job['id']}/events").json()["events"]]
+        assert ("cancel_requested", None) in kinds and kinds[-1] == ("state", "CANCELLED")
+        assert c.post(f"/v1/jobs/{job['id']}/cancel").status_code == 409
+    assert_released(job["id"])
+
+
+def test_injected_crash_recovers_and_succeeds(sqlite_server):
+    with sqlite_server.client() as c:
+        spec = tiny_spec(**{"resources.workers": 2, "train.steps": 30, "checkpoint.every_steps": 10,
+                            "fault_injection": [{"at_step": 15, "rank": 1, "kind": "crash"}]})
+        job = c.post("/v1/jobs", json=spec).json()
+        job = wait_for(c, job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
+        assert job["state"] == "SUCCEEDED" and job["restarts"] == 1, job
+        events = c.get(f"/v1/jobs/{job['id']}/events").json()["events"]
+        assert states_of(events) == ["QUEUED", "STARTING", "RUNNING", "RECOVERING", "RUNNING", "SUCCEEDED"]
+        restart = next(e for e in events if e["kind"] == "restart")
+        assert restart["data"]["resume_step"] == 10 and "rank 1" in restart["message"]
+        steps = [p["step"] for p in c.get(f"/v1/jobs/{job['id']}/metrics").json()["points"]]
+        assert steps == list(range(1, 31))  # replayed steps 11-15 replaced, not duplicated
+    assert_released(job["id"])
+
+
+def test_fault_injection_is_refused_unless_the_server_allows_it(tmp_path, ray_address):
+    srv = Server(tmp_path / "home", f"sqlite:///{tmp_path}/ty.db", ray_address,
+                 TRAINYARD_ALLOW_FAULT_INJECTION="0").start()
+    try:
+        with srv.client() as c:
+            spec = tiny_spec(fault_injection=[{"at_step": 5, "rank": 0, "kind": "crash"}])
+            resp = c.post("/v1/jobs", json=spec)
+            assert resp.status_code == 422 and "fault_injection is refused" in resp.text
+    finally:
+        srv.stop()
