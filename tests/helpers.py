@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 
 import ray
 
@@ -39,3 +40,12 @@ def alive_actors() -> list[dict]:
 
 def live_placement_groups() -> list[dict]:
     return [p for p in ray.util.placement_group_table().values() if p["state"] != "REMOVED"]
+
+
+def wait_until(predicate, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return False

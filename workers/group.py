@@ -37,6 +37,7 @@ class WorkerGroup:
         self.train_refs: list = []
         self.results: list[dict | None] = []
         self.warm_workers = 0
+        self.master: tuple[str, int] | None = None  # the rank-0 TCP store
 
     def bundle(self) -> dict[str, float]:
         r = self.spec.resources
@@ -56,7 +57,7 @@ class WorkerGroup:
         spec_json = self.spec.model_dump(mode="json")
         try:
             self._place_actors(timeout_s)
-            addr, port = ray.get(self.actors[0].address.remote(), timeout=timeout_s)
+            addr, port = self.master = ray.get(self.actors[0].address.remote(), timeout=timeout_s)
             setups = ray.get([a.setup.remote(spec_json, addr, port, self.spec.fault_tolerance.hang_timeout_s)
                               for a in self.actors], timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:

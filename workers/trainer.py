@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 
 from workers import checkpointing
 from workers.data import build_datasets
@@ -35,7 +36,9 @@ class Trainer:
     def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device, job_dir: Path):
         self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
         self.job_dir = job_dir
-        self.dp, self.dp_rank = spec.dp, rank  # pure data parallelism in this layout
+        # The layout as a DeviceMesh; later strategies add dimensions (tp, pp) to it.
+        self.mesh = init_device_mesh(device.type, (spec.dp,), mesh_dim_names=("dp",))
+        self.dp, self.dp_rank = spec.dp, self.mesh.get_local_rank("dp")
         self.accum = spec.grad_accum_steps
         self.comm = CommMeter()
         self.loss_fn = LOSSES[spec.train.loss]

@@ -45,6 +45,7 @@ class JobRun:
         self.state = JobState.STARTING
         self.restarts = 0
         self.warm_workers = 0
+        self.rendezvous: list[tuple[str, int]] = []  # TCP store address of every attempt
         self.steps: list[dict] = []
         self.last_checkpoint_step: int | None = None
         self.error: str | None = None
@@ -101,6 +102,7 @@ class JobRun:
             if self._cancel.is_set():
                 return JobState.CANCELLED
             setups = group.start(self.start_timeout_s)
+            self.rendezvous.append(group.master)
             start_step = setups[0]["start_step"]
             self.warm_workers = group.warm_workers
             self._set_state(JobState.RUNNING, f"{self.spec.world_size} workers ({group.warm_workers} from the "

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from service.supervisor.run import JobRun
-from tests.helpers import alive_actors, spec_of
+from tests.helpers import alive_actors, spec_of, wait_until
 from workers.pool import start_pool
 
 pytestmark = pytest.mark.slow
-
-
-def wait_until(predicate, timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from service.supervisor.run import JobRun
-from tests.helpers import alive_actors, live_placement_groups, spec_of
+from tests.helpers import alive_actors, live_placement_groups, spec_of, wait_until
 from workers.checkpointing import complete_checkpoints, state_sha256
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
@@ -41,6 +42,14 @@ class Recorder:
 
 def run_job(spec, tmp_path: Path, name: str = "job", listener=None) -> dict:
     return JobRun(spec, tmp_path / name, name, listener=listener).run()
+
+
+def listening(addr: str, port: int) -> bool:
+    try:
+        socket.create_connection((addr, port), timeout=2).close()
+        return True
+    except OSError:
+        return False
 
 
 def assert_nothing_left():
@@ -117,6 +126,8 @@ def test_cancel_mid_run_tears_everything_down(ray_cluster, tmp_path):
     assert not thread.is_alive()
     assert run.state == "CANCELLED" and rec.states[-1] == "CANCELLED"
     assert_nothing_left()
+    [(addr, port)] = run.rendezvous
+    assert wait_until(lambda: not listening(addr, port), 15), f"{addr}:{port} still open"
 
 
 def test_checkpoints_are_kept_and_pruned(ray_cluster, tmp_path):
