@@ -12,6 +12,11 @@ from api.client import Client
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
+def _short(message: str, limit: int = 140) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= limit else message[: limit - 1] + "…"
+
+
 def _eta(job: dict) -> str:
     eta = job.get("eta_s")
     if job["state"] in TERMINAL:
@@ -45,7 +50,7 @@ def follow_jobs(client: Client, job_ids: list[str], console: Console, poll_s: fl
                     last_event[job_id] = event["id"]
                     if event["kind"] not in ("checkpoint",):
                         progress.console.log(f"{job['name']} {job_id[:6]}: {event['kind']} {event['state'] or ''} "
-                                             f"{event['message']}")
+                                             f"{_short(event['message'])}")
                 rate = job.get("samples_per_s")
                 progress.update(tasks[job_id], completed=job["step"], state=job["state"],
                                 loss=f"{job['loss']:.4f}" if job.get("loss") is not None else "-",
