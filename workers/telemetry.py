@@ -22,7 +22,7 @@ from torch import nn
 class StepRecord:
     step: int
     rank: int
-    loss: float
+    loss: float | None  # None on ranks that compute no loss (e.g. early pipeline stages)
     step_time_s: float
     compute_time_s: float
     comm_time_s: float

@@ -9,7 +9,6 @@ the uninterrupted run, which `params_sha256` proves.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 import time
@@ -54,12 +53,9 @@ class Trainer:
         if spec.train.init_from:
             checkpointing.load_weights(Path(spec.train.init_from), model)
         self.strategy = build_strategy(spec)
-        ctx = StrategyContext(rank, world_size, self.dp_rank, self.dp, device, self.comm)
-        self.model = self.strategy.wrap(model, ctx)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=spec.train.lr, weight_decay=spec.train.weight_decay,
-            foreach=False,  # the per-parameter loop is the same on every layout
-        )
+        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm)
+        self.model = self.strategy.wrap(model, self.ctx)
+        self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
         self.checkpointer = checkpointing.Checkpointer(job_dir, spec.checkpoint.keep, rank)
 
     # --- resume ----------------------------------------------------------
@@ -79,17 +75,8 @@ class Trainer:
         self.model.train()
         self.comm.reset()
         t0 = time.perf_counter()
-        loss_sum, samples, tokens = 0.0, 0, 0
         micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size))
-        for i, (inputs, targets) in enumerate(micro):
-            inputs, targets = inputs.to(self.device), targets.to(self.device)
-            sync = i == len(micro) - 1  # all-reduce once, on the last micro-batch
-            with self.strategy.no_sync(self.model) if not sync else contextlib.nullcontext():
-                loss = self.loss_fn(self.model(inputs), targets) / len(micro)
-                loss.backward()
-            loss_sum += loss.item()
-            samples += inputs.shape[0]
-            tokens += inputs.numel() if inputs.dtype == torch.long else 0
+        fb = self.strategy.forward_backward(self.model, micro, self.loss_fn, self.ctx)
         backward_done = time.perf_counter()
         # Time blocked after the last gradient was ready is exposed communication.
         comm_time = max(0.0, backward_done - self.comm.last_launch) if self.comm.last_launch else 0.0
@@ -109,19 +96,16 @@ class Trainer:
 
         self.step = s + 1
         record = StepRecord(
-            step=self.step, rank=self.rank, loss=loss_sum, step_time_s=step_time,
+            step=self.step, rank=self.rank, loss=fb.loss, step_time_s=step_time,
             compute_time_s=step_time - comm_time, comm_time_s=comm_time,
-            samples=samples, tokens=tokens, grad_norm=grad_norm, lr=lr,
+            samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
             comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes,
         )
         return record
 
     def _clip_gradients(self) -> float | None:
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        if not params:
-            return None
         max_norm = self.spec.train.grad_clip if self.spec.train.grad_clip is not None else math.inf
-        return float(torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False))
+        return self.strategy.clip_grad_norm(self.model, max_norm)
 
     def _inject_slowness(self, step: int, compute_time: float) -> None:
         factor = self.faults.slow_factor(step)

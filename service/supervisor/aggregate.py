@@ -24,7 +24,8 @@ class StepAggregator:
         tokens = sum(r["tokens"] for r in ranks)
         joined = {
             "step": ranks[0]["step"],
-            "loss": statistics.fmean(r["loss"] for r in ranks),  # equal slices: mean of means
+            # Equal data slices: the job's loss is the mean of the ranks that compute one.
+            "loss": statistics.fmean(r["loss"] for r in ranks if r["loss"] is not None),
             "step_time_s": step_time,
             "samples_per_s": self.global_batch_size / step_time if step_time > 0 else None,
             "tokens_per_s": tokens / step_time if step_time > 0 and tokens else None,

@@ -1,36 +1,87 @@
-"""The one interface every parallel strategy implements."""
+"""The one interface every parallel strategy implements.
+
+A strategy turns the plain model into what this rank runs (wrapped, sharded or
+staged), builds the optimiser over this rank's parameters, runs forward and
+backward over the rank's micro-batches (owning gradient synchronisation and
+accumulation), and clips gradients by the *global* norm. Checkpointing goes
+through torch.distributed.checkpoint's get/set_state_dict on `wrapped`, so a
+checkpoint written under one layout loads under another.
+"""
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
-from typing import ContextManager, Protocol
+from typing import Callable, Protocol
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 
+from workers.spec import JobSpec
 from workers.telemetry import CommMeter
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
 class StrategyContext:
+    spec: JobSpec
     rank: int
     world_size: int
-    dp_rank: int
-    dp: int
+    mesh: DeviceMesh
     device: torch.device
     comm: CommMeter
+
+
+@dataclass
+class ForwardBackward:
+    loss: float | None  # this rank's mean loss over its micro-batches; None where the rank computes no loss
+    samples: int
+    tokens: int
 
 
 class Strategy(Protocol):
     name: str
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
-        """Return the module that forward/backward run on (it owns gradient sync)."""
+        """The module this rank trains and checkpoints."""
 
-    def no_sync(self, wrapped: nn.Module) -> ContextManager:
-        """Context that skips gradient sync (every micro-batch but the last)."""
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        """The optimiser over this rank's parameters (or parameter shards)."""
 
-    def unwrap(self, wrapped: nn.Module) -> nn.Module:
-        """The plain module whose state dict is checkpointed and exported."""
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        """Accumulate gradients over the micro-batches; gradients are synchronised when it returns."""
 
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        """Clip by the global gradient norm and return it."""
+
+
+def adamw(params, spec: JobSpec) -> torch.optim.Optimizer:
+    # foreach=False: the same per-parameter arithmetic on every layout and every restart.
+    return torch.optim.AdamW(params, lr=spec.train.lr, weight_decay=spec.train.weight_decay, foreach=False)
+
+
+def local_clip_grad_norm(wrapped: nn.Module, max_norm: float) -> float | None:
+    """Clip when every rank holds whole, identical gradients (data parallel)."""
+    params = [p for p in wrapped.parameters() if p.grad is not None]
+    if not params:
+        return None
+    return float(torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False))
+
+
+def accumulate(wrapped: nn.Module, micro: list, loss_fn: LossFn, device: torch.device, no_sync) -> ForwardBackward:
+    """Forward/backward every micro-batch; `no_sync()` suppresses gradient sync on all but the last."""
+    loss_sum, samples, tokens = 0.0, 0, 0
+    for i, (inputs, targets) in enumerate(micro):
+        inputs, targets = inputs.to(device), targets.to(device)
+        last = i == len(micro) - 1
+        with no_sync() if not last else contextlib.nullcontext():
+            loss = loss_fn(wrapped(inputs), targets) / len(micro)
+            loss.backward()
+        loss_sum += loss.item()
+        samples += inputs.shape[0]
+        tokens += inputs.numel() if inputs.dtype == torch.long else 0
+    return ForwardBackward(loss_sum, samples, tokens)
 

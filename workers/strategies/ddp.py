@@ -3,15 +3,12 @@
 (No `from __future__ import annotations`: DDP checks the hook's real annotations.)
 """
 
-
-from typing import ContextManager
-
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from workers.strategies.base import StrategyContext
+from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, accumulate, adamw, local_clip_grad_norm
 from workers.telemetry import CommMeter, ring_allreduce_bytes
 
 
@@ -40,8 +37,11 @@ class DDPStrategy:
         ddp.register_comm_hook(ctx.comm, metered_allreduce_hook)
         return ddp
 
-    def no_sync(self, wrapped: nn.Module) -> ContextManager:
-        return wrapped.no_sync()
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        return adamw(wrapped.parameters(), ctx.spec)
 
-    def unwrap(self, wrapped: nn.Module) -> nn.Module:
-        return wrapped.module
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        return accumulate(wrapped, micro, loss_fn, ctx.device, wrapped.no_sync)
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        return local_clip_grad_norm(wrapped, max_norm)
