@@ -17,12 +17,12 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 
 from workers import checkpointing
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
 from workers.faults import FaultInjector
+from workers.layout import Layout
 from workers.losses import LOSSES
 from workers.models import build_model
 from workers.schedule import lr_at
@@ -35,9 +35,10 @@ class Trainer:
     def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device, job_dir: Path):
         self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
         self.job_dir = job_dir
-        # The layout as a DeviceMesh; later strategies add dimensions (tp, pp) to it.
-        self.mesh = init_device_mesh(device.type, (spec.dp,), mesh_dim_names=("dp",))
-        self.dp, self.dp_rank = spec.dp, self.mesh.get_local_rank("dp")
+        self.layout = Layout.of(spec)
+        self.mesh = self.layout.build_mesh(device)
+        # Ranks that share a dp index see the same data (tensor/pipeline peers).
+        self.dp, self.dp_rank = self.layout.dp, self.layout.coordinates(rank)["dp"]
         self.accum = spec.grad_accum_steps
         self.comm = CommMeter()
         self.loss_fn = LOSSES[spec.train.loss]
