@@ -24,4 +24,5 @@ def connect(settings: Settings) -> None:
     if settings.ray_address:
         ray.init(address=settings.ray_address, **common)
     else:
-        ray.init(num_cpus=settings.ray_num_cpus, include_dashboard=False, **common)
+        # address="local": always a fresh cluster of our own, never one that `ray start` left behind.
+        ray.init(address="local", num_cpus=settings.ray_num_cpus, include_dashboard=False, **common)
