@@ -144,8 +144,14 @@ class ParallelSpec(_Strict):
 
 class ResourcesSpec(_Strict):
     workers: int = Field(1, ge=1, le=4096)
+    min_workers: int | None = Field(None, ge=1, description="elastic floor: shrink to no fewer; default workers")
+    max_workers: int | None = Field(None, ge=1, description="elastic ceiling: grow to no more; default workers")
     cpus_per_worker: float = Field(1.0, gt=0.0)
     gpus_per_worker: float = Field(0.0, ge=0.0)
+
+    @property
+    def elastic_range(self) -> tuple[int, int]:
+        return (self.min_workers or self.workers, self.max_workers or self.workers)
 
 
 class CheckpointSpec(_Strict):
@@ -212,6 +218,10 @@ def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
     elif t.global_batch_size % (dp * t.micro_batch_size):
         yield (f"train.global_batch_size must be divisible by parallel.dp x train.micro_batch_size "
                f"(global_batch_size={t.global_batch_size}, dp={dp}, micro_batch_size={t.micro_batch_size})")
+    low, high = r.elastic_range
+    if not low <= r.workers <= high:
+        yield (f"resources.workers must lie within resources.min_workers..max_workers "
+               f"(min_workers={low}, workers={r.workers}, max_workers={high})")
     if t.warmup_steps > t.steps:
         yield f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})"
     yield from _model_data_errors(spec)
