@@ -135,11 +135,39 @@ class TrainSpec(_Strict):
     init_from: str | None = Field(None, description="checkpoint directory or exported .safetensors to start from")
 
 
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "looped_bfs",
+                      "zero_bubble", "zbv_zero_bubble", "dualpipe_v")
+SINGLE_STAGE_SCHEDULES = ("gpipe", "1f1b")  # one stage per rank
+V_SCHEDULES = ("zbv_zero_bubble", "dualpipe_v")  # exactly two stages per rank, V-shaped
+
+
+class PipelineSpec(_Strict):
+    schedule: Literal[PIPELINE_SCHEDULES] = Field(  # type: ignore[valid-type]
+        "1f1b", description="gpipe | 1f1b | interleaved_1f1b | looped_bfs | zero_bubble (interleaved ZB) "
+                            "| zbv_zero_bubble | dualpipe_v")
+    microbatches: int | None = Field(
+        None, ge=1, description="micro-batches per pipeline flush (each train.micro_batch_size samples); "
+                                "default: all of the step's, global_batch_size / (dp x micro_batch_size)")
+    virtual_stages: int | None = Field(
+        None, ge=1, description="stages per rank; default 1 for gpipe/1f1b, 2 for the others")
+    split: list[int] | None = Field(
+        None, description="pin the partition: transformer blocks per stage, pp x virtual_stages entries in "
+                          "stage order (embedding goes to the first stage, head to the last); "
+                          "default: balanced by estimated cost")
+
+    @property
+    def stages_per_rank(self) -> int:
+        if self.virtual_stages is not None:
+            return self.virtual_stages
+        return 1 if self.schedule in SINGLE_STAGE_SCHEDULES else 2
+
+
 class ParallelSpec(_Strict):
     dp: int | None = Field(None, ge=1, description="data-parallel degree; default workers / (tp x pp)")
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
     zero: int = Field(0, ge=0, le=3)
+    pipeline: PipelineSpec | None = Field(None, description="pipeline schedule; only with pp > 1")
 
 
 class ResourcesSpec(_Strict):
@@ -207,8 +235,6 @@ def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
     p, r, t = spec.parallel, spec.resources, spec.train
     if p.tp != 1:
         yield f"parallel.tp must be 1: tensor parallelism is not available yet (tp={p.tp})"
-    if p.pp != 1:
-        yield f"parallel.pp must be 1: pipeline parallelism is not available yet (pp={p.pp})"
     if p.zero != 0:
         yield f"parallel.zero must be 0: ZeRO sharding is not available yet (zero={p.zero})"
     dp = spec.dp
@@ -225,6 +251,7 @@ def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
     if t.warmup_steps > t.steps:
         yield f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})"
     yield from _model_data_errors(spec)
+    yield from _pipeline_errors(spec)
     yield from _fault_injection_errors(spec, context)
 
 
@@ -246,6 +273,52 @@ def _model_data_errors(spec: JobSpec):
                        f"(model {m.in_features}->{m.out_features}, data {d.in_features}->{d.out_features})")
             if loss != "mse":
                 yield f"train.loss must be 'mse' for regression data 'synthetic' (loss={loss!r})"
+
+
+def pipeline_microbatches(spec: JobSpec) -> int:
+    """Micro-batches per pipeline flush (a step runs grad_accum_steps / this many flushes)."""
+    pipe = spec.parallel.pipeline
+    return pipe.microbatches if pipe and pipe.microbatches else max(1, spec.grad_accum_steps)
+
+
+def _pipeline_errors(spec: JobSpec):
+    p, pipe = spec.parallel, spec.parallel.pipeline
+    if p.pp == 1:
+        if pipe is not None:
+            yield f"parallel.pipeline needs parallel.pp > 1 (pp={p.pp})"
+        return
+    if not isinstance(spec.model, GPTModelSpec):
+        yield f"parallel.pp > 1 needs model 'gpt': stages are cut at transformer blocks (pp={p.pp})"
+        return
+    pipe = pipe or PipelineSpec()
+    per_step, m, v = spec.grad_accum_steps, pipeline_microbatches(spec), pipe.stages_per_rank
+    stages, layers = p.pp * v, spec.model.n_layers
+    if per_step and per_step % m:
+        yield (f"parallel.pipeline.microbatches must divide the micro-batches per step, global_batch_size / "
+               f"(dp x micro_batch_size) (microbatches={m}, global_batch_size={spec.train.global_batch_size}, "
+               f"dp={spec.dp}, micro_batch_size={spec.train.micro_batch_size}, per step={per_step})")
+    if pipe.schedule in SINGLE_STAGE_SCHEDULES and v != 1:
+        yield f"parallel.pipeline.virtual_stages must be 1 for schedule {pipe.schedule!r} (virtual_stages={v})"
+    if pipe.schedule in V_SCHEDULES and v != 2:
+        yield f"parallel.pipeline.virtual_stages must be 2 for V-shaped schedule {pipe.schedule!r} (virtual_stages={v})"
+    if pipe.schedule in ("1f1b", "zbv_zero_bubble") and m < p.pp:
+        yield f"parallel.pipeline.microbatches must be >= parallel.pp for {pipe.schedule!r} (microbatches={m}, pp={p.pp})"
+    if pipe.schedule in ("interleaved_1f1b", "zero_bubble") and m % p.pp:
+        yield (f"parallel.pipeline.microbatches must be a multiple of parallel.pp for interleaved schedule "
+               f"{pipe.schedule!r} (microbatches={m}, pp={p.pp})")
+    if pipe.schedule == "dualpipe_v" and m < stages:
+        yield (f"parallel.pipeline.microbatches must be >= pp x virtual_stages for 'dualpipe_v' "
+               f"(microbatches={m}, pp={p.pp}, virtual_stages={v})")
+    if pipe.split is None:
+        if stages > layers + 2:
+            yield (f"parallel.pipeline: pp x virtual_stages must be <= model.n_layers + 2, one block or the "
+                   f"embedding/head per stage (pp={p.pp}, virtual_stages={v}, n_layers={layers})")
+        return
+    split = pipe.split
+    if len(split) != stages or sum(split) != layers or min(split) < 0 or 0 in split[1:-1]:
+        yield (f"parallel.pipeline.split must have pp x virtual_stages entries summing to model.n_layers, "
+               f"each >= 1 except the first and last stage (split={split}, pp={p.pp}, virtual_stages={v}, "
+               f"n_layers={layers})")
 
 
 def fault_injection_allowed(context: dict[str, Any]) -> bool:
