@@ -12,7 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = ROOT / "helm" / "trainyard"
 CI_VALUES = sorted((CHART_DIR / "ci").glob("*-values.yaml"))
 RELEASE, NAMESPACE = "ty", "train"
-CRD_DIR = ROOT.parent / "shared" / "k8s-schemas"
+# KubeRay's CRDs (config/crd/bases at the commit in crds/SOURCE), vendored so a clean
+# checkout can test; test_crd_copy_is_current compares them with the shared copy.
+CRD_DIR = Path(__file__).resolve().parent / "crds"
+SHARED_CRD_DIR = ROOT.parent / "shared" / "k8s-schemas"
 
 
 def ci_values(name: str) -> dict:

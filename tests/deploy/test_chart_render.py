@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.chart import CHART_DIR, CI_VALUES, by_kind, ci_values, one, render
+from tests.deploy.chart import CHART_DIR, CI_VALUES, CRD_DIR, SHARED_CRD_DIR, by_kind, ci_values, one, render
 from tests.deploy.schemas import CRD_KINDS, raycluster_errors, validate_core
 
 VALUES = {p.name.removesuffix("-values.yaml"): yaml.safe_load(p.read_text()) or {} for p in CI_VALUES}
@@ -39,6 +39,14 @@ def test_rayclusters_match_the_kuberay_crd(name):
     assert len(clusters) == 1
     for cluster in clusters:
         assert raycluster_errors(cluster) == []
+
+
+def test_crd_copy_is_current():
+    """The vendored CRD is the shared one, where this checkout sits next to it."""
+    assert (CRD_DIR / "SOURCE").read_text().strip()
+    shared = SHARED_CRD_DIR / "ray.io_rayclusters.yaml"
+    if shared.exists():
+        assert (CRD_DIR / shared.name).read_bytes() == shared.read_bytes(), "copy the new CRD into tests/deploy/crds/"
 
 
 def test_the_validators_reject_broken_objects():
