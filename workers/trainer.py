@@ -81,6 +81,8 @@ class Trainer:
         backward_done = time.perf_counter()
         # Time blocked after the last gradient was ready is exposed communication.
         comm_time = max(0.0, backward_done - self.comm.last_launch) if self.comm.last_launch else 0.0
+        if fb.comm_time_s is not None:  # the strategy timed its own communication (pipeline p2p + all-reduce)
+            comm_time = fb.comm_time_s
 
         grad_norm = self._clip_gradients()
         lr = lr_at(spec.train, s)
@@ -100,7 +102,7 @@ class Trainer:
             step=self.step, rank=self.rank, loss=fb.loss, step_time_s=step_time,
             compute_time_s=step_time - comm_time, comm_time_s=comm_time,
             samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
-            comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes,
+            comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
         )
         return record
 
@@ -140,7 +142,8 @@ class Trainer:
         self.checkpointer.save(self.model, self.optimizer, self.step)
         self.checkpointer.wait()
         emit({"kind": "checkpoint", "rank": self.rank, "step": self.step})
-        state = checkpointing.full_model_state(self.model)
+        # A pipeline rank holds only its stages: its strategy gathers the whole model.
+        state = getattr(self.strategy, "full_model_state", checkpointing.full_model_state)(self.model)
         result = {"step": self.step, "model_state_bytes": self.model_state_bytes, "val_loss": self.evaluate()}
         if self.rank == 0:
             result["params_sha256"] = checkpointing.state_sha256(state)

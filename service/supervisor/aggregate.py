@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import statistics
 
+from workers.bubble import join_stage_reports
+
 
 class StepAggregator:
     def __init__(self, world_size: int, global_batch_size: int):
@@ -22,6 +24,7 @@ class StepAggregator:
     def _join(self, ranks: list[dict]) -> dict:
         step_time = max(r["step_time_s"] for r in ranks)  # the step ends when the slowest rank ends
         tokens = sum(r["tokens"] for r in ranks)
+        stages, bubble, bubble_theory = join_stage_reports([r["stage"] for r in ranks if r.get("stage")])
         joined = {
             "step": ranks[0]["step"],
             # Equal data slices: the job's loss is the mean of the ranks that compute one.
@@ -33,7 +36,8 @@ class StepAggregator:
             "lr": ranks[0]["lr"],
             "comm_bytes": ranks[0]["comm_bytes"],
             "model_state_bytes": ranks[0].get("model_state_bytes"),
-            "bubble_fraction": None,
+            "bubble_fraction": bubble,
+            "bubble_fraction_theoretical": bubble_theory,
             "ts": max(r["ts"] for r in ranks),
             "ranks": [
                 {"rank": r["rank"], "compute_time_s": r["compute_time_s"],
@@ -41,6 +45,8 @@ class StepAggregator:
                 for r in ranks
             ],
         }
+        if stages:  # pipeline jobs: busy/comm/idle, bubble and activations in flight per stage
+            joined["stages"] = stages
         val = [r["val_loss"] for r in ranks if r.get("val_loss") is not None]
         if val:
             joined["val_loss"] = statistics.fmean(val)

@@ -16,6 +16,7 @@ from typing import Protocol
 from service.lifecycle import JobState, check_transition
 from service.supervisor.aggregate import StepAggregator
 from service.supervisor.policies import Action, FailureStatus, on_failure
+from workers.bubble import pipeline_summary
 from workers.checkpointing import latest_checkpoint
 from workers.group import GroupFailure, WorkerGroup
 from workers.spec import JobSpec
@@ -162,6 +163,7 @@ class JobRun:
         steps = self.steps
         steady = steps[len(steps) // 5:] or steps  # skip warm-up steps for throughput
         step_time = sum(s["step_time_s"] for s in steady)
+        pipeline = pipeline_summary(self.spec, steady)
         g = self.spec.train.global_batch_size
         return {
             "job_id": self.job_id,
@@ -175,8 +177,9 @@ class JobRun:
             "layout": self.layout(),
             "samples_per_s": g * len(steady) / step_time if step_time else None,
             "tokens_per_s": statistics.fmean(s["tokens_per_s"] for s in steady) if steady and steady[0]["tokens_per_s"] else None,
-            "bubble_fraction": None,
-            "bubble_fraction_theoretical": None,
+            "bubble_fraction": pipeline["bubble_fraction"] if pipeline else None,
+            "bubble_fraction_theoretical": pipeline["bubble_fraction_theoretical"] if pipeline else None,
+            "pipeline": pipeline,  # schedule, split with costs, per-stage bubble and activations (pp > 1)
             "model_state_bytes_per_rank": self.result.get("model_state_bytes"),
             "comm_bytes_per_step": statistics.median(s["comm_bytes"] for s in steps) if steps else None,
             "restarts": self.restarts,

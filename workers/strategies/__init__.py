@@ -5,14 +5,18 @@ from __future__ import annotations
 from workers.spec import JobSpec
 from workers.strategies.base import Strategy, StrategyContext
 from workers.strategies.ddp import DDPStrategy
+from workers.strategies.pipeline import PipelineStrategy
 
 STRATEGIES: dict[str, type] = {
     "ddp": DDPStrategy,
+    "pipeline": PipelineStrategy,
 }
 
 
 def strategy_name(spec: JobSpec) -> str:
     """The registry key for a spec's parallel layout (later layouts extend this)."""
+    if spec.parallel.pp > 1:
+        return "pipeline"
     return "ddp"
 
 

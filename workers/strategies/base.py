@@ -40,6 +40,10 @@ class ForwardBackward:
     loss: float | None  # this rank's mean loss over its micro-batches; None where the rank computes no loss
     samples: int
     tokens: int
+    # Optional telemetry a strategy may add (pipeline): communication time it measured itself, and this
+    # rank's stage accounting (busy/comm/idle seconds, bubble fraction, activation bytes in flight).
+    comm_time_s: float | None = None
+    stage: dict | None = None
 
 
 class Strategy(Protocol):

@@ -1,0 +1,218 @@
+"""Pipeline parallelism (x data parallelism) on torch.distributed.pipelining.
+
+Each rank of a pipeline holds one stage (or several: interleaved and V-shaped
+schedules) cut from the full GPT by `workers.pipeline_split`. A step runs the
+rank's micro-batches through the schedule in flushes of `microbatches`,
+all-reduces the gradients over the data-parallel replicas of the same stage,
+and broadcasts the last stage's loss so every rank reports the whole model's
+loss. Per-loss scaling by the step's micro-batch count (scale_grads=False)
+makes the arithmetic the same as the single-process reference's accumulation.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import (
+    Schedule1F1B,
+    ScheduleDualPipeV,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+    ScheduleLoopedBFS,
+    ScheduleZBVZeroBubble,
+)
+
+from workers.bubble import StageMeter, theoretical_bubble
+from workers.layout import Layout
+from workers.losses import LOSSES
+from workers.pipeline_split import GPTStage, StageChunk, StagePlan, plan_stages, run_stage, stage_to_rank
+from workers.spec import SINGLE_STAGE_SCHEDULES, V_SCHEDULES, PipelineSpec, pipeline_microbatches
+from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, adamw
+from workers.telemetry import ring_allreduce_bytes
+
+SCHEDULES = {
+    "gpipe": ScheduleGPipe,
+    "1f1b": Schedule1F1B,
+    "interleaved_1f1b": ScheduleInterleaved1F1B,
+    "looped_bfs": ScheduleLoopedBFS,
+    "zero_bubble": ScheduleInterleavedZeroBubble,
+    "zbv_zero_bubble": ScheduleZBVZeroBubble,
+    "dualpipe_v": ScheduleDualPipeV,
+}
+
+
+class PipelineRank(GPTStage):
+    """What this rank trains and checkpoints: its stages' parameters under the full model's FQNs.
+
+    Calling it runs the whole model's forward across the pipeline (no grad; for evaluation)
+    and returns the outputs on every rank of the pipeline.
+    """
+
+    def __init__(self, full: nn.Module, mine: list[StagePlan], all_plans: list[StagePlan], strategy: "PipelineStrategy"):
+        super().__init__(full, mine)
+        self._all_plans = all_plans
+        self._strategy = strategy  # plain attribute: not a submodule
+
+    @torch.no_grad()
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        s = self._strategy
+        x = idx
+        for plan in self._all_plans:
+            owner = s.owner(plan.stage)
+            if owner != s.pp_rank:
+                continue
+            if plan.stage > 0 and s.owner(plan.stage - 1) != s.pp_rank:
+                x = torch.empty(idx.shape + (s.d_model,), dtype=torch.float32, device=idx.device)
+                dist.recv(x, src=s.global_rank(s.owner(plan.stage - 1)), group=s.pp_group)
+            x = run_stage(self, plan, x)
+            if plan.stage < len(self._all_plans) - 1 and s.owner(plan.stage + 1) != s.pp_rank:
+                dist.send(x.contiguous(), dst=s.global_rank(s.owner(plan.stage + 1)), group=s.pp_group)
+        last = s.owner(len(self._all_plans) - 1)
+        out = x if last == s.pp_rank else torch.empty(idx.shape + (s.vocab_size,), dtype=torch.float32,
+                                                      device=idx.device)
+        dist.broadcast(out, src=s.global_rank(last), group=s.pp_group)
+        return out
+
+
+class PipelineStrategy:
+    name = "pipeline"
+
+    # --- setup -------------------------------------------------------------
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        spec = ctx.spec
+        pipe = spec.parallel.pipeline or PipelineSpec()
+        self.schedule_name, self.pp = pipe.schedule, spec.parallel.pp
+        self.virtual_stages, self.microbatches = pipe.stages_per_rank, pipeline_microbatches(spec)
+        self.n_stages = self.pp * self.virtual_stages
+        self.v_shape = pipe.schedule in V_SCHEDULES
+        self.d_model, self.vocab_size = spec.model.d_model, spec.model.vocab_size
+        coords = Layout.of(spec).coordinates(ctx.rank)
+        self.pp_rank, self.dp, self.dp_rank = coords["pp"], spec.dp, coords["dp"]
+        self.pp_group = ctx.mesh["pp"].get_group()
+        self.dp_group = ctx.mesh["dp"].get_group()
+        self.plans = plan_stages(spec, self.n_stages, pipe.split)
+        mine = [p for p in self.plans if self.owner(p.stage) == self.pp_rank]
+
+        wrapped = PipelineRank(model.to(ctx.device), mine, self.plans, self)
+        self.stages = [PipelineStage(StageChunk(wrapped, plan), plan.stage, self.n_stages, ctx.device,
+                                     group=self.pp_group) for plan in mine]
+        self.has_first = any(p.stage == 0 for p in mine)
+        self.has_last = any(p.stage == self.n_stages - 1 for p in mine)
+        base_loss, per_step = LOSSES[spec.train.loss], spec.grad_accum_steps
+
+        def scaled_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            return base_loss(outputs, targets) / per_step
+
+        stages = self.stages[0] if pipe.schedule in SINGLE_STAGE_SCHEDULES else self.stages
+        self.schedule = SCHEDULES[pipe.schedule](stages, n_microbatches=self.microbatches,
+                                                 loss_fn=scaled_loss, scale_grads=False)
+        params = {p.untyped_storage().data_ptr() for p in wrapped.parameters()}
+        self.meter = StageMeter(self.stages, self.schedule, params)
+        self.theoretical = theoretical_bubble(self.schedule_name, self.pp, self.microbatches, self.virtual_stages)
+        self.hidden_bytes = spec.train.micro_batch_size * spec.model.seq_len * spec.model.d_model * 4
+        return wrapped
+
+    def owner(self, stage: int) -> int:
+        """The pipeline rank (index in the pp group) that holds `stage`."""
+        return stage_to_rank(stage, self.pp, self.v_shape)
+
+    def global_rank(self, pp_index: int) -> int:
+        return dist.get_global_rank(self.pp_group, pp_index)
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        return adamw(wrapped.parameters(), ctx.spec)
+
+    def describe_split(self) -> list[dict]:
+        return [{**p.to_dict(), "rank": self.owner(p.stage)} for p in self.plans]
+
+    # --- one step ----------------------------------------------------------
+
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        m = self.microbatches
+        self.meter.reset()
+        losses: list[torch.Tensor] = []
+        with self.meter.measuring():
+            for start in range(0, len(micro), m):  # one pipeline flush per `microbatches` micro-batches
+                flush = micro[start:start + m]
+                inputs = torch.cat([x for x, _ in flush]).to(ctx.device)
+                targets = torch.cat([y for _, y in flush]).to(ctx.device)
+                args = (inputs,) if self.has_first else ()
+                self.schedule.step(*args, target=targets, losses=losses, return_outputs=False)
+        stage = self.meter.times.report(self.pp_rank, self.theoretical)
+        comm_s = stage["comm_s"]
+        ctx.comm.logical_bytes += self._p2p_bytes(len(micro))
+        if self.dp > 1:
+            comm_s += self._allreduce_grads(wrapped, ctx)
+        loss = self._pipeline_loss(losses)
+        first_replica_stage = self.pp_rank == 0  # count data once per pipeline, not once per stage
+        samples = sum(x.shape[0] for x, _ in micro) if first_replica_stage else 0
+        tokens = sum(x.numel() for x, _ in micro if x.dtype == torch.long) if first_replica_stage else 0
+        return ForwardBackward(loss, samples, tokens, comm_time_s=comm_s, stage=stage)
+
+    def _pipeline_loss(self, losses: list[torch.Tensor]) -> float:
+        """The whole model's loss, from the rank holding the last stage, on every rank of the pipeline."""
+        value = torch.zeros(1, dtype=torch.float64)
+        if self.has_last:
+            value[0] = sum(float(l.detach()) for l in losses)
+        dist.broadcast(value, src=self.global_rank(self.owner(self.n_stages - 1)), group=self.pp_group)
+        return float(value[0])
+
+    def _allreduce_grads(self, wrapped: nn.Module, ctx: StrategyContext) -> float:
+        """Average gradients over the data-parallel replicas of this rank's stages; returns seconds."""
+        grads = [p.grad for p in wrapped.parameters() if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        nbytes = flat.numel() * flat.element_size()
+        t0 = time.perf_counter()
+        ctx.comm.launched(ring_allreduce_bytes(nbytes, self.dp))
+        flat.div_(self.dp)  # as DDP does: divide, then sum
+        dist.all_reduce(flat, group=self.dp_group)
+        ctx.comm.finished()
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+        return time.perf_counter() - t0
+
+    def _p2p_bytes(self, n_micro: int) -> int:
+        """Logical bytes this rank sends per step: activations forward and their gradients backward."""
+        sends = 0
+        for stage in self.stages:
+            s = stage.stage_index
+            if s < self.n_stages - 1 and self.owner(s + 1) != self.pp_rank:
+                sends += 1
+            if s > 0 and self.owner(s - 1) != self.pp_rank:
+                sends += 1
+        return sends * n_micro * self.hidden_bytes
+
+    # --- clipping and evaluation ---------------------------------------------
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        """Clip by the norm over the whole model: squared norms summed across the pipeline's stages."""
+        grads = [p.grad for p in wrapped.parameters() if p.grad is not None]
+        local = torch.zeros(1, dtype=torch.float32)
+        for g in grads:
+            local += torch.linalg.vector_norm(g) ** 2
+        dist.all_reduce(local, group=self.pp_group)
+        total = local.sqrt()
+        if math.isfinite(max_norm):
+            coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # as clip_grad_norm_ does, in float32
+            for g in grads:
+                g.mul_(coef)
+        return float(total)
+
+    def full_model_state(self, wrapped: nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model on every rank (collective): the stages' states gathered over the pipeline."""
+        local = {k: v.detach().cpu().clone() for k, v in wrapped.state_dict().items()}
+        gathered: list[dict] = [None] * self.pp  # type: ignore[list-item]
+        dist.all_gather_object(gathered, local, group=self.pp_group)
+        state: dict[str, torch.Tensor] = {}
+        for part in gathered:
+            state.update(part)
+        return state
