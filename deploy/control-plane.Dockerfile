@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # Trainyard control plane: `trainyard serve` (REST API, scheduler, reconciler), a Ray Client
 # driver of the cluster. Build from the repository root:
-#   docker build -f deploy/control-plane.Dockerfile -t ghcr.io/trainyard/control-plane:0.1.0 .
+#   docker build -f deploy/control-plane.Dockerfile -t trainyard/control-plane:0.1.0 .
 # The versions must equal the pins in pyproject.toml (tests/deploy/test_dockerfiles.py checks):
 # a Ray Client only talks to a cluster of the same Ray and Python version.
 ARG PYTHON_VERSION=3.11

@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # Ray head and worker image, CUDA: as ray.Dockerfile, with the default torch wheel, which
 # brings its CUDA and NCCL libraries; the node's NVIDIA container runtime adds the driver.
-#   docker build -f deploy/ray-cuda.Dockerfile -t ghcr.io/trainyard/ray-cuda:0.1.0 .
+#   docker build -f deploy/ray-cuda.Dockerfile -t trainyard/ray-cuda:0.1.0 .
 # The versions must equal the pins in pyproject.toml (tests/deploy/test_dockerfiles.py checks).
 ARG PYTHON_VERSION=3.11
 ARG RAY_VERSION=2.60.0

@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # Ray head and worker image, CPU: Ray, torch and Trainyard's code (the supervisor and worker
 # actors import service/ and workers/). KubeRay runs `ray start` in it. Build from the repo root:
-#   docker build -f deploy/ray.Dockerfile -t ghcr.io/trainyard/ray:0.1.0 \
+#   docker build -f deploy/ray.Dockerfile -t trainyard/ray:0.1.0 \
 #     --build-arg TORCH_INDEX_URL=<a CPU-only torch wheel index> .
 # Without TORCH_INDEX_URL the default torch wheel (with CUDA libraries) is used; it runs on CPU too.
 # The versions must equal the pins in pyproject.toml (tests/deploy/test_dockerfiles.py checks).

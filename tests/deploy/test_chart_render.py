@@ -93,7 +93,7 @@ def test_gpu_workers_request_gpus_and_use_the_cuda_image():
     container = group["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert container["resources"]["requests"]["nvidia.com/gpu"] == 8
-    assert container["image"].startswith("ghcr.io/trainyard/ray-cuda:")
+    assert container["image"].startswith("trainyard/ray-cuda:")
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert "nvidia.com/gpu" not in head["resources"]["limits"] and "-cuda" not in head["image"]
     assert cluster["spec"]["enableInTreeAutoscaling"] is True
