@@ -73,15 +73,16 @@ def test_default_is_a_single_replica_sqlite_demo():
     assert not by_kind(docs, "PrometheusRule")
 
 
-def test_production_uses_postgres_ingress_and_object_store():
+def test_production_uses_postgres_ingress_and_an_existing_claim():
     docs = render(ci_values("production"))
     deployment = one(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 3 and deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TRAINYARD_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "ty-trainyard", "key": "database-url"}
     assert env["TRAINYARD_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "trainyard-admin", "key": "admin-token"}
-    assert not by_kind(docs, "PersistentVolumeClaim")  # no SQLite, checkpoints in s3://
-    assert one(docs, "ConfigMap")["data"]["TRAINYARD_STORAGE_URI"] == "s3://trainyard-checkpoints/prod"
+    assert not by_kind(docs, "PersistentVolumeClaim")  # no SQLite; the checkpoint claim exists
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "storage", "persistentVolumeClaim": {"claimName": "trainyard-checkpoints"}} in volumes
     rule = one(docs, "Ingress")["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
     assert rule == {"name": "ty-trainyard", "port": {"number": 8600}}
 
