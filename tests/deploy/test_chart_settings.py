@@ -4,12 +4,14 @@ paths are the service's."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 
 import pytest
+import yaml
 
 from service.settings import Settings
-from tests.deploy.chart import ROOT, ci_values, one, render
+from tests.deploy.chart import CHART_DIR, ROOT, ci_values, one, render
 
 SETTING_ENV = {f"{Settings.model_config['env_prefix']}{name.upper()}" for name in Settings.model_fields}
 
@@ -65,3 +67,13 @@ def test_ray_version_matches_pyproject():
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     (ray_pin,) = [d for d in deps if d.startswith("ray")]
     assert one(render(), "RayCluster")["spec"]["rayVersion"] == ray_pin.split("==")[1]
+
+
+def test_chart_setting_defaults_are_the_services():
+    """values.yaml `settings` start where the service does; the chart overrides only what a
+    cluster needs (host, home, Ray address, storage), in templates/configmap.yaml."""
+    chart = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["settings"]
+    for key, value in chart.items():
+        field = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+        assert field in Settings.model_fields, f"settings.{key}: no Settings.{field}"
+        assert value == Settings.model_fields[field].default, f"settings.{key}={value}, service default {Settings.model_fields[field].default}"
