@@ -80,3 +80,9 @@ def test_lint_reports_schema_violations_as_errors():
     report = helm_python.lint(CHART_DIR, {"controlPlane": {"resources": {"requests": {"cpu": "two"}}}})
     assert any("/controlPlane/resources/requests/cpu" in e for e in report["errors"]), report
     assert helm_python.lint(CHART_DIR, ci_values("production"))["errors"] == []
+
+
+def test_ray_start_params_must_be_strings():
+    """Helm would print a large number as 1e+09; KubeRay wants map[string]string anyway."""
+    message = refusal({"ray": {"cluster": {"workers": {"rayStartParams": {"object-store-memory": 1000000000}}}}})
+    assert "/ray/cluster/workers/rayStartParams/object-store-memory" in message
