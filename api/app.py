@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI
 
 from api.errors import install_error_handlers
@@ -18,6 +19,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        # Few threads for blocking DB work: more only queue on the GIL and stretch the latency tail.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         plane = ControlPlane(settings)
         plane.start()
         app.state.plane = plane

@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import or_, select
-from sqlalchemy.orm import Session, sessionmaker
+
+from service.db.engine import Sessions
 
 from service.db.models import Job
 from service.lifecycle import JobState
@@ -20,7 +21,7 @@ RECENT_FINISHED = 50
 
 
 class JobCollector(Collector):
-    def __init__(self, sessions: sessionmaker[Session]):
+    def __init__(self, sessions: Sessions):
         self.sessions = sessions
 
     def collect(self):
@@ -63,7 +64,7 @@ class JobCollector(Collector):
         yield running
 
 
-def make_registry(sessions: sessionmaker[Session]) -> CollectorRegistry:
+def make_registry(sessions: Sessions) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(JobCollector(sessions))
     return registry

@@ -16,7 +16,9 @@ from __future__ import annotations
 import logging
 
 import ray
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
+
+from service.db.engine import Sessions
 
 from service.db import repository as repo
 from service.lifecycle import TERMINAL, IllegalTransition, JobState
@@ -29,7 +31,7 @@ DRAIN_TIMEOUT_S = 10.0
 
 
 class Reconciler:
-    def __init__(self, sessions: sessionmaker[Session], settings: Settings):
+    def __init__(self, sessions: Sessions, settings: Settings):
         self.sessions, self.settings = sessions, settings
         self.handles: dict[str, object] = {}  # job id -> supervisor actor handle
 

@@ -13,7 +13,8 @@ import logging
 from dataclasses import dataclass
 
 import ray
-from sqlalchemy.orm import Session, sessionmaker
+
+from service.db.engine import Sessions
 
 from service.db import repository as repo
 from service.lifecycle import JobState
@@ -63,7 +64,7 @@ def cluster_capacity() -> tuple[dict[str, float], dict[str, float]]:
 
 
 class Scheduler:
-    def __init__(self, sessions: sessionmaker[Session], settings: Settings, handles: dict | None = None):
+    def __init__(self, sessions: Sessions, settings: Settings, handles: dict | None = None):
         self.sessions, self.settings = sessions, settings
         self.handles = handles if handles is not None else {}  # shared with the reconciler
 

@@ -55,22 +55,22 @@ async def submit_job(
 
 def _store(plane: ControlPlane, principal: Principal, spec: JobSpec, priority: int, body_sha: str,
            key: str | None) -> tuple[dict, bool]:
-    for _ in range(2):  # a concurrent submit with the same key wins the insert: read its job instead
-        if key is not None:
-            with plane.sessions() as s:
-                existing = repo.find_by_idempotency_key(s, principal.tenant_id, key)
-                if existing is not None:
-                    if existing.body_sha256 != body_sha:
-                        raise repo.IdempotencyConflict(
-                            "idempotency-key: already used for a different job spec or priority; use a new key")
-                    return job_out(existing), False
+    limit = plane.settings.max_active_jobs_per_tenant
+    for _ in range(2):  # a concurrent submit with the same key may win the insert: then read its job
+        # Reads first, outside the write transaction, so writers hold SQLite's single write slot briefly.
+        with plane.sessions() as s:
+            if key is not None and (existing := repo.find_by_idempotency_key(s, principal.tenant_id, key)):
+                if existing.body_sha256 != body_sha:
+                    raise repo.IdempotencyConflict(
+                        "idempotency-key: already used for a different job spec or priority; use a new key")
+                return job_out(existing), False
+            if repo.count_open_jobs(s, principal.tenant_id) >= limit:
+                raise repo.QuotaExceeded(repo.quota_message(limit))
         try:
             with plane.sessions.begin() as s:
-                job = repo.create_job(s, principal.tenant_id, spec, priority, body_sha, key,
-                                      plane.settings.max_active_jobs_per_tenant)
-                out = job_out(job)
-            return out, True
-        except IntegrityError:
+                job = repo.create_job(s, principal.tenant_id, spec, priority, body_sha, key, max_open_jobs=None)
+                return job_out(job), True
+        except IntegrityError:  # the unique (tenant, key) constraint: never two jobs for one key
             if key is None:
                 raise
     raise ApiError(409, "idempotency-key: concurrent submits with this key; retry")
@@ -87,8 +87,13 @@ def list_jobs(
 
 
 @router.get("/{job_id}")
-def get_job(job_id: str, s: SessionDep, principal: PrincipalDep) -> dict:
-    return job_out(job_or_404(s, job_id, principal))
+async def get_job(job_id: str, plane: PlaneDep, principal: PrincipalDep) -> JSONResponse:
+    return JSONResponse(await run_in_threadpool(_read_job, plane, job_id, principal))
+
+
+def _read_job(plane: ControlPlane, job_id: str, principal: Principal) -> dict:
+    with plane.sessions() as s:
+        return job_out(job_or_404(s, job_id, principal))
 
 
 @router.post("/{job_id}/cancel", status_code=202)

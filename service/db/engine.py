@@ -7,6 +7,8 @@ PostgreSQL is selected by TRAINYARD_DATABASE_URL.
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
@@ -27,7 +29,8 @@ def make_engine(url: str) -> Engine:
                                pool_size=20, max_overflow=20)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True)
+    # No pre-ping (a round trip per checkout); connections are recycled instead.
+    return create_engine(url, pool_size=20, max_overflow=20, pool_recycle=1800)
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
@@ -39,8 +42,35 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
-def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
+class Sessions:
+    """`sessions()` opens a session for reading; `with sessions.begin() as s:` is one write
+    transaction (committed at the end, rolled back on error).
+
+    SQLite allows one writer at a time and its busy handler backs off by sleeping, which
+    makes tail latency under concurrent writes poor; writers in this process therefore
+    queue on a lock instead. PostgreSQL needs no such lock.
+    """
+
+    def __init__(self, engine: Engine):
+        self.maker = sessionmaker(engine, expire_on_commit=False)
+        self.engine = engine
+        self._write_lock = threading.Lock() if engine.dialect.name == "sqlite" else None
+
+    def __call__(self) -> Session:
+        return self.maker()
+
+    @contextmanager
+    def begin(self):
+        if self._write_lock is None:
+            with self.maker.begin() as s:
+                yield s
+            return
+        with self._write_lock, self.maker.begin() as s:
+            yield s
+
+
+def make_sessionmaker(engine: Engine) -> Sessions:
+    return Sessions(engine)
 
 
 def alembic_config(engine: Engine) -> Config:

@@ -87,11 +87,15 @@ def count_open_jobs(s: Session, tenant_id: str) -> int:
                     .where(Job.tenant_id == tenant_id, Job.state.in_(open_states))) or 0
 
 
+def quota_message(limit: int) -> str:
+    return f"tenant has {limit} queued or running jobs (the limit); wait for some to finish or cancel them"
+
+
 def create_job(s: Session, tenant_id: str, spec: JobSpec, priority: int, body_sha256: str,
-               idempotency_key: str | None, max_open_jobs: int) -> Job:
-    if count_open_jobs(s, tenant_id) >= max_open_jobs:
-        raise QuotaExceeded(f"tenant has {max_open_jobs} queued or running jobs (the limit); "
-                            "wait for some to finish or cancel them")
+               idempotency_key: str | None, max_open_jobs: int | None) -> Job:
+    """A QUEUED job and its first event. max_open_jobs=None: the caller checked the quota already."""
+    if max_open_jobs is not None and count_open_jobs(s, tenant_id) >= max_open_jobs:
+        raise QuotaExceeded(quota_message(max_open_jobs))
     r = spec.resources
     job = Job(id=uuid.uuid4().hex[:16], tenant_id=tenant_id, name=spec.name, spec=spec.model_dump(mode="json"),
               state=JobState.QUEUED, priority=priority, world_size=spec.world_size,

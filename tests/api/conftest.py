@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from tests.db_fixtures import BACKENDS, db_url, make_db_url, ray_address, sessions  # noqa: F401
+from tests.db_fixtures import BACKENDS, db_url, make_db_url, ray_address, sessions  # noqa: F401,F811
 from tests.live import Server, drop_pg_schema
 
 QUOTA = 5
@@ -45,10 +45,10 @@ def counts(queue_server):
     from service.db.engine import make_engine, make_sessionmaker
 
     engine = make_engine(queue_server.database_url)
-    sessions = make_sessionmaker(engine)
+    maker = make_sessionmaker(engine)
 
     def read() -> dict[str, int]:
-        with sessions() as s:
+        with maker() as s:
             return repo.row_counts(s)
 
     yield read

@@ -19,7 +19,7 @@ def _job(s, tenant_id, priority=0, key=None, steps=20):
 
 
 def test_migrations_match_the_models_and_rerun_cleanly(sessions):
-    engine = sessions.kw["bind"]
+    engine = sessions.engine
     migrate(engine)  # a second start-up is a no-op
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
