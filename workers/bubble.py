@@ -14,8 +14,9 @@ input-gradient backward, weight-gradient backward) and the schedule's p2p
 issue/wait calls. Time blocked in p2p is split into communication (what the
 transfer itself costs: each call counted up to the quickest wait of the step,
 a wait whose data was already there) and idle (waiting for the neighbour
-stage). bubble_fraction = idle / wall, where wall is the time the rank spent
-inside the schedule. Activations in flight are the bytes autograd saved for
+stage). The ranks of a pipeline start the step together (a barrier), and wall
+is the pipeline's makespan (its slowest rank's time in the schedule); a rank
+that finishes early idles for the rest of it. bubble_fraction = idle / wall. Activations in flight are the bytes autograd saved for
 backward in forwards whose backward (weight-gradient, where split) has not yet
 run; parameters are not counted.
 """
@@ -66,9 +67,12 @@ class StageTimes:
         blocked = sum(d for d, _ in self.p2p_calls)
         return comm, blocked - comm
 
-    def report(self, stage: int, theoretical: float) -> dict:
+    def report(self, stage: int, theoretical: float, makespan_s: float | None = None) -> dict:
+        """`makespan_s`: the flush's wall time over the whole pipeline (slowest stage, starts aligned by a
+        barrier). A stage that finishes early idles until the pipeline does, as the formulas count it."""
         comm, idle = self.comm_and_idle()
-        wall = self.wall_s
+        wall = max(makespan_s or 0.0, self.wall_s)
+        idle += wall - self.wall_s
         return {
             "stage": stage,
             "busy_s": self.busy_s,

@@ -138,6 +138,7 @@ class PipelineStrategy:
         m = self.microbatches
         self.meter.reset()
         losses: list[torch.Tensor] = []
+        dist.barrier(group=self.pp_group)  # the pipeline's ranks start the flush together: a common clock
         with self.meter.measuring():
             for start in range(0, len(micro), m):  # one pipeline flush per `microbatches` micro-batches
                 flush = micro[start:start + m]
@@ -145,24 +146,26 @@ class PipelineStrategy:
                 targets = torch.cat([y for _, y in flush]).to(ctx.device)
                 args = (inputs,) if self.has_first else ()
                 self.schedule.step(*args, target=targets, losses=losses, return_outputs=False)
-        stage = self.meter.times.report(self.pp_rank, self.theoretical)
+        loss, makespan = self._pipeline_loss_and_makespan(losses, self.meter.times.wall_s)
+        stage = self.meter.times.report(self.pp_rank, self.theoretical, makespan)
         comm_s = stage["comm_s"]
         ctx.comm.logical_bytes += self._p2p_bytes(len(micro))
         if self.dp > 1:
             comm_s += self._allreduce_grads(wrapped, ctx)
-        loss = self._pipeline_loss(losses)
         first_replica_stage = self.pp_rank == 0  # count data once per pipeline, not once per stage
         samples = sum(x.shape[0] for x, _ in micro) if first_replica_stage else 0
         tokens = sum(x.numel() for x, _ in micro if x.dtype == torch.long) if first_replica_stage else 0
         return ForwardBackward(loss, samples, tokens, comm_time_s=comm_s, stage=stage)
 
-    def _pipeline_loss(self, losses: list[torch.Tensor]) -> float:
-        """The whole model's loss, from the rank holding the last stage, on every rank of the pipeline."""
-        value = torch.zeros(1, dtype=torch.float64)
-        if self.has_last:
-            value[0] = sum(float(l.detach()) for l in losses)
-        dist.broadcast(value, src=self.global_rank(self.owner(self.n_stages - 1)), group=self.pp_group)
-        return float(value[0])
+    def _pipeline_loss_and_makespan(self, losses: list[torch.Tensor], wall_s: float) -> tuple[float, float]:
+        """The whole model's loss (from the rank holding the last stage) and the slowest rank's schedule
+        time, on every rank of the pipeline: one small all-gather."""
+        mine = torch.tensor([wall_s, sum(float(l.detach()) for l in losses) if self.has_last else 0.0],
+                            dtype=torch.float64)
+        every = [torch.zeros(2, dtype=torch.float64) for _ in range(self.pp)]
+        dist.all_gather(every, mine, group=self.pp_group)
+        loss = float(every[self.owner(self.n_stages - 1)][1])
+        return loss, max(float(t[0]) for t in every)
 
     def _allreduce_grads(self, wrapped: nn.Module, ctx: StrategyContext) -> float:
         """Average gradients over the data-parallel replicas of this rank's stages; returns seconds."""
