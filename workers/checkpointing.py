@@ -65,12 +65,18 @@ class Checkpointer:
         self._pending_step = 0
 
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-        self.wait()  # at most one save in flight
+        self.wait()  # at most one save in flight (callers that report durability wait first)
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd, "progress": {"step": step}}
         path = checkpoint_root(self.job_dir) / f"step-{step:08d}"
         self._pending = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
         self._pending_step = step
+
+    def completed(self) -> int | None:
+        """The step of the in-flight save if it has just become durable (non-blocking)."""
+        if self._pending is not None and self._pending.done():
+            return self.wait()
+        return None
 
     def wait(self) -> int | None:
         """Block until the in-flight save is durable; returns its step."""

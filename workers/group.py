@@ -39,12 +39,16 @@ class WorkerGroup:
         self.warm_workers = 0
         self.master: tuple[str, int] | None = None  # the rank-0 TCP store
 
-    def bundle(self) -> dict[str, float]:
-        r = self.spec.resources
+    @staticmethod
+    def bundle_of(spec: JobSpec) -> dict[str, float]:
+        r = spec.resources
         b = {"CPU": r.cpus_per_worker}
         if r.gpus_per_worker:
             b["GPU"] = r.gpus_per_worker
         return b
+
+    def bundle(self) -> dict[str, float]:
+        return self.bundle_of(self.spec)
 
     def start(self, timeout_s: float) -> list[dict]:
         """Reserve resources, start the actors, rendezvous, load the latest checkpoint, begin training."""

@@ -128,15 +128,18 @@ class Trainer:
             if spec.train.eval_every and self.step % spec.train.eval_every == 0:
                 record["val_loss"] = self.evaluate()
             if every and self.step % every == 0 and self.step < spec.train.steps:
+                self._report_durable(emit, self.checkpointer.wait())  # at most one save in flight
                 self.checkpointer.save(self.model, self.optimizer, self.step)
-                emit({"kind": "checkpoint_started", "rank": self.rank, "step": self.step})
             emit({"kind": "step", **record})
+            self._report_durable(emit, self.checkpointer.completed())
         return self.finish(emit)
 
+    def _report_durable(self, emit: Callable[[dict], None], step: int | None) -> None:
+        if step is not None:
+            emit({"kind": "checkpoint", "rank": self.rank, "step": step})
+
     def finish(self, emit: Callable[[dict], None]) -> dict:
-        saved = self.checkpointer.wait()
-        if saved is not None:
-            emit({"kind": "checkpoint", "rank": self.rank, "step": saved})
+        self._report_durable(emit, self.checkpointer.wait())
         if self.step < self.spec.train.steps:
             return {"stopped_at": self.step}
         self.checkpointer.save(self.model, self.optimizer, self.step)

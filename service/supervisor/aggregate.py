@@ -21,6 +21,16 @@ class StepAggregator:
         del self._pending[record["step"]]
         return self._join([ranks[r] for r in sorted(ranks)])
 
+    def flush(self) -> list[dict]:
+        """Steps some ranks reported before the group broke, joined from those ranks only (`partial`)."""
+        joined = []
+        for step in sorted(self._pending):
+            record = self._join([self._pending[step][r] for r in sorted(self._pending[step])])
+            record["partial"] = True  # the loss is the mean over the ranks that reported
+            joined.append(record)
+        self._pending.clear()
+        return joined
+
     def _join(self, ranks: list[dict]) -> dict:
         step_time = max(r["step_time_s"] for r in ranks)  # the step ends when the slowest rank ends
         tokens = sum(r["tokens"] for r in ranks)

@@ -10,11 +10,13 @@ import logging
 import statistics
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from service.lifecycle import JobState, check_transition
 from service.supervisor.aggregate import StepAggregator
+from service.supervisor.elastic import best_layout, free_worker_slots
 from service.supervisor.policies import Action, FailureStatus, on_failure
 from workers.bubble import pipeline_summary
 from workers.checkpointing import latest_checkpoint
@@ -37,10 +39,22 @@ class _Silent:
     def on_step(self, record): pass
 
 
+@dataclass(frozen=True)
+class Resize:
+    spec: JobSpec
+    reason: str
+
+
 class JobRun:
+    settle_s = 2.0  # how long freed resources may take to show up after a teardown
+    capacity_timeout_s = 120.0  # how long to wait for min_workers before failing
+    growth_check_s = 2.0
+
     def __init__(self, spec: JobSpec, job_dir: Path, job_id: str, listener: RunListener | None = None,
                  poll_interval_s: float = 0.25, start_timeout_s: float = 120.0):
         self.spec, self.job_dir, self.job_id = spec, Path(job_dir), job_id
+        self.current = spec  # the layout running now; differs from `spec` after an elastic resize
+        self.resizes = 0
         self.listener = listener or _Silent()
         self.poll_interval_s, self.start_timeout_s = poll_interval_s, start_timeout_s
         self.state = JobState.STARTING
@@ -53,6 +67,7 @@ class JobRun:
         self.result: dict = {}
         self._cancel = threading.Event()
         self._group: WorkerGroup | None = None
+        self._aggregator: StepAggregator | None = None
 
     # --- public ------------------------------------------------------------
 
@@ -73,32 +88,87 @@ class JobRun:
         attempt = 0
         while True:
             outcome = self._attempt(attempt)
+            attempt += 1
             if outcome in (JobState.SUCCEEDED, JobState.CANCELLED):
                 self._set_state(outcome, "training finished" if outcome == JobState.SUCCEEDED else "cancelled by user")
                 break
+            if isinstance(outcome, Resize):  # capacity came back: regrow from the checkpoint just written
+                self._set_state(JobState.RECOVERING, outcome.reason)
+                self._resize(outcome.spec, outcome.reason)
+                continue
             reason, retryable = outcome
             decision = on_failure(FailureStatus(
                 reason=reason, restarts_done=self.restarts, max_restarts=self.spec.fault_tolerance.max_restarts,
                 steps_done=self.steps[-1]["step"] if self.steps else 0, retryable=retryable,
             ))
             if decision.action == Action.FAIL:
-                self.error = decision.reason
-                self._set_state(JobState.FAILED, decision.reason)
+                self._fail(decision.reason)
                 break
             self.restarts += 1
-            attempt += 1
             latest = latest_checkpoint(self.job_dir)
             self._set_state(JobState.RECOVERING, decision.reason)
             self.listener.on_event("restart", decision.reason, {
                 "restart": self.restarts, "resume_step": latest[0] if latest else 0, "reason": reason,
             })
+            if not self._fit_to_capacity():
+                self._fail(f"fewer than resources.min_workers={self.spec.resources.elastic_range[0]} workers "
+                           f"available for {self.capacity_timeout_s:.0f}s")
+                break
         return self.summary()
+
+    def _fail(self, reason: str) -> None:
+        self.error = reason
+        self._set_state(JobState.FAILED, reason)
+
+    # --- elasticity --------------------------------------------------------
+
+    def _fit_to_capacity(self) -> bool:
+        """After a failure: keep the layout if the cluster still fits it, else shrink within the elastic range."""
+        started = time.monotonic()
+        bundle = WorkerGroup.bundle_of(self.current)
+        while not self._cancel.is_set():
+            capacity = free_worker_slots(bundle)
+            if capacity >= self.current.world_size:
+                log.info("%d worker slots free: keeping %d workers", capacity, self.current.world_size)
+                return True
+            waited = time.monotonic() - started
+            # Resources of the group just torn down take a moment to return; only then shrink.
+            if waited > self.settle_s:
+                planned = best_layout(self.spec, capacity)
+                if planned is not None:
+                    self._resize(planned, f"only {capacity} worker slots available")
+                    return True
+            if waited > self.capacity_timeout_s:
+                return False
+            time.sleep(0.5)
+        return True  # cancelled: the next attempt notices
+
+    def _growth(self) -> JobSpec | None:
+        """A larger layout than the current one, if the job may grow and the cluster has room."""
+        if self.current.world_size >= self.spec.resources.elastic_range[1]:
+            return None
+        capacity = free_worker_slots(WorkerGroup.bundle_of(self.current)) + self.current.world_size
+        planned = best_layout(self.spec, capacity)
+        if planned is None or planned.world_size <= self.current.world_size:
+            return None
+        log.info("room for %d workers (running %d): regrowing at the next checkpoint",
+                 planned.world_size, self.current.world_size)
+        return planned
+
+    def _resize(self, planned: JobSpec, reason: str) -> None:
+        before, after = self.layout(), self.layout(planned)
+        self.current = planned
+        self.resizes += 1
+        log.info("resize %d -> %d workers (%s)", before["world_size"], after["world_size"], reason)
+        self.listener.on_event("resize", f"{before['world_size']} -> {after['world_size']} workers: {reason}", {
+            "from": before, "to": after, "reason": reason,
+        })
 
     # --- one attempt -------------------------------------------------------
 
-    def _attempt(self, attempt: int) -> JobState | tuple[str, bool]:
-        """Run one worker group to its end. Returns a terminal state, or (failure reason, retryable)."""
-        group = self._group = WorkerGroup(self.spec, self.job_dir, attempt, f"ty-{self.job_id}")
+    def _attempt(self, attempt: int) -> "JobState | Resize | tuple[str, bool]":
+        """Run one worker group to its end: a terminal state, a resize, or (failure reason, retryable)."""
+        group = self._group = WorkerGroup(self.current, self.job_dir, attempt, f"ty-{self.job_id}")
         try:
             if self._cancel.is_set():
                 return JobState.CANCELLED
@@ -106,34 +176,55 @@ class JobRun:
             self.rendezvous.append(group.master)
             start_step = setups[0]["start_step"]
             self.warm_workers = group.warm_workers
-            self._set_state(JobState.RUNNING, f"{self.spec.world_size} workers ({group.warm_workers} from the "
+            self._set_state(JobState.RUNNING, f"{self.current.world_size} workers ({group.warm_workers} from the "
                                               f"warm pool) training from step {start_step}")
             return self._watch(group)
         except GroupFailure as exc:
+            self._record_partial_steps()
             log.warning("attempt %d failed: %s", attempt, exc)
             return str(exc), exc.retryable
         finally:
             group.shutdown()
             self._group = None
 
-    def _watch(self, group: WorkerGroup) -> JobState:
-        aggregator = StepAggregator(self.spec.world_size, self.spec.train.global_batch_size)
-        last_progress = time.monotonic()
+    def _record_partial_steps(self) -> None:
+        # Ranks that died took their last records with them; keep what the survivors reported.
+        if self._aggregator is not None:
+            for record in self._aggregator.flush():
+                self._append_step(record)
+
+    def _watch(self, group: WorkerGroup) -> "JobState | Resize":
+        aggregator = self._aggregator = StepAggregator(self.current.world_size, self.spec.train.global_batch_size)
+        last_progress = last_growth_check = time.monotonic()
         hang_timeout = self.spec.fault_tolerance.hang_timeout_s
+        grow_to: JobSpec | None = None
         while True:
             if self._cancel.is_set():
                 return JobState.CANCELLED
+            durable = None
             for event in group.poll():
                 if self._handle(event, aggregator):
                     last_progress = time.monotonic()
+                elif event.get("kind") == "checkpoint" and event.get("rank") == 0:
+                    durable = event["step"]
+            if grow_to is not None and durable is not None:
+                for event in group.poll():  # every rank is past the checkpoint: keep their last steps
+                    self._handle(event, aggregator)
+                self._record_partial_steps()
+                return Resize(grow_to, f"capacity for {grow_to.world_size} workers returned; "
+                                       f"regrowing from the checkpoint at step {durable}")
             if group.check():
                 for event in group.poll():
                     self._handle(event, aggregator)
                 self.result = dict(group.results[0])
                 self.result["val_loss"] = statistics.fmean(r["val_loss"] for r in group.results)
                 return JobState.SUCCEEDED
-            if time.monotonic() - last_progress > hang_timeout:
+            now = time.monotonic()
+            if now - last_progress > hang_timeout:
                 raise GroupFailure(f"no step finished for {hang_timeout:.0f}s (hang)")
+            if grow_to is None and now - last_growth_check > self.growth_check_s:
+                last_growth_check = now
+                grow_to = self._growth()
             time.sleep(self.poll_interval_s)
 
     def _handle(self, event: dict, aggregator: StepAggregator) -> bool:
@@ -141,14 +232,17 @@ class JobRun:
         if kind == "step":
             joined = aggregator.add(event)
             if joined is not None:
-                self.steps = [s for s in self.steps if s["step"] < joined["step"]]  # replayed after a restart
-                self.steps.append(joined)
-                self.listener.on_step(joined)
+                self._append_step(joined)
             return True
         if kind == "checkpoint" and event.get("rank") == 0:
             self.last_checkpoint_step = event["step"]
             self.listener.on_event("checkpoint", f"checkpoint at step {event['step']}", {"step": event["step"]})
         return False
+
+    def _append_step(self, record: dict) -> None:
+        self.steps = [s for s in self.steps if s["step"] < record["step"]]  # replayed after a restart
+        self.steps.append(record)
+        self.listener.on_step(record)
 
     def _set_state(self, state: JobState, message: str) -> None:
         if state == self.state:
@@ -173,7 +267,7 @@ class JobRun:
             "initial_loss": steps[0]["loss"] if steps else None,
             "final_loss": steps[-1]["loss"] if steps else None,
             "final_val_loss": self.result.get("val_loss"),
-            "world_size": self.spec.world_size,
+            "world_size": self.current.world_size,
             "layout": self.layout(),
             "samples_per_s": g * len(steady) / step_time if step_time else None,
             "tokens_per_s": statistics.fmean(s["tokens_per_s"] for s in steady) if steady and steady[0]["tokens_per_s"] else None,
@@ -183,6 +277,7 @@ class JobRun:
             "model_state_bytes_per_rank": self.result.get("model_state_bytes"),
             "comm_bytes_per_step": statistics.median(s["comm_bytes"] for s in steps) if steps else None,
             "restarts": self.restarts,
+            "resizes": self.resizes,
             "warm_workers": self.warm_workers,
             "last_checkpoint_step": self.last_checkpoint_step,
             "params_sha256": self.result.get("params_sha256"),
@@ -191,9 +286,11 @@ class JobRun:
             "error": self.error,
         }
 
-    def layout(self) -> dict:
-        p = self.spec.parallel
-        return {"dp": self.spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy_name(self.spec)}
+    def layout(self, spec: JobSpec | None = None) -> dict:
+        spec = spec or self.current
+        p = spec.parallel
+        return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy_name(spec),
+                "world_size": spec.world_size}
 
 
 def _attach_log_file(path: Path) -> logging.Handler:
