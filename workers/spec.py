@@ -199,6 +199,18 @@ class FaultSpec(_Strict):
     factor: float = Field(2.0, ge=1.0, description="slow-down factor for kind=slow")
 
 
+class StragglerSpec(_Strict):
+    policy: Literal["off", "report", "rebalance"] = Field(
+        "report", description="report: event and metric; rebalance: also shift data away from the slow rank")
+    threshold: float = Field(0.7, gt=0.0, lt=1.0, description="slow when median compute time / this rank's is below this")
+    recover: float = Field(0.85, gt=0.0, le=1.0, description="no longer slow once the score is back above this")
+    window: int = Field(8, ge=2, le=1000, description="steps the score is averaged over")
+
+
+class SupervisorSpec(_Strict):
+    straggler: StragglerSpec = Field(default_factory=StragglerSpec)
+
+
 class JobSpec(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$", description="lower-case job name")
     model: ModelSpec = Field(default_factory=GPTModelSpec)
@@ -209,6 +221,7 @@ class JobSpec(_Strict):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
     fault_injection: list[FaultSpec] = Field(default_factory=list)
+    supervisor: SupervisorSpec = Field(default_factory=SupervisorSpec)
 
     @property
     def dp(self) -> int:
@@ -248,6 +261,10 @@ def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
     if not low <= r.workers <= high:
         yield (f"resources.workers must lie within resources.min_workers..max_workers "
                f"(min_workers={low}, workers={r.workers}, max_workers={high})")
+    straggler = spec.supervisor.straggler
+    if straggler.recover <= straggler.threshold:
+        yield (f"supervisor.straggler.recover must exceed supervisor.straggler.threshold "
+               f"(recover={straggler.recover}, threshold={straggler.threshold})")
     if t.warmup_steps > t.steps:
         yield f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})"
     yield from _model_data_errors(spec)
