@@ -162,12 +162,33 @@ class PipelineSpec(_Strict):
         return 1 if self.schedule in SINGLE_STAGE_SCHEDULES else 2
 
 
+class CompressionSpec(_Strict):
+    kind: Literal["fp16", "bf16", "powersgd"]
+    rank: int = Field(1, ge=1, le=1024, description="powersgd: matrix approximation rank")
+    start_step: int = Field(0, ge=0, description="powersgd: plain all-reduce before this many steps")
+
+
+class LocalSGDSpec(_Strict):
+    period: int = Field(ge=1, description="steps between parameter averages (1 = every step)")
+
+
 class ParallelSpec(_Strict):
     dp: int | None = Field(None, ge=1, description="data-parallel degree; default workers / (tp x pp)")
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
-    zero: int = Field(0, ge=0, le=3)
+    zero: int = Field(0, ge=0, le=3, description="0 DDP; 1 shard optimiser state; 2 + gradients; 3 + parameters (FSDP2)")
     pipeline: PipelineSpec | None = Field(None, description="pipeline schedule; only with pp > 1")
+    dp_shard: int | None = Field(None, ge=1, description="zero 3: shard within groups of this many dp ranks and "
+                                                         "replicate across groups (HSDP); default dp")
+    reshard_after_forward: bool = Field(True, description="zero 3: free gathered parameters after forward "
+                                                          "(re-gather in backward: 1.5x DDP traffic, less memory)")
+    offload_optimizer: bool = Field(False, description="zero 1/2: keep optimiser state in host memory")
+    sequence_parallel: bool = Field(False, description="tp > 1: split LayerNorm/residual activations along the sequence")
+    activation_checkpointing: bool = Field(False, description="recompute each transformer block in backward")
+    mixed_precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="bf16: autocast with fp32 master weights; fp16 needs GPU workers")
+    compression: CompressionSpec | None = Field(None, description="zero 0, tp 1: compress DDP gradient all-reduces")
+    local_sgd: LocalSGDSpec | None = Field(None, description="zero 0, tp 1: average parameters every `period` steps")
 
 
 class ResourcesSpec(_Strict):
@@ -246,10 +267,6 @@ class JobSpec(_Strict):
 
 def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
     p, r, t = spec.parallel, spec.resources, spec.train
-    if p.tp != 1:
-        yield f"parallel.tp must be 1: tensor parallelism is not available yet (tp={p.tp})"
-    if p.zero != 0:
-        yield f"parallel.zero must be 0: ZeRO sharding is not available yet (zero={p.zero})"
     dp = spec.dp
     if dp * p.tp * p.pp != r.workers:
         yield (f"parallel: dp x tp x pp must equal resources.workers "
@@ -268,8 +285,52 @@ def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
     if t.warmup_steps > t.steps:
         yield f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})"
     yield from _model_data_errors(spec)
+    yield from _sharding_errors(spec)
     yield from _pipeline_errors(spec)
     yield from _fault_injection_errors(spec, context)
+
+
+def _sharding_errors(spec: JobSpec):
+    """Rules of tensor parallelism, ZeRO/FSDP/HSDP, precision, compression and local SGD."""
+    p, m, dp, gpu = spec.parallel, spec.model, spec.dp, spec.resources.gpus_per_worker > 0
+    gpt = isinstance(m, GPTModelSpec)
+    if p.tp > 1 and not gpt:
+        yield f"parallel.tp must be 1 for model {type(m).__name__}: tensor parallelism shards the built-in gpt (tp={p.tp})"
+    if p.tp > 1 and gpt and (m.n_heads % p.tp or m.d_model % p.tp):
+        yield (f"parallel.tp must divide model.n_heads and model.d_model "
+               f"(tp={p.tp}, n_heads={m.n_heads}, d_model={m.d_model})")
+    if p.sequence_parallel and p.tp == 1:
+        yield f"parallel.sequence_parallel needs parallel.tp > 1 (tp={p.tp})"
+    if p.sequence_parallel and gpt and m.seq_len % p.tp:
+        yield f"parallel.sequence_parallel needs parallel.tp to divide model.seq_len (tp={p.tp}, seq_len={m.seq_len})"
+    if p.zero in (1, 2) and p.tp > 1:
+        yield f"parallel.zero 1/2 shard over dp only: use zero 3 (FSDP x TP) with tp > 1 (zero={p.zero}, tp={p.tp})"
+    if p.zero and p.pp > 1:
+        yield f"parallel.zero must be 0 with pipeline parallelism (zero={p.zero}, pp={p.pp})"
+    if p.dp_shard is not None:
+        if p.zero != 3:
+            yield f"parallel.dp_shard (HSDP) needs parallel.zero 3 (zero={p.zero}, dp_shard={p.dp_shard})"
+        elif dp % p.dp_shard:
+            yield f"parallel.dp_shard must divide parallel.dp (dp={dp}, dp_shard={p.dp_shard})"
+    if not p.reshard_after_forward and p.zero != 3:
+        yield f"parallel.reshard_after_forward applies to zero 3 only (zero={p.zero})"
+    if p.offload_optimizer and p.zero not in (1, 2):
+        yield f"parallel.offload_optimizer needs parallel.zero 1 or 2 (zero={p.zero})"
+    if p.activation_checkpointing and not gpt:
+        yield f"parallel.activation_checkpointing needs the built-in gpt model (blocks to recompute)"
+    if p.mixed_precision == "fp16" and not gpu:
+        yield ("parallel.mixed_precision 'fp16' needs GPU workers (a loss scaler for fp16 CUDA kernels), "
+               f"use 'bf16' on CPU (gpus_per_worker={spec.resources.gpus_per_worker})")
+    for name, option in (("compression", p.compression), ("local_sgd", p.local_sgd)):
+        if option is not None and (p.zero or p.tp > 1 or p.pp > 1):
+            yield (f"parallel.{name} applies to plain data parallelism (zero 0, tp 1, pp 1) "
+                   f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
+    if p.compression is not None and p.local_sgd is not None:
+        yield f"parallel.compression and parallel.local_sgd exclude each other (local SGD does not all-reduce gradients)"
+    if p.compression is not None and p.compression.kind == "bf16" and not gpu:
+        yield ("parallel.compression.kind 'bf16' needs GPU workers: the bf16 hook all-reduces bfloat16, which "
+               "gloo (CPU) does not support, so use 'fp16' or 'powersgd' on CPU "
+               f"(gpus_per_worker={spec.resources.gpus_per_worker})")
 
 
 def _model_data_errors(spec: JobSpec):

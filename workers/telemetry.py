@@ -77,5 +77,7 @@ def model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dic
 
     params = sum(local(p) for p in model.parameters())
     grads = sum(local(p.grad) for p in model.parameters() if p.grad is not None)
+    # ZeRO-2 keeps its gradient shards outside `p.grad`.
+    grads += sum(local(g) for g in getattr(optimizer, "sharded_grads", list)())
     opt = sum(local(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
     return {"params": params, "grads": grads, "optimizer": opt, "total": params + grads + opt}

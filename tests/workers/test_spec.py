@@ -45,7 +45,20 @@ INVALID = [
     ({"train.lr": -1}, "train.lr", ["greater than 0"]),
     ({"train.loss": "hinge"}, "train.loss", ["cross_entropy", "mse"]),
     ({"parallel.dp": 3, "resources.workers": 2}, "parallel", ["dp=3", "workers=2", "must equal resources.workers"]),
-    ({"parallel.tp": 2, "resources.workers": 2, "parallel.dp": 1}, "parallel.tp", ["not available yet", "tp=2"]),
+    ({"parallel.tp": 4, "resources.workers": 4, "parallel.dp": 1}, "parallel.tp",
+     ["must divide model.n_heads", "tp=4", "n_heads=2", "d_model=32"]),
+    ({"parallel.tp": 2, "resources.workers": 2, "parallel.zero": 2}, "parallel.zero", ["use zero 3", "zero=2", "tp=2"]),
+    ({"parallel.sequence_parallel": True}, "parallel.sequence_parallel", ["tp > 1", "tp=1"]),
+    ({"parallel.dp_shard": 2, "resources.workers": 4}, "parallel.dp_shard", ["zero 3", "zero=0", "dp_shard=2"]),
+    ({"parallel.dp_shard": 3, "parallel.zero": 3, "resources.workers": 4}, "parallel.dp_shard",
+     ["must divide parallel.dp", "dp=4", "dp_shard=3"]),
+    ({"parallel.compression": {"kind": "bf16"}, "resources.workers": 2}, "parallel.compression.kind",
+     ["needs GPU workers", "gloo", "'fp16' or 'powersgd'"]),
+    ({"parallel.compression": {"kind": "fp16"}, "parallel.zero": 3}, "parallel.compression",
+     ["plain data parallelism", "zero=3"]),
+    ({"parallel.local_sgd": {"period": 0}}, "parallel.local_sgd.period", ["greater than or equal to 1"]),
+    ({"parallel.mixed_precision": "fp16"}, "parallel.mixed_precision", ["needs GPU workers", "bf16"]),
+    ({"parallel.offload_optimizer": True}, "parallel.offload_optimizer", ["zero 1 or 2", "zero=0"]),
     ({"parallel.pp": 2, "resources.workers": 2, "model": {"name": "mlp"}, "data": {"name": "synthetic"},
       "train.loss": "mse"}, "parallel.pp", ["needs model 'gpt'", "pp=2"]),
     ({"parallel.pp": 2, "resources.workers": 2, "model.n_layers": 4,
@@ -60,7 +73,6 @@ INVALID = [
     ({"parallel.pipeline": {"schedule": "gpipe"}}, "parallel.pipeline", ["pp > 1", "pp=1"]),
     ({"parallel.pp": 2, "resources.workers": 2, "parallel.pipeline": {"schedule": "chimera"}},
      "parallel.pipeline.schedule", ["gpipe", "zbv_zero_bubble"]),
-    ({"parallel.zero": 1}, "parallel.zero", ["not available yet"]),
     ({"parallel.zero": 4}, "parallel.zero", ["less than or equal to 3"]),
     ({"train.global_batch_size": 20, "resources.workers": 2}, "train.global_batch_size",
      ["divisible by parallel.dp x train.micro_batch_size", "global_batch_size=20", "dp=2", "micro_batch_size=4"]),
@@ -111,7 +123,8 @@ def test_fault_injection_bounds(fault, field, word):
 
 def test_all_errors_are_reported_together():
     with pytest.raises(ValidationError) as info:
-        parse_spec(tiny_spec(**{"parallel.zero": 1, "train.warmup_steps": 99}))
+        parse_spec(tiny_spec(**{"parallel.zero": 1, "parallel.tp": 2, "resources.workers": 2,
+                                "train.warmup_steps": 99}))
     fields = {e["field"] for e in format_validation_error(info.value)}
     assert {"parallel.zero", "train.warmup_steps"} <= fields
 

@@ -5,18 +5,31 @@ from __future__ import annotations
 from workers.spec import JobSpec
 from workers.strategies.base import Strategy, StrategyContext
 from workers.strategies.ddp import DDPStrategy
+from workers.strategies.fsdp import FSDPStrategy
 from workers.strategies.pipeline import PipelineStrategy
+from workers.strategies.tensor_parallel import TensorParallelStrategy
+from workers.strategies.zero import ZeroStrategy
 
 STRATEGIES: dict[str, type] = {
     "ddp": DDPStrategy,
     "pipeline": PipelineStrategy,
+    "zero": ZeroStrategy,  # zero 1/2 over dp
+    "fsdp": FSDPStrategy,  # zero 3, also FSDP x TP and HSDP
+    "tp": TensorParallelStrategy,  # tp > 1 with zero 0 (DP x TP)
 }
 
 
 def strategy_name(spec: JobSpec) -> str:
     """The registry key for a spec's parallel layout (later layouts extend this)."""
-    if spec.parallel.pp > 1:
+    p = spec.parallel
+    if p.pp > 1:
         return "pipeline"
+    if p.zero == 3:
+        return "fsdp"
+    if p.zero in (1, 2):
+        return "zero"
+    if p.tp > 1:
+        return "tp"
     return "ddp"
 
 

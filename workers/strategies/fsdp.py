@@ -1,0 +1,74 @@
+"""ZeRO-3 with FSDP2 `fully_shard`: parameters, gradients and optimiser state sharded.
+
+Each GPT block is its own FSDP unit (gathered just before it runs, freed after
+unless `reshard_after_forward` is false), the root unit holds embeddings, final
+LayerNorm and head. Compositions through the DeviceMesh:
+  - FSDP x TP: the blocks are tensor-parallel over "tp" first, then sharded over "dp";
+  - HSDP (`dp_shard` < dp): replicate x shard, a 2-D data-parallel mesh
+    ("dp_replicate", "dp_shard"); gradients reduce-scatter inside a shard group
+    and all-reduce across replicas.
+Traffic per step with resharding: all-gather forward + all-gather backward +
+reduce-scatter = 3(K-1)/K x parameter bytes = 1.5x DDP; without it, 1.0x.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, accumulate, adamw
+from workers.strategies.common import apply_activation_checkpointing, global_grad_norm_clip
+from workers.strategies.metering import metered
+from workers.strategies.tensor_parallel import apply_tensor_parallel
+
+
+def fsdp_meshes(ctx: StrategyContext) -> tuple[DeviceMesh, DeviceMesh]:
+    """(the data-parallel mesh FSDP shards over, the tensor-parallel mesh), from one parent mesh."""
+    p, dp = ctx.spec.parallel, ctx.spec.dp
+    shard = p.dp_shard or dp
+    if shard == dp:
+        return ctx.mesh["dp"], ctx.mesh["tp"]
+    mesh = init_device_mesh(ctx.device.type, (p.pp, dp // shard, shard, p.tp),
+                            mesh_dim_names=("pp", "dp_replicate", "dp_shard", "tp"))
+    return mesh["dp_replicate", "dp_shard"], mesh["tp"]
+
+
+class FSDPStrategy:
+    name = "fsdp"
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        p = ctx.spec.parallel
+        model = model.to(ctx.device)
+        dp_mesh, tp_mesh = fsdp_meshes(ctx)
+        if p.tp > 1:
+            apply_tensor_parallel(model, tp_mesh, p.sequence_parallel)
+        apply_activation_checkpointing(model, ctx)
+        mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if p.mixed_precision == "bf16" else MixedPrecisionPolicy())
+        options = dict(mesh=dp_mesh, reshard_after_forward=p.reshard_after_forward, mp_policy=mp)
+        for block in getattr(model, "blocks", []):
+            fully_shard(block, **options)
+        return fully_shard(model, **options)
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        return adamw(wrapped.parameters(), ctx.spec)
+
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        @contextlib.contextmanager
+        def no_sync():
+            # Accumulate unsharded gradients locally; reduce-scatter once, on the last micro-batch.
+            wrapped.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                wrapped.set_requires_gradient_sync(True)
+
+        with metered(ctx.comm):
+            return accumulate(wrapped, micro, loss_fn, ctx.device, no_sync)
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        return global_grad_norm_clip(wrapped, max_norm)

@@ -1,0 +1,104 @@
+"""Megatron-style tensor parallelism of the GPT blocks with DTensor, and DP x TP.
+
+Within a block, q/k/v and mlp.fc are column-parallel (each tp rank holds
+n_heads / tp whole heads and 4d / tp hidden units) and attn.proj and mlp.proj
+are row-parallel, so a block costs one all-reduce forward and one backward per
+sub-layer. With `sequence_parallel` the residual stream between sub-layers is
+split along the sequence: LayerNorms run on 1/tp of the tokens and the
+all-reduces become all-gather + reduce-scatter pairs. Embeddings, the final
+LayerNorm and the head stay replicated over tp.
+
+Data parallelism on top (`dp > 1`, `zero: 0`) all-reduces each gradient's local
+piece over the dp group once per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+
+from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, accumulate, adamw
+from workers.strategies.common import apply_activation_checkpointing, global_grad_norm_clip, precision, reduce_partial_grads
+from workers.strategies.metering import metered
+
+
+def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool = False) -> nn.Module:
+    """Shard the GPT blocks over `tp_mesh` in place."""
+    if not hasattr(model, "blocks"):
+        raise TypeError("parallel.tp > 1 needs the built-in gpt model (blocks with q/k/v, proj, fc)")
+    if sequence_parallel:
+        # Replicated embeddings -> this rank's slice of the sequence (a local slice, no traffic).
+        parallelize_module(model, tp_mesh, {
+            "blocks.0": PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True),
+            "ln_f": SequenceParallel(),
+            "head": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True),
+        })
+    for block in model.blocks:
+        out = Shard(1) if sequence_parallel else Replicate()
+        plan = {
+            "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
+            "attn.proj": RowwiseParallel(output_layouts=out),
+            "mlp.fc": ColwiseParallel(),
+            "mlp.proj": RowwiseParallel(output_layouts=out),
+        }
+        if sequence_parallel:
+            plan |= {
+                "ln1": SequenceParallel(), "ln2": SequenceParallel(),
+                "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True),
+                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True),
+            }
+        parallelize_module(block, tp_mesh, plan)
+    return model
+
+
+class TensorParallelStrategy:
+    """`parallel.tp > 1` with `zero: 0`: TP inside, plain gradient all-reduce over dp outside."""
+
+    name = "tp"
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        model = apply_tensor_parallel(model.to(ctx.device), ctx.mesh["tp"], ctx.spec.parallel.sequence_parallel)
+        apply_activation_checkpointing(model, ctx)
+        return model
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        return adamw(wrapped.parameters(), ctx.spec)
+
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        with metered(ctx.comm):
+            with precision(ctx):
+                fb = accumulate(wrapped, micro, loss_fn, ctx.device, contextlib.nullcontext)
+            reduce_partial_grads(wrapped)
+            self._average_over_dp(wrapped, ctx)
+        return fb
+
+    @torch.no_grad()
+    def _average_over_dp(self, wrapped: nn.Module, ctx: StrategyContext) -> None:
+        dp_mesh = ctx.mesh["dp"]
+        if dp_mesh.size() == 1:
+            return
+        group = dp_mesh.get_group()
+        works = []
+        for p in wrapped.parameters():
+            if p.grad is None:
+                continue
+            local = p.grad._local_tensor if isinstance(p.grad, DTensor) else p.grad
+            local.div_(dp_mesh.size())
+            works.append(dist.all_reduce(local, group=group, async_op=True))
+        for w in works:
+            w.wait()
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        return global_grad_norm_clip(wrapped, max_norm)
