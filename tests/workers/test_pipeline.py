@@ -1,0 +1,145 @@
+"""Pipeline parallelism on a real local Ray with gloo: numerics against the single-process reference,
+PP x DP, checkpoint resharding, activations in flight, and the measured bubble against theory."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from safetensors.torch import load_file
+
+from service.supervisor.run import JobRun
+from tests.helpers import spec_of
+from workers.models import build_model
+
+pytestmark = pytest.mark.slow
+
+BASE = {"model.n_layers": 4, "train.steps": 10}
+REL = 1e-5  # the issue's tolerance; observed differences are ~5e-8
+
+
+class Steps:
+    def __init__(self):
+        self.steps = []
+
+    def on_state(self, state, message): pass
+    def on_event(self, kind, message, data): pass
+
+    def on_step(self, record):
+        self.steps.append(record)
+
+
+def run(spec, tmp_path, name):
+    rec = Steps()
+    summary = JobRun(spec, tmp_path / name, name, listener=rec).run()
+    assert summary["state"] == "SUCCEEDED", summary["error"]
+    return summary, rec.steps
+
+
+def pipeline(schedule, pp=2, **overrides):
+    return spec_of(**BASE, **{"resources.workers": pp, "parallel.pp": pp,
+                              "parallel.pipeline": {"schedule": schedule}}, **overrides)
+
+
+@pytest.fixture(scope="module")
+def reference(ray_cluster, tmp_path_factory):
+    _, steps = run(spec_of(**BASE), tmp_path_factory.mktemp("ref"), "ref")
+    return [s["loss"] for s in steps]
+
+
+CASES = [(s, 2) for s in ("gpipe", "1f1b", "interleaved_1f1b", "looped_bfs", "zero_bubble",
+                          "zbv_zero_bubble", "dualpipe_v")] + [("gpipe", 4), ("1f1b", 4)]
+
+
+@pytest.mark.parametrize("schedule,pp", CASES, ids=[f"{s}-pp{p}" for s, p in CASES])
+def test_schedule_matches_single_process_reference(reference, tmp_path, schedule, pp):
+    summary, steps = run(pipeline(schedule, pp), tmp_path, f"{schedule}-{pp}")
+    losses = [s["loss"] for s in steps]
+    assert len(losses) == 10
+    assert losses == pytest.approx(reference, rel=REL)
+    assert summary["layout"]["strategy"] == "pipeline" and summary["layout"]["pp"] == pp
+    # Accounting on every step, per stage, and in the summary.
+    for s in steps:
+        assert [st["stage"] for st in s["stages"]] == list(range(pp))
+        assert 0.0 <= s["bubble_fraction"] < 1.0 and s["bubble_fraction_theoretical"] is not None
+    assert summary["bubble_fraction"] is not None and summary["bubble_fraction_theoretical"] is not None
+    split = summary["pipeline"]["split"]
+    assert split[0]["embedding"] and split[-1]["head"]
+    assert sorted(b for st in split for b in st["blocks"]) == [0, 1, 2, 3]
+    assert summary["params_sha256"] and summary["comm_bytes_per_step"] > 0
+
+
+def test_pp2_x_dp2_matches_reference(reference, tmp_path):
+    spec = spec_of(**BASE, **{"resources.workers": 4, "parallel.pp": 2, "parallel.dp": 2})
+    summary, steps = run(spec, tmp_path, "pp2dp2")
+    assert [s["loss"] for s in steps] == pytest.approx(reference, rel=REL)
+    assert summary["layout"] == {**summary["layout"], "pp": 2, "dp": 2}
+    assert len(steps[-1]["stages"]) == 2  # two replicas per stage, averaged
+
+
+def test_checkpoints_reshard_between_pipeline_and_data_parallel(ray_cluster, tmp_path):
+    # Constant lr: the first leg's schedule must not depend on its shorter train.steps.
+    base = {**BASE, "train.lr_schedule": "constant", "train.steps": 8, "train.warmup_steps": 0}
+    _, ref = run(spec_of(**base), tmp_path, "ref")
+    layouts = {"pp2": {"resources.workers": 2, "parallel.pp": 2}, "dp2": {"resources.workers": 2}}
+    for first, second in [("pp2", "dp2"), ("dp2", "pp2")]:
+        name = f"{first}-then-{second}"
+        run(spec_of(**{**base, **layouts[first], "train.steps": 4}), tmp_path, name)
+        summary, steps = run(spec_of(**base, **layouts[second]), tmp_path, name)  # resumes at step 4
+        assert [s["step"] for s in steps] == [5, 6, 7, 8]
+        assert [s["loss"] for s in steps] == pytest.approx([s["loss"] for s in ref[4:]], rel=REL)
+    exported = load_file(str(tmp_path / "dp2-then-pp2" / "model.safetensors"))  # gathered from both stages
+    assert set(exported) == set(build_model(spec_of(**base)).state_dict())
+
+
+def test_1f1b_holds_fewer_activations_than_gpipe(ray_cluster, tmp_path):
+    m = 8
+    peaks = {}
+    for schedule in ("gpipe", "1f1b"):
+        summary, _ = run(pipeline(schedule, **{"train.global_batch_size": 4 * m, "train.steps": 3}),
+                         tmp_path, schedule)
+        peaks[schedule] = summary["pipeline"]["stages"]
+    for g, o in zip(peaks["gpipe"], peaks["1f1b"]):
+        assert g["activation_microbatches_peak"] == m  # GPipe holds every micro-batch
+        assert o["activation_microbatches_peak"] <= 2  # 1F1B at most P
+        assert o["activation_bytes_peak"] < g["activation_bytes_peak"] / 3
+
+
+# --- measured bubble ---------------------------------------------------------------------------
+
+# Compute-heavy enough that per-op Python overhead is small; 8 blocks so embedding and head
+# shift the stage costs by only a few percent.
+BUBBLE = {"model.n_layers": 8, "model.d_model": 128, "model.seq_len": 64, "model.n_heads": 4,
+          "train.micro_batch_size": 4, "train.steps": 8, "train.lr_schedule": "constant",
+          "train.warmup_steps": 0, "resources.workers": 2, "parallel.pp": 2}
+
+
+def measured_bubble(tmp_path, name, schedule, m, **pipe):
+    spec = spec_of(**BUBBLE, **{"train.global_batch_size": 4 * m,
+                                "parallel.pipeline": {"schedule": schedule, "microbatches": m, **pipe}})
+    summary, steps = run(spec, tmp_path, name)
+    steady = steps[2:]  # skip the first steps (shape inference, allocator warm-up)
+    return statistics.median(s["bubble_fraction"] for s in steady), summary["bubble_fraction_theoretical"]
+
+
+@pytest.mark.parametrize("m", [2, 4, 8])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_measured_bubble_close_to_theory(ray_cluster, tmp_path, schedule, m):
+    measured, theory = measured_bubble(tmp_path, f"{schedule}-{m}", schedule, m)
+    assert theory == pytest.approx(1 / (m + 1))
+    assert measured == pytest.approx(theory, abs=0.07)
+
+
+def test_zero_bubble_measures_lower_than_1f1b(ray_cluster, tmp_path):
+    m = 4
+    one_f_one_b, _ = measured_bubble(tmp_path, "1f1b", "1f1b", m)
+    zbv, theory = measured_bubble(tmp_path, "zbv", "zbv_zero_bubble", m)
+    assert theory == 0.0
+    assert zbv < one_f_one_b
+
+
+def test_unbalanced_split_shows_a_higher_bubble(ray_cluster, tmp_path):
+    balanced, theory = measured_bubble(tmp_path, "balanced", "1f1b", 4)
+    unbalanced, same_theory = measured_bubble(tmp_path, "unbalanced", "1f1b", 4, split=[7, 1])
+    assert theory == same_theory  # the formula assumes balance; the measurement shows the cost of not having it
+    assert unbalanced > balanced + 0.1
