@@ -29,6 +29,7 @@ def job_out(job: Job, full: bool = True) -> dict:
         "samples_per_s": job.samples_per_s, "step_time_s": job.step_time_s, "eta_s": eta,
         "restarts": job.restarts, "last_checkpoint_step": job.last_checkpoint_step,
         "layout": job.layout, "error": job.error, "cancel_requested": job.cancel_requested,
+        "supervisor": job.supervisor_name,
     }
     if full:
         out["summary"] = job.summary

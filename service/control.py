@@ -20,7 +20,6 @@ from service.metrics import make_registry
 from service.settings import Settings
 
 log = logging.getLogger("trainyard.control")
-SUPERVISOR_PREFIX = "trainyard-supervisor-"
 
 
 class ControlPlane:
@@ -33,7 +32,9 @@ class ControlPlane:
         self.ray_error: str | None = None
         self.capacity: tuple[dict, dict] | None = None  # (cluster total, largest node), refreshed by the loop
         self._stop = threading.Event()
+        self.wake = threading.Event()  # set by a submit: schedule now rather than at the next tick
         self._thread: threading.Thread | None = None
+        self.pool = None
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -46,8 +47,11 @@ class ControlPlane:
 
     def stop(self) -> None:
         self._stop.set()
+        self.wake.set()
         if self._thread is not None:
             self._thread.join(timeout=15)
+        if self.pool is not None and self.ray_ready.is_set():
+            self.pool.shutdown()
         if not self.settings.ray_address:  # the local Ray this process started goes with it
             import ray
 
@@ -94,39 +98,54 @@ class ControlPlane:
         self.ray_ready.set()
         if not self.settings.control_loops:
             return
-        reconciler = Reconciler(self.sessions, self.settings)
-        scheduler = Scheduler(self.sessions, self.settings, reconciler.handles)
+        from service.supervisor.launch import Launcher
+        from service.supervisor.standby import StandbyPool, plane_id
+
+        self.pool = StandbyPool(plane_id(self.settings.db_url), self.settings.standby_supervisors)
+        launcher = Launcher(self.settings, self.pool)
+        reconciler = Reconciler(self.sessions, self.settings, launcher)
+        scheduler = Scheduler(self.sessions, self.settings, launcher, reconciler.handles)
         self.sweep_orphans()
         tick = 0
         while not self._stop.is_set():
             started = time.monotonic()
+            self.wake.clear()
             try:
                 reconciler.tick()
                 if self.settings.scheduler_enabled:
                     scheduler.tick()
+                self.pool.refill()
                 tick += 1
                 if tick % 20 == 0:
                     self.capacity = cluster_capacity()
                     self.sweep_orphans()
             except Exception:
                 log.exception("control loop tick failed; retrying")
-            self._stop.wait(max(0.0, self.settings.loop_interval_s - (time.monotonic() - started)))
+            self.wake.wait(max(0.0, self.settings.loop_interval_s - (time.monotonic() - started)))
 
     def sweep_orphans(self) -> None:
-        """Kill supervisors whose job is over (e.g. a control plane died before it could)."""
+        """Kill supervisors nobody needs: those of ended jobs, and this plane's stale standbys
+        (e.g. a control plane died before it could). Other planes' actors are left alone."""
         import ray
 
         from service.lifecycle import TERMINAL
         from service.ray_client import NAMESPACE
+        from service.supervisor.actor import SUPERVISOR_PREFIX
+        from service.supervisor.standby import named_actors
 
-        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                 if a.get("namespace") == NAMESPACE and a["name"].startswith(SUPERVISOR_PREFIX)]
-        if not names:
-            return
         with self.sessions() as s:
-            for name in names:
-                job = repo.get_job(s, name.removeprefix(SUPERVISOR_PREFIX))
-                if job is not None and job.state in TERMINAL:  # unknown ids may belong to another control plane
+            in_use = {j.supervisor_name for j in repo.active_jobs(s)} | self.pool.names()
+            for name in named_actors():
+                if name in in_use:
+                    continue
+                if self.pool.owns(name):
+                    stale = True
+                elif name.startswith(SUPERVISOR_PREFIX):
+                    job = repo.get_job(s, name.removeprefix(SUPERVISOR_PREFIX).rsplit("-", 1)[0])
+                    stale = job is not None and (job.state in TERMINAL or job.supervisor_name != name)
+                else:
+                    stale = False
+                if stale:
                     try:
                         ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
                     except Exception:

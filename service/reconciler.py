@@ -23,7 +23,8 @@ from service.db.engine import Sessions
 from service.db import repository as repo
 from service.lifecycle import TERMINAL, IllegalTransition, JobState
 from service.settings import Settings
-from service.supervisor.actor import find_supervisor, start_supervisor
+from service.supervisor.actor import find_supervisor
+from service.supervisor.launch import Launcher
 from workers.checkpointing import latest_checkpoint
 
 log = logging.getLogger("trainyard.reconciler")
@@ -31,18 +32,19 @@ DRAIN_TIMEOUT_S = 10.0
 
 
 class Reconciler:
-    def __init__(self, sessions: Sessions, settings: Settings):
+    def __init__(self, sessions: Sessions, settings: Settings, launcher: Launcher | None = None):
         self.sessions, self.settings = sessions, settings
+        self.launcher = launcher or Launcher(settings)
         self.handles: dict[str, object] = {}  # job id -> supervisor actor handle
 
     def tick(self) -> None:
         with self.sessions() as s:
-            jobs = [(j.id, j.drained_seq, j.cancel_requested, j.supervisor_epoch) for j in repo.active_jobs(s)]
+            jobs = [(j.id, j.drained_seq, j.cancel_requested, j.supervisor_name) for j in repo.active_jobs(s)]
         refs = {}
-        for job_id, ack, cancel, _epoch in jobs:
+        for job_id, ack, cancel, name in jobs:
             handle = self.handles.get(job_id)
             if handle is None:
-                handle = find_supervisor(job_id)
+                handle = find_supervisor(name)
                 if handle is None:
                     self.recover(job_id)
                     continue
@@ -53,7 +55,11 @@ class Reconciler:
             refs[job_id] = handle.drain.remote(ack)
         for job_id, ref in refs.items():
             try:
-                self.apply(job_id, ray.get(ref, timeout=DRAIN_TIMEOUT_S))
+                drained = ray.get(ref, timeout=DRAIN_TIMEOUT_S)
+                if not drained["started"]:  # admitted, but the control plane died before handing it the job
+                    self._hand_over(job_id)
+                    continue
+                self.apply(job_id, drained)
             except ray.exceptions.GetTimeoutError:
                 log.warning("supervisor of %s did not answer within %.0fs", job_id, DRAIN_TIMEOUT_S)
             except ray.exceptions.RayActorError:
@@ -61,6 +67,15 @@ class Reconciler:
                 self.recover(job_id)
         for job_id in set(self.handles) - {j[0] for j in jobs}:
             self._retire(job_id)
+
+    def _hand_over(self, job_id: str) -> None:
+        with self.sessions() as s:
+            job = repo.get_job(s, job_id)
+            if job is None or job.state in TERMINAL:
+                return
+            args = (job_id, job.spec, str(self.settings.job_dir(job_id)), job.supervisor_epoch,
+                    repo.metric_stride(job.total_steps, self.settings.metrics_max_points))
+        self.handles[job_id].start.remote(*args)
 
     # --- one drain into the database ---------------------------------------
 
@@ -158,12 +173,12 @@ class Reconciler:
                                data={"restart": job.restarts, "resume_step": resume, "reason": reason})
             job.supervisor_epoch += 1
             job.drained_seq = 0
+            reservation = self.launcher.reserve()
+            job.supervisor_name = self.launcher.name(reservation, job.id, job.supervisor_epoch)
             spec, epoch, total = job.spec, job.supervisor_epoch, job.total_steps
         try:
-            handle = start_supervisor(job_id, spec, str(self.settings.job_dir(job_id)), epoch,
-                                      repo.metric_stride(total, self.settings.metrics_max_points))
-            self.handles[job_id] = handle
-        except Exception as exc:  # the old name not released yet: the next tick tries again
+            self.handles[job_id] = self.launcher.launch(reservation, job_id, spec, epoch, total)
+        except Exception as exc:  # e.g. Ray unreachable: the next tick tries again
             log.warning("restarting the supervisor of %s failed: %s", job_id, exc)
 
     def _note_reattach(self, job_id: str) -> None:
@@ -172,7 +187,11 @@ class Reconciler:
 
     def _retire(self, job_id: str) -> None:
         """The job is over and stored: stop its supervisor (its workers are already gone)."""
-        handle = self.handles.pop(job_id, None) or find_supervisor(job_id)
+        handle = self.handles.pop(job_id, None)
+        if handle is None:
+            with self.sessions() as s:
+                job = repo.get_job(s, job_id)
+                handle = find_supervisor(job.supervisor_name if job else None)
         if handle is not None:
             try:
                 ray.kill(handle, no_restart=True)

@@ -19,7 +19,7 @@ from service.db.engine import Sessions
 from service.db import repository as repo
 from service.lifecycle import JobState
 from service.settings import Settings
-from service.supervisor.actor import start_supervisor
+from service.supervisor.launch import Launcher
 
 log = logging.getLogger("trainyard.scheduler")
 EPS = 1e-6
@@ -64,8 +64,10 @@ def cluster_capacity() -> tuple[dict[str, float], dict[str, float]]:
 
 
 class Scheduler:
-    def __init__(self, sessions: Sessions, settings: Settings, handles: dict | None = None):
+    def __init__(self, sessions: Sessions, settings: Settings, launcher: Launcher | None = None,
+                 handles: dict | None = None):
         self.sessions, self.settings = sessions, settings
+        self.launcher = launcher or Launcher(settings)
         self.handles = handles if handles is not None else {}  # shared with the reconciler
 
     def tick(self) -> list[str]:
@@ -101,19 +103,21 @@ class Scheduler:
         return reserved
 
     def _admit(self, job_id: str, free: dict[str, float]) -> bool:
+        reservation = self.launcher.reserve()
         with self.sessions.begin() as s:
             job = repo.get_job(s, job_id, lock=True)
             if job is None or job.state != JobState.QUEUED or job.cancel_requested:
+                self.launcher.release(reservation)
                 return False
             repo.transition(s, job, JobState.STARTING,
                             f"admitted: needs {job.cpus:g} CPU / {job.gpus:g} GPU, {free['CPU']:g} CPU free")
             job.supervisor_epoch += 1
             job.drained_seq = 0
+            job.supervisor_name = self.launcher.name(reservation, job.id, job.supervisor_epoch)
             spec, epoch, total_steps = job.spec, job.supervisor_epoch, job.total_steps
         # Committed first: if this process dies right here the reconciler starts the supervisor.
         try:
-            self.handles[job_id] = start_supervisor(job_id, spec, str(self.settings.job_dir(job_id)), epoch,
-                             repo.metric_stride(total_steps, self.settings.metrics_max_points))
-        except Exception as exc:  # e.g. the name is still held by a dying supervisor: retried by the reconciler
+            self.handles[job_id] = self.launcher.launch(reservation, job_id, spec, epoch, total_steps)
+        except Exception as exc:  # retried by the reconciler
             log.warning("starting the supervisor of %s failed: %s", job_id, exc)
         return True

@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     loop_interval_s: float = 0.5  # scheduler and reconciler tick
     metrics_max_points: int = 2000  # per-step metrics kept per job; longer jobs are downsampled
     access_log: bool = False
+    standby_supervisors: int = 1  # idle supervisors kept ready (torch imported) so a job starts at once
     api_threads: int = 4  # threads for the API's blocking database calls
 
     @property

@@ -49,6 +49,8 @@ async def submit_job(
     canonical = json.dumps({"spec": spec.model_dump(mode="json"), "priority": priority}, sort_keys=True)
     body_sha = hashlib.sha256(canonical.encode()).hexdigest()
     job, created = await run_in_threadpool(_store, plane, principal, spec, priority, body_sha, idempotency_key)
+    if created:
+        plane.wake.set()
     return JSONResponse(job, status_code=201, headers={"Location": f"/v1/jobs/{job['id']}",
                                                        "Idempotent-Replayed": "false" if created else "true"})
 
@@ -107,7 +109,7 @@ def cancel_job(job_id: str, plane: PlaneDep, principal: PrincipalDep) -> dict:
     if out["cancel_requested"] and plane.ray_ready.is_set():
         from service.supervisor.actor import find_supervisor
 
-        handle = find_supervisor(job_id)
+        handle = find_supervisor(out["supervisor"])
         if handle is not None:
             handle.cancel.remote()  # quicker than waiting for the reconciler's next tick
     return out

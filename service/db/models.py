@@ -78,6 +78,7 @@ class Job(Base):
     body_sha256: Mapped[str] = mapped_column(String(64))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     supervisor_epoch: Mapped[int] = mapped_column(Integer, default=0)  # bumps per supervisor started
+    supervisor_name: Mapped[str | None] = mapped_column(String(128), nullable=True)  # its Ray actor name
     drained_seq: Mapped[int] = mapped_column(Integer, default=0)  # last supervisor record stored
 
 

@@ -5,6 +5,10 @@ It runs the worker runtime (JobRun) in a thread and keeps what the run reports
 drains it with `drain(ack)`: records up to `ack` are stored in the database and
 dropped here, the rest are returned again, so a control plane that dies between
 a drain and its commit loses nothing and stores nothing twice.
+
+A supervisor can be created idle (a standby, with torch and the runtime already
+imported) and handed a job later with `start(...)`; the job's row records the
+actor's name, which is how a restarted control plane finds it again.
 """
 
 from __future__ import annotations
@@ -22,25 +26,38 @@ from service.supervisor.run import JobRun
 from workers.spec import parse_spec
 
 MAX_BUFFERED_STEPS = 5000  # a control plane away for long: older steps are thinned, never the newest
+SUPERVISOR_PREFIX = "trainyard-supervisor-"
 
 
-def supervisor_name(job_id: str) -> str:
-    return f"trainyard-supervisor-{job_id}"
+def supervisor_name(job_id: str, epoch: int) -> str:
+    """The name of a supervisor started for one job (standbys are named by their pool)."""
+    return f"{SUPERVISOR_PREFIX}{job_id}-{epoch}"
 
 
 @ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)
 class JobSupervisor:
-    def __init__(self, job_id: str, spec_json: dict, job_dir: str, epoch: int, metric_stride: int = 1):
-        # The spec was validated at submit (fault injection included), so no policy is re-applied here.
-        spec = parse_spec(spec_json, allow_fault_injection=True)
-        self.job_id, self.epoch, self.metric_stride = job_id, epoch, max(1, metric_stride)
+    def __init__(self):
         self._lock = threading.Lock()
         self._records: list[dict] = []
         self._seq = 0
         self._summary: dict | None = None
-        self._run = JobRun(spec, Path(job_dir), job_id, listener=self)
-        self._thread = threading.Thread(target=self._main, name=f"jobrun-{job_id}", daemon=True)
-        self._thread.start()
+        self._run: JobRun | None = None
+        self.job_id, self.epoch, self.metric_stride = None, 0, 1
+
+    def ready(self) -> bool:
+        return True
+
+    def start(self, job_id: str, spec_json: dict, job_dir: str, epoch: int, metric_stride: int = 1) -> bool:
+        """Take on a job. Idempotent: False (and no change) if this supervisor already runs one."""
+        with self._lock:
+            if self._run is not None:
+                return False
+            # The spec was validated at submit (fault injection included), so no policy is re-applied here.
+            spec = parse_spec(spec_json, allow_fault_injection=True)
+            self.job_id, self.epoch, self.metric_stride = job_id, epoch, max(1, metric_stride)
+            self._run = JobRun(spec, Path(job_dir), job_id, listener=self)
+        threading.Thread(target=self._main, name=f"jobrun-{job_id}", daemon=True).start()
+        return True
 
     # --- RunListener (called from the run thread) ---------------------------
 
@@ -91,24 +108,28 @@ class JobSupervisor:
 
     def _status(self) -> dict:
         run = self._run
-        return {"job_id": self.job_id, "epoch": self.epoch, "state": str(run.state), "restarts": run.restarts,
-                "last_checkpoint_step": run.last_checkpoint_step, "layout": run.layout(),
+        if run is None:
+            return {"job_id": None, "epoch": 0, "started": False, "done": False, "summary": None, "seq": 0}
+        return {"job_id": self.job_id, "epoch": self.epoch, "started": True, "state": str(run.state),
+                "restarts": run.restarts, "last_checkpoint_step": run.last_checkpoint_step, "layout": run.layout(),
                 "done": self._summary is not None, "summary": self._summary, "seq": self._seq}
 
     def cancel(self) -> bool:
-        self._run.cancel()
+        if self._run is not None:
+            self._run.cancel()
         return True
 
 
-def start_supervisor(job_id: str, spec_json: dict, job_dir: str, epoch: int, metric_stride: int):
-    """Start the job's supervisor; it outlives the control plane that started it."""
-    return JobSupervisor.options(name=supervisor_name(job_id), namespace=NAMESPACE, lifetime="detached",
-                                 get_if_exists=False).remote(job_id, spec_json, job_dir, epoch, metric_stride)
+def create_supervisor(name: str):
+    """An idle supervisor that outlives the control plane that created it."""
+    return JobSupervisor.options(name=name, namespace=NAMESPACE, lifetime="detached").remote()
 
 
-def find_supervisor(job_id: str):
-    """The live supervisor of a job, or None if there is none."""
+def find_supervisor(name: str | None):
+    """The live supervisor with this name, or None."""
+    if not name:
+        return None
     try:
-        return ray.get_actor(supervisor_name(job_id), namespace=NAMESPACE)
+        return ray.get_actor(name, namespace=NAMESPACE)
     except ValueError:
         return None

@@ -9,7 +9,6 @@ import pytest
 import ray
 
 from service.ray_client import NAMESPACE
-from service.supervisor.actor import supervisor_name
 from tests.api.test_end_to_end import assert_released
 from tests.helpers import tiny_spec
 from tests.live import TERMINAL, Server, states_of, wait_for, wait_step
@@ -42,7 +41,7 @@ def test_restart_reattaches_to_the_live_supervisor(server):
         before = wait_step(c, job_id, 20)
         assert before["state"] == "RUNNING", before
     server.kill()  # SIGKILL: no clean-up; the detached supervisor keeps training on Ray
-    assert ray.get_actor(supervisor_name(job_id), namespace=NAMESPACE)
+    assert ray.get_actor(before["supervisor"], namespace=NAMESPACE)
     server.start()
     with server.client() as c:
         job = wait_for(c, job_id, TERMINAL)
@@ -52,23 +51,25 @@ def test_restart_reattaches_to_the_live_supervisor(server):
         assert states_of(events) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
         points = c.get(f"/v1/jobs/{job_id}/metrics").json()["points"]
         assert [p["step"] for p in points] == list(range(1, 301))  # the drain buffer kept what it was not told to drop
-    assert_released(job_id)
+    assert_released(job)
 
 
 def test_restart_recovers_a_job_whose_supervisor_died_too(server):
     spec = tiny_spec(**{"resources.workers": 2, "train.steps": 400, "checkpoint.every_steps": 20})
     with server.client() as c:
         job_id = c.post("/v1/jobs", json=spec).json()["id"]
-        assert wait_step(c, job_id, 25)["state"] == "RUNNING"
+        before = wait_step(c, job_id, 25)
+        assert before["state"] == "RUNNING"
     server.kill()
-    ray.kill(ray.get_actor(supervisor_name(job_id), namespace=NAMESPACE), no_restart=True)  # e.g. its node went away
+    ray.kill(ray.get_actor(before["supervisor"], namespace=NAMESPACE), no_restart=True)  # e.g. its node went away
     server.start()
     with server.client() as c:
         job = wait_for(c, job_id, TERMINAL)
         assert job["state"] == "SUCCEEDED" and job["restarts"] == 1 and job["step"] == 400, job
+        assert job["supervisor"] != before["supervisor"]
         events = _no_duplicates(c, job_id, 400)
         assert states_of(events) == ["QUEUED", "STARTING", "RUNNING", "RECOVERING", "RUNNING", "SUCCEEDED"]
         restart = next(e for e in events if e["kind"] == "restart")
         assert restart["data"]["resume_step"] >= 20 and "supervisor lost" in restart["message"]
         assert job["summary"]["final_loss"] < job["summary"]["initial_loss"]
-    assert_released(job_id)
+    assert_released(job)

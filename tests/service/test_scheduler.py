@@ -43,14 +43,13 @@ def test_admits_by_priority_and_never_over_commits(ray_cluster, sessions, tmp_pa
             assert scheduler.tick() == []
             time.sleep(0.2)
         with sessions() as s:
-            states = {j.id: j.state for j in repo.list_jobs(s, t.id, None, 10, 0)}
-        assert states == {urgent.id: JobState.STARTING, first.id: JobState.STARTING, second.id: JobState.QUEUED}
-        assert all(find_supervisor(j) is not None for j in (urgent.id, first.id))
+            jobs = {j.id: j for j in repo.list_jobs(s, t.id, None, 10, 0)}
+        assert {i: j.state for i, j in jobs.items()} == {
+            urgent.id: JobState.STARTING, first.id: JobState.STARTING, second.id: JobState.QUEUED}
+        assert all(find_supervisor(jobs[j].supervisor_name) is not None for j in (urgent.id, first.id))
     finally:
-        for job_id in (urgent.id, first.id, second.id):
-            handle = find_supervisor(job_id)
-            if handle is not None:
-                ray.kill(handle, no_restart=True)
+        for handle in scheduler.handles.values():
+            ray.kill(handle, no_restart=True)
     deadline = time.monotonic() + 30
     while ray.available_resources().get("CPU", 0.0) < free and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -1,0 +1,47 @@
+"""Starting a job's supervisor: a standby one if the pool has it ready, else a new actor.
+
+Two steps around the caller's database transaction: `reserve()` picks the actor
+and its name (which the transaction stores in the job row), `launch()` hands it
+the job after the commit. A crash in between leaves a row naming an idle or
+missing supervisor, which the reconciler completes or replaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.db.repository import metric_stride
+from service.settings import Settings
+from service.supervisor.actor import create_supervisor, supervisor_name
+from service.supervisor.standby import StandbyPool
+
+
+@dataclass
+class Reservation:
+    name: str | None = None
+    handle: object | None = None  # set when a standby was taken
+
+
+class Launcher:
+    def __init__(self, settings: Settings, pool: StandbyPool | None = None):
+        self.settings, self.pool = settings, pool
+
+    def reserve(self) -> Reservation:
+        taken = self.pool.take() if self.pool is not None else None
+        return Reservation(*taken) if taken else Reservation()
+
+    def name(self, reservation: Reservation, job_id: str, epoch: int) -> str:
+        if reservation.name is None:
+            reservation.name = supervisor_name(job_id, epoch)
+        return reservation.name
+
+    def release(self, reservation: Reservation) -> None:
+        """The job was not admitted after all: a standby goes back to the pool."""
+        if reservation.handle is not None and self.pool is not None:
+            self.pool.give_back((reservation.name, reservation.handle))
+
+    def launch(self, reservation: Reservation, job_id: str, spec: dict, epoch: int, total_steps: int):
+        handle = reservation.handle or create_supervisor(reservation.name)
+        handle.start.remote(job_id, spec, str(self.settings.job_dir(job_id)), epoch,
+                            metric_stride(total_steps, self.settings.metrics_max_points))
+        return handle
