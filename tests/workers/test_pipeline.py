@@ -37,8 +37,8 @@ def run(spec, tmp_path, name):
 
 
 def pipeline(schedule, pp=2, **overrides):
-    return spec_of(**BASE, **{"resources.workers": pp, "parallel.pp": pp,
-                              "parallel.pipeline": {"schedule": schedule}}, **overrides)
+    return spec_of(**{**BASE, "resources.workers": pp, "parallel.pp": pp,
+                      "parallel.pipeline": {"schedule": schedule}, **overrides})
 
 
 @pytest.fixture(scope="module")
