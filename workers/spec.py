@@ -165,7 +165,8 @@ class PipelineSpec(_Strict):
 class CompressionSpec(_Strict):
     kind: Literal["fp16", "bf16", "powersgd"]
     rank: int = Field(1, ge=1, le=1024, description="powersgd: matrix approximation rank")
-    start_step: int = Field(0, ge=0, description="powersgd: plain all-reduce before this many steps")
+    start_step: int = Field(2, ge=2, description="powersgd: plain all-reduce for the first steps "
+                                                 "(>= 2: error feedback needs fixed bucket shapes)")
 
 
 class LocalSGDSpec(_Strict):
@@ -223,8 +224,8 @@ class FaultSpec(_Strict):
 class StragglerSpec(_Strict):
     policy: Literal["off", "report", "rebalance"] = Field(
         "report", description="report: event and metric; rebalance: also shift data away from the slow rank")
-    threshold: float = Field(0.7, gt=0.0, lt=1.0, description="slow when median compute time / this rank's is below this")
-    recover: float = Field(0.85, gt=0.0, le=1.0, description="no longer slow once the score is back above this")
+    threshold: float = Field(0.6, gt=0.0, lt=1.0, description="slow when median compute time / this rank's is below this")
+    recover: float = Field(0.8, gt=0.0, le=1.0, description="no longer slow once the score is back above this")
     window: int = Field(8, ge=2, le=1000, description="steps the score is averaged over")
 
 

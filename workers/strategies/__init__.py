@@ -6,6 +6,7 @@ from workers.spec import JobSpec
 from workers.strategies.base import Strategy, StrategyContext
 from workers.strategies.ddp import DDPStrategy
 from workers.strategies.fsdp import FSDPStrategy
+from workers.strategies.local_sgd import LocalSGDStrategy
 from workers.strategies.pipeline import PipelineStrategy
 from workers.strategies.tensor_parallel import TensorParallelStrategy
 from workers.strategies.zero import ZeroStrategy
@@ -16,6 +17,7 @@ STRATEGIES: dict[str, type] = {
     "zero": ZeroStrategy,  # zero 1/2 over dp
     "fsdp": FSDPStrategy,  # zero 3, also FSDP x TP and HSDP
     "tp": TensorParallelStrategy,  # tp > 1 with zero 0 (DP x TP)
+    "local_sgd": LocalSGDStrategy,  # parameter averaging every parallel.local_sgd.period steps
 }
 
 
@@ -30,7 +32,9 @@ def strategy_name(spec: JobSpec) -> str:
         return "zero"
     if p.tp > 1:
         return "tp"
-    return "ddp"
+    if p.local_sgd is not None:
+        return "local_sgd"
+    return "ddp"  # with parallel.compression as its communication hook
 
 
 def build_strategy(spec: JobSpec) -> Strategy:

@@ -30,6 +30,7 @@ from torch.distributed.tensor import DTensor, Shard
 from torch.optim.adam import adam
 
 from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, accumulate
+from workers.strategies.common import apply_activation_checkpointing, precision
 from workers.telemetry import CommMeter
 
 
@@ -171,7 +172,9 @@ class ZeroStrategy:
         self.optimizer: ShardedAdamW | None = None
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
-        return model.to(ctx.device)
+        model = model.to(ctx.device)
+        apply_activation_checkpointing(model, ctx)
+        return model
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         p = ctx.spec.parallel
@@ -182,7 +185,8 @@ class ZeroStrategy:
         return self.optimizer
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
-        fb = accumulate(wrapped, micro, loss_fn, ctx.device, contextlib.nullcontext)
+        with precision(ctx):
+            fb = accumulate(wrapped, micro, loss_fn, ctx.device, contextlib.nullcontext)
         self.optimizer.reduce_scatter_grads()
         return fb
 
