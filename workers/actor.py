@@ -74,7 +74,8 @@ class TrainWorker:
             port = s.getsockname()[1]
         return ray.util.get_node_ip_address(), port
 
-    def setup(self, spec_json: dict, master_addr: str, master_port: int, timeout_s: float) -> dict:
+    def setup(self, spec_json: dict, master_addr: str, master_port: int, timeout_s: float,
+              shares: list[int] | None = None) -> dict:
         import torch
         import torch.distributed as dist
 
@@ -94,7 +95,7 @@ class TrainWorker:
             "nccl" if use_cuda else "gloo", init_method=f"tcp://{master_addr}:{master_port}",
             rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
         )
-        self.trainer = Trainer(spec, self.rank, self.world_size, device, self.job_dir)
+        self.trainer = Trainer(spec, self.rank, self.world_size, device, self.job_dir, shares)
         start = self.trainer.resume_from_latest()
         print(f"[rank {self.rank}] ready at step {start}", flush=True)
         return {"rank": self.rank, "start_step": start, "device": str(device)}

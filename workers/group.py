@@ -50,7 +50,7 @@ class WorkerGroup:
     def bundle(self) -> dict[str, float]:
         return self.bundle_of(self.spec)
 
-    def start(self, timeout_s: float) -> list[dict]:
+    def start(self, timeout_s: float, shares: list[int] | None = None) -> list[dict]:
         """Reserve resources, start the actors, rendezvous, load the latest checkpoint, begin training."""
         n = self.spec.world_size
         self.pg = placement_group([self.bundle()] * n, strategy="PACK", name=f"{self.tag}-pg-{self.attempt}")
@@ -62,7 +62,7 @@ class WorkerGroup:
         try:
             self._place_actors(timeout_s)
             addr, port = self.master = ray.get(self.actors[0].address.remote(), timeout=timeout_s)
-            setups = ray.get([a.setup.remote(spec_json, addr, port, self.spec.fault_tolerance.hang_timeout_s)
+            setups = ray.get([a.setup.remote(spec_json, addr, port, self.spec.fault_tolerance.hang_timeout_s, shares)
                               for a in self.actors], timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             retryable = not isinstance(exc.cause, CONFIGURATION_ERRORS)

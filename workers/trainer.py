@@ -32,7 +32,8 @@ from workers.telemetry import CommMeter, StepRecord, model_state_bytes
 
 
 class Trainer:
-    def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device, job_dir: Path):
+    def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device, job_dir: Path,
+                 shares: list[int] | None = None):
         self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
         self.job_dir = job_dir
         self.layout = Layout.of(spec)
@@ -44,6 +45,7 @@ class Trainer:
         self.loss_fn = LOSSES[spec.train.loss]
         self.faults = FaultInjector(spec.fault_injection, rank, job_dir)
         self.step = 0  # optimizer steps completed
+        self.shares = shares  # uneven data-parallel slices (straggler rebalance); None = even
         self.model_state_bytes: int | None = None
 
         train_set, val_set = build_datasets(spec)
@@ -76,8 +78,9 @@ class Trainer:
         self.model.train()
         self.comm.reset()
         t0 = time.perf_counter()
-        micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size))
-        fb = self.strategy.forward_backward(self.model, micro, self.loss_fn, self.ctx)
+        micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size,
+                                                    self.shares))
+        fb = self.strategy.forward_backward(self.model, micro, self._step_loss(len(micro)), self.ctx)
         backward_done = time.perf_counter()
         # Time blocked after the last gradient was ready is exposed communication.
         comm_time = max(0.0, backward_done - self.comm.last_launch) if self.comm.last_launch else 0.0
@@ -105,6 +108,19 @@ class Trainer:
             comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
         )
         return record
+
+    def _step_loss(self, n_micro: int):
+        """The loss as strategies see it: with uneven shares, weight each micro-batch by its size.
+
+        Strategies divide by the number of micro-batches and DDP averages over dp ranks, so a
+        micro-batch of m samples must count m x dp / G (x n_micro to undo the division): the
+        gradient stays that of the global-batch mean and the reported per-rank losses still
+        average to the global loss.
+        """
+        if self.shares is None:
+            return self.loss_fn
+        scale = self.dp * n_micro / self.spec.train.global_batch_size
+        return lambda outputs, targets: self.loss_fn(outputs, targets) * (targets.shape[0] * scale)
 
     def _clip_gradients(self) -> float | None:
         max_norm = self.spec.train.grad_clip if self.spec.train.grad_clip is not None else math.inf

@@ -50,7 +50,7 @@ class StepAggregator:
             "bubble_fraction_theoretical": bubble_theory,
             "ts": max(r["ts"] for r in ranks),
             "ranks": [
-                {"rank": r["rank"], "compute_time_s": r["compute_time_s"],
+                {"rank": r["rank"], "compute_time_s": r["compute_time_s"], "samples": r["samples"],
                  "comm_time_s": r["comm_time_s"], "step_time_s": r["step_time_s"]}
                 for r in ranks
             ],

@@ -10,6 +10,7 @@ import logging
 import statistics
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -17,6 +18,7 @@ from typing import Protocol
 from service.lifecycle import JobState, check_transition
 from service.supervisor.aggregate import StepAggregator
 from service.supervisor.elastic import best_layout, free_worker_slots
+from service.supervisor.stragglers import StragglerChange, StragglerDetector, rebalanced_shares
 from service.supervisor.policies import Action, FailureStatus, on_failure
 from workers.bubble import pipeline_summary
 from workers.checkpointing import latest_checkpoint
@@ -41,8 +43,11 @@ class _Silent:
 
 @dataclass(frozen=True)
 class Resize:
+    """Restart the group at the next durable checkpoint with another layout or data split."""
+
     spec: JobSpec
     reason: str
+    shares: list[int] | None = None
 
 
 class JobRun:
@@ -68,6 +73,10 @@ class JobRun:
         self._cancel = threading.Event()
         self._group: WorkerGroup | None = None
         self._aggregator: StepAggregator | None = None
+        self._stragglers: StragglerDetector | None = None
+        self._per_sample: list[deque] = []
+        self._rebalance_to: int | None = None  # the straggler to take work from at the next checkpoint
+        self.shares: list[int] | None = None  # uneven data split after a straggler rebalance
 
     # --- public ------------------------------------------------------------
 
@@ -92,9 +101,13 @@ class JobRun:
             if outcome in (JobState.SUCCEEDED, JobState.CANCELLED):
                 self._set_state(outcome, "training finished" if outcome == JobState.SUCCEEDED else "cancelled by user")
                 break
-            if isinstance(outcome, Resize):  # capacity came back: regrow from the checkpoint just written
+            if isinstance(outcome, Resize):  # regrow or rebalance from the checkpoint just written
                 self._set_state(JobState.RECOVERING, outcome.reason)
-                self._resize(outcome.spec, outcome.reason)
+                if outcome.spec is not self.current:
+                    self._resize(outcome.spec, outcome.reason)
+                if outcome.shares is not None:
+                    self.shares = outcome.shares
+                    self.listener.on_event("rebalance", outcome.reason, {"shares": outcome.shares})
                 continue
             reason, retryable = outcome
             decision = on_failure(FailureStatus(
@@ -158,6 +171,7 @@ class JobRun:
     def _resize(self, planned: JobSpec, reason: str) -> None:
         before, after = self.layout(), self.layout(planned)
         self.current = planned
+        self.shares = None  # a new world size starts from an even split
         self.resizes += 1
         log.info("resize %d -> %d workers (%s)", before["world_size"], after["world_size"], reason)
         self.listener.on_event("resize", f"{before['world_size']} -> {after['world_size']} workers: {reason}", {
@@ -172,7 +186,7 @@ class JobRun:
         try:
             if self._cancel.is_set():
                 return JobState.CANCELLED
-            setups = group.start(self.start_timeout_s)
+            setups = group.start(self.start_timeout_s, self.shares)
             self.rendezvous.append(group.master)
             start_step = setups[0]["start_step"]
             self.warm_workers = group.warm_workers
@@ -195,6 +209,9 @@ class JobRun:
 
     def _watch(self, group: WorkerGroup) -> "JobState | Resize":
         aggregator = self._aggregator = StepAggregator(self.current.world_size, self.spec.train.global_batch_size)
+        self._stragglers = StragglerDetector(self.current.world_size, self.spec.supervisor.straggler)
+        self._per_sample = [deque(maxlen=self.spec.supervisor.straggler.window) for _ in range(self.current.world_size)]
+        self._rebalance_to = None
         last_progress = last_growth_check = time.monotonic()
         hang_timeout = self.spec.fault_tolerance.hang_timeout_s
         grow_to: JobSpec | None = None
@@ -207,12 +224,12 @@ class JobRun:
                     last_progress = time.monotonic()
                 elif event.get("kind") == "checkpoint" and event.get("rank") == 0:
                     durable = event["step"]
-            if grow_to is not None and durable is not None:
+            reshape = self._reshape_at(durable, grow_to)
+            if reshape is not None:
                 for event in group.poll():  # every rank is past the checkpoint: keep their last steps
                     self._handle(event, aggregator)
                 self._record_partial_steps()
-                return Resize(grow_to, f"capacity for {grow_to.world_size} workers returned; "
-                                       f"regrowing from the checkpoint at step {durable}")
+                return reshape
             if group.check():
                 for event in group.poll():
                     self._handle(event, aggregator)
@@ -232,12 +249,64 @@ class JobRun:
         if kind == "step":
             joined = aggregator.add(event)
             if joined is not None:
+                self._watch_stragglers(joined)
                 self._append_step(joined)
             return True
         if kind == "checkpoint" and event.get("rank") == 0:
             self.last_checkpoint_step = event["step"]
             self.listener.on_event("checkpoint", f"checkpoint at step {event['step']}", {"step": event["step"]})
         return False
+
+    def _reshape_at(self, durable: int | None, grow_to: JobSpec | None) -> Resize | None:
+        """At a durable checkpoint, the pending regrow (first) or rebalance, if any."""
+        if durable is None:
+            return None
+        if grow_to is not None:
+            return Resize(grow_to, f"capacity for {grow_to.world_size} workers returned; "
+                                   f"regrowing from the checkpoint at step {durable}")
+        if self._rebalance_to is not None:
+            # Shares from the latest window: by now it holds only steps of the slow regime.
+            shares = rebalanced_shares(self.spec.train.global_batch_size,
+                                       [statistics.median(t) for t in self._per_sample])
+            return Resize(self.current, f"rebalancing the global batch to {shares} from the "
+                                        f"checkpoint at step {durable}", shares)
+        return None
+
+    # --- stragglers -----------------------------------------------------------
+
+    def _watch_stragglers(self, record: dict) -> None:
+        config = self.spec.supervisor.straggler
+        if config.policy == "off" or self._stragglers is None:
+            return
+        ranks = record["ranks"]
+        changes = self._stragglers.observe(record["step"], [r["compute_time_s"] for r in ranks])
+        scores = self._stragglers.scores()
+        for r in ranks:
+            r["straggler_score"] = scores.get(r["rank"])
+        for per_sample, r in zip(self._per_sample, ranks):
+            per_sample.append(r["compute_time_s"] / max(r["samples"], 1))
+        for change in changes:
+            self._on_straggler(change)
+
+    def _on_straggler(self, change: StragglerChange) -> None:
+        policy = self.spec.supervisor.straggler.policy
+        if not change.slow:
+            self.listener.on_event("straggler_recovered", f"rank {change.rank} recovered (score {change.score:.2f})",
+                                   {"rank": change.rank, "score": change.score, "step": change.step})
+            return
+        action = "reported"
+        if policy == "rebalance":
+            if self.shares is not None:  # one rebalance per layout: never chase noise back and forth
+                action = f"reported (the global batch is already rebalanced to {self.shares})"
+            elif self.current.parallel.tp == 1 and self.current.parallel.pp == 1 and self.current.dp > 1:
+                self._rebalance_to = change.rank
+                action = "rebalancing the global batch at the next checkpoint"
+            else:
+                action = "reported (rebalance needs a pure data-parallel layout)"
+        log.info("straggler: rank %d score %.2f at step %d: %s", change.rank, change.score, change.step, action)
+        self.listener.on_event("straggler", f"rank {change.rank} is slow (score {change.score:.2f}): {action}", {
+            "rank": change.rank, "score": change.score, "step": change.step, "policy": policy, "action": action,
+        })
 
     def _append_step(self, record: dict) -> None:
         self.steps = [s for s in self.steps if s["step"] < record["step"]]  # replayed after a restart

@@ -34,11 +34,17 @@ class GlobalBatches:
             out.append(int(self._permutation(p // n)[p % n]))
         return out
 
-    def rank_microbatches(self, step: int, dp_rank: int, dp: int, micro_batch_size: int):
-        """Yield (inputs, targets) micro-batches of this data-parallel rank's slice."""
-        per_rank = self.global_batch_size // dp
-        for offset in range(0, per_rank, micro_batch_size):
-            idx = self.indices(step, dp_rank * per_rank + offset, micro_batch_size)
+    def rank_microbatches(self, step: int, dp_rank: int, dp: int, micro_batch_size: int,
+                          shares: list[int] | None = None):
+        """Yield (inputs, targets) micro-batches of this data-parallel rank's slice.
+
+        `shares` (samples per dp rank, summing to the global batch) gives uneven slices,
+        used to take work off a straggler; the last micro-batch of a slice may be smaller.
+        """
+        shares = shares or [self.global_batch_size // dp] * dp
+        start, size = sum(shares[:dp_rank]), shares[dp_rank]
+        for offset in range(0, size, micro_batch_size):
+            idx = self.indices(step, start + offset, min(micro_batch_size, size - offset))
             yield collate([self.dataset[i] for i in idx])
 
 
