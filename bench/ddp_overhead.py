@@ -146,10 +146,12 @@ def print_table(rows: list[tuple[str, list[dict]]]) -> None:
 
 
 def print_details(res: dict, rows: list[tuple[str, list[dict]]]) -> None:
-    print("per run: samples/s wall | G/median step | first step s | runnable tasks (mean) | * = disturbed")
+    print("per run: samples/s wall | G/median step | slowest steady step ms | first step s | runnable tasks (mean)"
+          " | * = disturbed")
     for name, runs in rows:
         print(f"  {name}: " + ", ".join(
-            f"{_fmt(r['sps'], '.0f')}|{_fmt(r['sps_median_step'], '.0f')}|{r['ttfs']:.2f}|{r['runnable']:.1f}"
+            f"{_fmt(r['sps'], '.0f')}|{_fmt(r['sps_median_step'], '.0f')}|{_fmt(r['slowest_step_s'] and 1000 * r['slowest_step_s'], '.0f')}"
+            f"|{r['ttfs']:.2f}|{r['runnable']:.1f}"
             + ("*" if r["disturbed"] else "") for r in runs))
     tr = median(res["torchrun"], "sps_median_step")
     for key, name in (("cold", "Trainyard cold"), ("warm", "Trainyard warm pool")):

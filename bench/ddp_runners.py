@@ -51,10 +51,11 @@ def steady_throughput(step_ts: list[float], step_times: list[float], global_batc
     n = len(step_ts)
     k0 = max(1, int(n * STEADY_SKIP))
     if n - k0 < 2:
-        return {"sps": None, "sps_step_time": None, "sps_median_step": None}
+        return {"sps": None, "sps_step_time": None, "sps_median_step": None, "slowest_step_s": None}
     return {"sps": global_batch * (n - k0) / (step_ts[-1] - step_ts[k0 - 1]),
             "sps_step_time": global_batch * (n - k0) / sum(step_times[k0:]),
-            "sps_median_step": global_batch / statistics.median(step_times[k0:])}
+            "sps_median_step": global_batch / statistics.median(step_times[k0:]),
+            "slowest_step_s": max(step_times[k0:])}
 
 
 def read_rank_files(out_dir: Path) -> tuple[list[dict], list[float], list[float]]:

@@ -40,7 +40,7 @@ class _ProfiledTrainWorker(_BASE):
     """The real actor plus timestamps. Signature-agnostic: it passes every argument through."""
 
     def __init__(self, *args, **kwargs):
-        self._t = {"process_start": _process_start_time(), "actor_init_entered": time.time()}
+        self._t = {"process_start": _process_start_time(), "actor_init_entered": time.time(), "nice": os.nice(0)}
         import torch  # noqa: F401  (the real __init__ imports it first thing; time it alone)
 
         self._t["torch_imported"] = time.time()
@@ -232,6 +232,10 @@ def format_profile(prof: dict, title: str = "Trainyard time-to-first-step breakd
                 cells.append(f" | {'':7} {'':>6} {'':>6}")
         if present:
             lines.append(f"  {label:<76}{''.join(cells)}")
+    nice = sorted({r["nice"] for r in prof["ranks"] if "nice" in r})
+    if nice:
+        lines.append(f"  rank processes run at niceness {nice} (Ray's worker niceness; a torchrun rank runs at "
+                     f"{os.nice(0)}), so on a busy node anything at niceness 0 preempts training")
     if not prof["ranks"]:
         lines.append("  (no per-rank rows: the ranks were warm pooled actors, not the profiled class;"
                      " their setup() phases are those of the cold breakdown after 'rest of actor __init__')")
