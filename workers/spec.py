@@ -212,12 +212,16 @@ class CheckpointSpec(_Strict):
 class FaultToleranceSpec(_Strict):
     max_restarts: int = Field(3, ge=0)
     hang_timeout_s: float = Field(120.0, gt=0.0, description="no step finished for this long = hung")
+    max_skipped_steps: int = Field(3, ge=0, description="consecutive non-finite steps skipped before rolling "
+                                                       "back to the last checkpoint")
+    integrity_check_every: int = Field(0, ge=0, description="compare parameter hashes across data-parallel "
+                                                           "replicas every N steps; 0 disables")
 
 
 class FaultSpec(_Strict):
     at_step: int = Field(ge=1)
     rank: int = Field(0, ge=0)
-    kind: Literal["crash", "hang", "slow"]
+    kind: Literal["crash", "hang", "slow", "nan", "bitflip"]
     factor: float = Field(2.0, ge=1.0, description="slow-down factor for kind=slow")
 
 

@@ -32,6 +32,7 @@ class StepRecord:
     lr: float
     comm_bytes: int
     model_state_bytes: int | None = None
+    skipped: bool = False  # the update was skipped (non-finite gradients)
     stage: dict | None = None  # pipeline: this rank's stage accounting (see workers/bubble.py)
     ts: float = field(default_factory=time.time)
 

@@ -10,6 +10,7 @@ the uninterrupted run, which `params_sha256` proves.
 from __future__ import annotations
 
 import math
+import zlib
 import threading
 import time
 from pathlib import Path
@@ -45,6 +46,7 @@ class Trainer:
         self.loss_fn = LOSSES[spec.train.loss]
         self.faults = FaultInjector(spec.fault_injection, rank, job_dir)
         self.step = 0  # optimizer steps completed
+        self.skipped_in_a_row = 0
         self.shares = shares  # uneven data-parallel slices (straggler rebalance); None = even
         self.model_state_bytes: int | None = None
 
@@ -80,7 +82,10 @@ class Trainer:
         t0 = time.perf_counter()
         micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size,
                                                     self.shares))
-        fb = self.strategy.forward_backward(self.model, micro, self._step_loss(len(micro)), self.ctx)
+        loss_fn = self._step_loss(len(micro))
+        if self.faults.fires(s + 1, "nan"):  # poison before backward so every replica sees it
+            loss_fn = _poisoned(loss_fn)
+        fb = self.strategy.forward_backward(self.model, micro, loss_fn, self.ctx)
         backward_done = time.perf_counter()
         # Time blocked after the last gradient was ready is exposed communication.
         comm_time = max(0.0, backward_done - self.comm.last_launch) if self.comm.last_launch else 0.0
@@ -91,7 +96,16 @@ class Trainer:
         lr = lr_at(spec.train, s)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        self.optimizer.step()
+        # Gradients are synchronised, so every rank sees the same norm and takes the same decision.
+        skipped = grad_norm is not None and not math.isfinite(grad_norm)
+        if skipped:
+            self.skipped_in_a_row += 1
+            if self.skipped_in_a_row > spec.fault_tolerance.max_skipped_steps:
+                raise NonFiniteTraining(f"{self.skipped_in_a_row} non-finite steps in a row at step {s + 1}: "
+                                        f"rolling back to the last checkpoint")
+        else:
+            self.skipped_in_a_row = 0
+            self.optimizer.step()
         self._inject_slowness(s + 1, time.perf_counter() - t0 - comm_time)
         if self.model_state_bytes is None:  # measured once, while grads and optimiser state exist
             self.model_state_bytes = model_state_bytes(self.model, self.optimizer)["total"]
@@ -101,13 +115,30 @@ class Trainer:
         step_time = time.perf_counter() - t0
 
         self.step = s + 1
+        self.faults.flip_a_bit(self.step, self.model)
+        self._check_replicas_agree()
         record = StepRecord(
             step=self.step, rank=self.rank, loss=fb.loss, step_time_s=step_time,
             compute_time_s=step_time - comm_time, comm_time_s=comm_time,
             samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
             comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
+            skipped=skipped,
         )
         return record
+
+    def _check_replicas_agree(self) -> None:
+        """Data-parallel replicas must hold identical parameters; compare a hash every N steps."""
+        every = self.spec.fault_tolerance.integrity_check_every
+        if not every or self.step % every or self.strategy.name != "ddp" or self.dp == 1:
+            return
+        digest = torch.tensor([parameter_digest(self.model)], dtype=torch.int64)
+        digests = [torch.zeros_like(digest) for _ in range(self.world_size)]
+        dist.all_gather(digests, digest)
+        values = [int(d) for d in digests]
+        if len(set(values)) > 1:
+            odd = [r for r, v in enumerate(values) if values.count(v) == 1]
+            raise SilentDataCorruption(f"replicas disagree on their parameters at step {self.step} "
+                                       f"(odd ranks: {odd}): restoring the last checkpoint")
 
     def _step_loss(self, n_micro: int):
         """The loss as strategies see it: with uneven shares, weight each micro-batch by its size.
@@ -187,6 +218,25 @@ def validation_loss(model, val_batches: GlobalBatches, spec: JobSpec, dp_rank: i
         losses.append(float(LOSSES[spec.train.loss](model(inputs.to(device)), targets.to(device))))
     model.train()
     return sum(losses) / len(losses)
+
+
+class NonFiniteTraining(RuntimeError):
+    """Too many non-finite steps in a row: the supervisor rolls back to the last checkpoint."""
+
+
+class SilentDataCorruption(RuntimeError):
+    """Replicas that must be identical are not: the supervisor restores the last checkpoint."""
+
+
+def parameter_digest(model) -> int:
+    crc = 0
+    for p in model.parameters():
+        crc = zlib.crc32(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), crc)
+    return crc
+
+
+def _poisoned(loss_fn):
+    return lambda outputs, targets: loss_fn(outputs, targets) * float("nan")
 
 
 def _busy_wait(seconds: float) -> None:

@@ -47,6 +47,7 @@ class StepAggregator:
             "comm_bytes": ranks[0]["comm_bytes"],
             "model_state_bytes": ranks[0].get("model_state_bytes"),
             "bubble_fraction": bubble,
+            "skipped": any(r.get("skipped") for r in ranks),
             "bubble_fraction_theoretical": bubble_theory,
             "ts": max(r["ts"] for r in ranks),
             "ranks": [

@@ -122,6 +122,7 @@ class JobRun:
             self._set_state(JobState.RECOVERING, decision.reason)
             self.listener.on_event("restart", decision.reason, {
                 "restart": self.restarts, "resume_step": latest[0] if latest else 0, "reason": reason,
+                "cause": failure_cause(reason),
             })
             if not self._fit_to_capacity():
                 self._fail(f"fewer than resources.min_workers={self.spec.resources.elastic_range[0]} workers "
@@ -309,6 +310,9 @@ class JobRun:
         })
 
     def _append_step(self, record: dict) -> None:
+        if record.get("skipped") and not record.get("partial"):
+            self.listener.on_event("skipped_step", f"step {record['step']}: non-finite gradients, update skipped",
+                                   {"step": record["step"], "loss": record["loss"]})
         self.steps = [s for s in self.steps if s["step"] < record["step"]]  # replayed after a restart
         self.steps.append(record)
         self.listener.on_step(record)
@@ -360,6 +364,15 @@ class JobRun:
         p = spec.parallel
         return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy_name(spec),
                 "world_size": spec.world_size}
+
+
+def failure_cause(reason: str) -> str:
+    """A short name for why a group failed, for events and metrics labels."""
+    for marker, cause in (("NonFiniteTraining", "non_finite"), ("SilentDataCorruption", "corruption"),
+                          ("(hang)", "hang"), ("ActorDiedError", "worker_lost"), ("did not form", "start")):
+        if marker in reason:
+            return cause
+    return "error"
 
 
 def _attach_log_file(path: Path) -> logging.Handler:

@@ -1,0 +1,75 @@
+"""Numerics and integrity: non-finite steps are skipped or rolled back, corrupted replicas restored."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.supervisor.run import JobRun, failure_cause
+from tests.helpers import spec_of
+
+pytestmark = pytest.mark.slow
+
+BASE = {"resources.workers": 2, "train.steps": 12, "checkpoint.every_steps": 5}
+
+
+class Events:
+    def __init__(self):
+        self.events, self.steps = [], []
+
+    def on_state(self, state, message):
+        pass
+
+    def on_event(self, kind, message, data):
+        self.events.append((kind, data))
+
+    def on_step(self, record):
+        self.steps.append(record)
+
+
+def run(tmp_path, name, faults=(), **overrides):
+    rec = Events()
+    summary = JobRun(spec_of(**{**BASE, **overrides}, fault_injection=list(faults)), tmp_path / name, name, rec).run()
+    return summary, rec
+
+
+@pytest.fixture(scope="module")
+def clean(ray_cluster, tmp_path_factory):
+    summary, _ = run(tmp_path_factory.mktemp("clean"), "clean")
+    assert summary["state"] == "SUCCEEDED"
+    return summary
+
+
+def test_a_nan_step_is_skipped_and_training_goes_on(clean, tmp_path):
+    summary, rec = run(tmp_path, "nan", [{"at_step": 6, "rank": 1, "kind": "nan"}])
+    assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 0
+    assert [d["step"] for k, d in rec.events if k == "skipped_step"] == [6]
+    assert [s["step"] for s in rec.steps if s["skipped"]] == [6]
+    assert summary["final_loss"] == pytest.approx(clean["final_loss"], rel=0.05)  # one batch fewer, same course
+    assert summary["params_sha256"] != clean["params_sha256"]
+
+
+def test_too_many_nan_steps_roll_back_to_the_last_checkpoint(clean, tmp_path):
+    summary, rec = run(tmp_path, "rollback", [{"at_step": 7, "rank": 0, "kind": "nan"}],
+                       **{"fault_tolerance.max_skipped_steps": 0})
+    assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 1
+    [restart] = [d for k, d in rec.events if k == "restart"]
+    assert restart["cause"] == "non_finite" and restart["resume_step"] == 5
+    # The poisoned step was replayed from the checkpoint without the fault: bit-identical result.
+    assert summary["params_sha256"] == clean["params_sha256"]
+
+
+def test_a_flipped_bit_on_one_replica_is_caught_and_restored(clean, tmp_path):
+    summary, rec = run(tmp_path, "bitflip", [{"at_step": 7, "rank": 1, "kind": "bitflip"}],
+                       **{"fault_tolerance.integrity_check_every": 5})
+    assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 1
+    [restart] = [d for k, d in rec.events if k == "restart"]
+    # Two replicas have no majority, so both are named.
+    assert restart["cause"] == "corruption" and "odd ranks: [0, 1]" in restart["reason"]
+    assert restart["resume_step"] == 5  # the corrupted state at step 10 was never checkpointed
+    assert summary["params_sha256"] == clean["params_sha256"]
+
+
+def test_failure_causes_are_named():
+    assert failure_cause("rank 1 failed: RayTaskError(SilentDataCorruption): ...") == "corruption"
+    assert failure_cause("no step finished for 5s (hang)") == "hang"
+    assert failure_cause("rank 0 failed: ActorDiedError: ...") == "worker_lost"
