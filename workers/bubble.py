@@ -125,7 +125,7 @@ class StageMeter:
             saved: dict[int, int] = {}
 
             def pack(t: torch.Tensor):
-                storage = t.untyped_storage()
+                storage = getattr(t, "_local_tensor", t).untyped_storage()  # DTensor: this rank's piece
                 key = storage.data_ptr()
                 if key not in self._param_storages:
                     saved[key] = storage.nbytes()

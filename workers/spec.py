@@ -374,6 +374,10 @@ def _pipeline_errors(spec: JobSpec):
         yield f"parallel.pp > 1 needs model 'gpt': stages are cut at transformer blocks (pp={p.pp})"
         return
     pipe = pipe or PipelineSpec()
+    for name, on in (("sequence_parallel", p.sequence_parallel), ("activation_checkpointing", p.activation_checkpointing),
+                     ("mixed_precision", p.mixed_precision != "fp32")):
+        if on:  # stages pass replicated fp32 activations and run blocks without recomputation
+            yield f"parallel.{name} is not available with pipeline parallelism yet (pp={p.pp}, {name}={getattr(p, name)!r})"
     per_step, m, v = spec.grad_accum_steps, pipeline_microbatches(spec), pipe.stages_per_rank
     stages, layers = p.pp * v, spec.model.n_layers
     if per_step and per_step % m:

@@ -78,6 +78,16 @@ def test_pp2_x_dp2_matches_reference(reference, tmp_path):
     assert len(steps[-1]["stages"]) == 2  # two replicas per stage, averaged
 
 
+def test_pp2_x_tp2_matches_reference(reference, tmp_path):
+    spec = spec_of(**BASE, **{"resources.workers": 4, "parallel.pp": 2, "parallel.tp": 2,
+                              "parallel.pipeline": {"schedule": "zbv_zero_bubble"}})
+    summary, steps = run(spec, tmp_path, "pp2tp2")
+    assert [s["loss"] for s in steps] == pytest.approx(reference, rel=REL)
+    assert summary["layout"] == {**summary["layout"], "pp": 2, "tp": 2, "dp": 1}
+    exported = load_file(summary["export_path"])  # TP shards and both stages gathered
+    assert set(exported) == set(build_model(spec).state_dict())
+
+
 def test_checkpoints_reshard_between_pipeline_and_data_parallel(ray_cluster, tmp_path):
     # Constant lr: the first leg's schedule must not depend on its shorter train.steps.
     base = {**BASE, "train.lr_schedule": "constant", "train.steps": 8, "train.warmup_steps": 0}

@@ -17,6 +17,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
     Schedule1F1B,
@@ -34,6 +35,7 @@ from workers.losses import LOSSES
 from workers.pipeline_split import GPTStage, StageChunk, StagePlan, plan_stages, run_stage, stage_to_rank
 from workers.spec import SINGLE_STAGE_SCHEDULES, V_SCHEDULES, PipelineSpec, pipeline_microbatches
 from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, adamw
+from workers.strategies.tensor_parallel import apply_tensor_parallel
 from workers.telemetry import ring_allreduce_bytes
 
 SCHEDULES = {
@@ -95,10 +97,14 @@ class PipelineStrategy:
         self.d_model, self.vocab_size = spec.model.d_model, spec.model.vocab_size
         coords = Layout.of(spec).coordinates(ctx.rank)
         self.pp_rank, self.dp, self.dp_rank = coords["pp"], spec.dp, coords["dp"]
+        self.tp, self.tp_rank = spec.parallel.tp, coords["tp"]
+        self.tp_group = ctx.mesh["tp"].get_group()
         self.pp_group = ctx.mesh["pp"].get_group()
         self.dp_group = ctx.mesh["dp"].get_group()
         self.plans = plan_stages(spec, self.n_stages, pipe.split)
         mine = [p for p in self.plans if self.owner(p.stage) == self.pp_rank]
+        if self.tp > 1:  # PP x TP: Megatron-shard every block first; stages pass replicated activations
+            model = apply_tensor_parallel(model.to(ctx.device), ctx.mesh["tp"], sequence_parallel=False)
 
         wrapped = PipelineRank(model.to(ctx.device), mine, self.plans, self)
         self.stages = [PipelineStage(StageChunk(wrapped, plan), plan.stage, self.n_stages, ctx.device,
@@ -113,7 +119,7 @@ class PipelineStrategy:
         stages = self.stages[0] if pipe.schedule in SINGLE_STAGE_SCHEDULES else self.stages
         self.schedule = SCHEDULES[pipe.schedule](stages, n_microbatches=self.microbatches,
                                                  loss_fn=scaled_loss, scale_grads=False)
-        params = {p.untyped_storage().data_ptr() for p in wrapped.parameters()}
+        params = {_local(p).untyped_storage().data_ptr() for p in wrapped.parameters()}
         self.meter = StageMeter(self.stages, self.schedule, params)
         self.theoretical = theoretical_bubble(self.schedule_name, self.pp, self.microbatches, self.virtual_stages)
         self.hidden_bytes = spec.train.micro_batch_size * spec.model.seq_len * spec.model.d_model * 4
@@ -152,7 +158,7 @@ class PipelineStrategy:
         ctx.comm.logical_bytes += self._p2p_bytes(len(micro))
         if self.dp > 1:
             comm_s += self._allreduce_grads(wrapped, ctx)
-        first_replica_stage = self.pp_rank == 0  # count data once per pipeline, not once per stage
+        first_replica_stage = self.pp_rank == 0 and self.tp_rank == 0  # count data once per pipeline
         samples = sum(x.shape[0] for x, _ in micro) if first_replica_stage else 0
         tokens = sum(x.numel() for x, _ in micro if x.dtype == torch.long) if first_replica_stage else 0
         return ForwardBackward(loss, samples, tokens, comm_time_s=comm_s, stage=stage)
@@ -169,7 +175,7 @@ class PipelineStrategy:
 
     def _allreduce_grads(self, wrapped: nn.Module, ctx: StrategyContext) -> float:
         """Average gradients over the data-parallel replicas of this rank's stages; returns seconds."""
-        grads = [p.grad for p in wrapped.parameters() if p.grad is not None]
+        grads = [_local(p.grad) for p in wrapped.parameters() if p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads])
         nbytes = flat.numel() * flat.element_size()
         t0 = time.perf_counter()
@@ -197,25 +203,38 @@ class PipelineStrategy:
     # --- clipping and evaluation ---------------------------------------------
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
-        """Clip by the norm over the whole model: squared norms summed across the pipeline's stages."""
+        """Clip by the norm over the whole model: squared norms summed over the pipeline's stages (and,
+        with TP, over the tensor-parallel shards, counting a replicated parameter once)."""
         grads = [p.grad for p in wrapped.parameters() if p.grad is not None]
         local = torch.zeros(1, dtype=torch.float32)
         for g in grads:
-            local += torch.linalg.vector_norm(g) ** 2
+            piece = torch.linalg.vector_norm(_local(g)) ** 2
+            local += piece if _sharded(g) or self.tp == 1 else piece / self.tp
         dist.all_reduce(local, group=self.pp_group)
+        if self.tp > 1:
+            dist.all_reduce(local, group=self.tp_group)
         total = local.sqrt()
         if math.isfinite(max_norm):
             coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # as clip_grad_norm_ does, in float32
             for g in grads:
-                g.mul_(coef)
+                _local(g).mul_(coef)
         return float(total)
 
     def full_model_state(self, wrapped: nn.Module) -> dict[str, torch.Tensor]:
         """The whole model on every rank (collective): the stages' states gathered over the pipeline."""
-        local = {k: v.detach().cpu().clone() for k, v in wrapped.state_dict().items()}
+        local = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu().clone()
+                 for k, v in wrapped.state_dict().items()}  # full_tensor: a collective over tp, same order
         gathered: list[dict] = [None] * self.pp  # type: ignore[list-item]
         dist.all_gather_object(gathered, local, group=self.pp_group)
         state: dict[str, torch.Tensor] = {}
         for part in gathered:
             state.update(part)
         return state
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t._local_tensor if isinstance(t, DTensor) else t
+
+
+def _sharded(t: torch.Tensor) -> bool:
+    return isinstance(t, DTensor) and any(isinstance(pl, Shard) for pl in t.placements)
