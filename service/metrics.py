@@ -30,7 +30,7 @@ class JobCollector(Collector):
         with self.sessions() as s:
             by_state = repo.jobs_by_state(s)
             cols = (Job.id, Job.name, Job.state, Job.step, Job.total_steps, Job.loss, Job.samples_per_s,
-                    Job.step_time_s, Job.restarts)
+                    Job.step_time_s, Job.restarts, Job.summary)
             open_jobs = s.execute(select(*cols).where(~Job.state.in_([JobState.SUCCEEDED, JobState.FAILED,
                                                                         JobState.CANCELLED, JobState.QUEUED]))).all()
             finished = s.execute(select(*cols).where(or_(Job.state == JobState.SUCCEEDED, Job.state == JobState.FAILED,
@@ -62,6 +62,31 @@ class JobCollector(Collector):
                                                                              JobState.CANCELLED) else 1.0)
         yield from families.values()
         yield running
+        yield from pipeline_families([*open_jobs, *finished])
+
+
+def pipeline_families(rows) -> list[GaugeMetricFamily]:
+    """Per-stage bubble of pipeline jobs, measured (steady-state mean) and the schedule's theory.
+
+    Read from the job summary, so a stage's series appears once the run has summarised (at its end);
+    the live per-step pipeline bubble is in the job metrics API (`bubble_fraction`)."""
+    measured = GaugeMetricFamily("trainyard_pipeline_bubble_fraction",
+                                 "Pipeline bubble per stage: idle / step wall time, steady-state mean",
+                                 labels=["job", "name", "stage"])
+    theory = GaugeMetricFamily("trainyard_pipeline_bubble_fraction_theoretical",
+                               "The schedule's ideal bubble per stage (balanced stages, free communication)",
+                               labels=["job", "name", "stage"])
+    activations = GaugeMetricFamily("trainyard_pipeline_activation_bytes_peak",
+                                    "Peak bytes of activations in flight per stage (saved for backward)",
+                                    labels=["job", "name", "stage"])
+    for row in rows:
+        pipeline = (row.summary or {}).get("pipeline") or {}
+        for st in pipeline.get("stages", []):
+            labels = [row.id, row.name, str(st["stage"])]
+            measured.add_metric(labels, float(st["bubble_fraction"]))
+            theory.add_metric(labels, float(st["bubble_fraction_theoretical"]))
+            activations.add_metric(labels, float(st["activation_bytes_peak"]))
+    return [measured, theory, activations]
 
 
 def make_registry(sessions: Sessions) -> CollectorRegistry:
