@@ -9,7 +9,7 @@ read from the hook's own element counters; before `start_step` PowerSGD runs
 the plain all-reduce so that error feedback sees fixed bucket shapes.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist

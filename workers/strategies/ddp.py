@@ -5,7 +5,14 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, accumulate, adamw, local_clip_grad_norm
+from workers.strategies.base import (
+    ForwardBackward,
+    LossFn,
+    StrategyContext,
+    accumulate,
+    adamw,
+    local_clip_grad_norm,
+)
 from workers.strategies.common import apply_activation_checkpointing, precision
 from workers.strategies.compression import register_comm_hook
 

@@ -20,8 +20,17 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, accumulate, adamw
-from workers.strategies.common import apply_activation_checkpointing, global_grad_norm_clip
+from workers.strategies.base import (
+    ForwardBackward,
+    LossFn,
+    StrategyContext,
+    accumulate,
+    adamw,
+)
+from workers.strategies.common import (
+    apply_activation_checkpointing,
+    global_grad_norm_clip,
+)
 from workers.strategies.metering import metered
 from workers.strategies.tensor_parallel import apply_tensor_parallel
 
@@ -49,7 +58,7 @@ class FSDPStrategy:
         apply_activation_checkpointing(model, ctx)
         mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if p.mixed_precision == "bf16" else MixedPrecisionPolicy())
-        options = dict(mesh=dp_mesh, reshard_after_forward=p.reshard_after_forward, mp_policy=mp)
+        options = {"mesh": dp_mesh, "reshard_after_forward": p.reshard_after_forward, "mp_policy": mp}
         for block in getattr(model, "blocks", []):
             fully_shard(block, **options)
         return fully_shard(model, **options)

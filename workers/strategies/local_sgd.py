@@ -14,7 +14,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, accumulate, local_clip_grad_norm
+from workers.strategies.base import (
+    ForwardBackward,
+    LossFn,
+    StrategyContext,
+    accumulate,
+    local_clip_grad_norm,
+)
 from workers.strategies.common import apply_activation_checkpointing, precision
 from workers.telemetry import CommMeter, ring_allreduce_bytes
 

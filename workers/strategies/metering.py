@@ -34,8 +34,8 @@ def _group_size(group) -> int:
 
 
 # op name -> (index of the tensor(s) the bytes refer to, index of the group, factor as a function of K)
-_RING = lambda k: 2 * (k - 1) / k  # noqa: E731
-_ONE_PASS = lambda k: (k - 1) / k  # noqa: E731
+_RING = lambda k: 2 * (k - 1) / k
+_ONE_PASS = lambda k: (k - 1) / k
 _COLLECTIVES = {
     "c10d.allreduce_": (0, 1, _RING),
     "_c10d_functional.all_reduce": (0, 2, _RING),

@@ -29,8 +29,19 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, accumulate, adamw
-from workers.strategies.common import apply_activation_checkpointing, global_grad_norm_clip, precision, reduce_partial_grads
+from workers.strategies.base import (
+    ForwardBackward,
+    LossFn,
+    StrategyContext,
+    accumulate,
+    adamw,
+)
+from workers.strategies.common import (
+    apply_activation_checkpointing,
+    global_grad_norm_clip,
+    precision,
+    reduce_partial_grads,
+)
 from workers.strategies.metering import metered
 
 

@@ -52,7 +52,10 @@ class ShardedAdamW(torch.optim.Optimizer):
 
     def __init__(self, params, *, lr: float, weight_decay: float, stage: int, mesh: DeviceMesh,
                  comm: CommMeter, offload: bool = False):
-        super().__init__(params, dict(lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay))
+        # AdamW's own defaults (amsgrad, foreach, ...) so that checkpoints carry the same param_groups keys.
+        defaults = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=lr, weight_decay=weight_decay,
+                                     foreach=False).defaults
+        super().__init__(params, defaults)
         self.stage, self.mesh, self.comm, self.offload = stage, mesh, comm, offload
         self.group = mesh.get_group()
         self.k, self.r = self.group.size(), dist.get_rank(self.group)
