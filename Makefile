@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast bench clean
+.PHONY: install test test-fast bench clean prometheus
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -16,10 +16,16 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-test: install
+# The real Prometheus server and promtool (Debian package) for the observability tests.
+prometheus:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus; }
+
+test: install prometheus
 	$(VENV)/bin/pytest -q
 
-test-fast: install
+test-fast: install prometheus
 	$(VENV)/bin/pytest -q -m "not slow"
 
 bench: install

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from api.errors import install_error_handlers
 from api.limits import BodyLimitMiddleware
+from api.request_metrics import RequestMetricsMiddleware
 from api.routers import artifacts, jobs, system
 from service.control import ControlPlane
 from service.settings import Settings, get_settings
@@ -33,6 +34,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Cluster training service: submit JobSpecs, follow them, fetch what they produce.")
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+
+    def observe(method: str, route: str, status: int, seconds: float) -> None:
+        plane = getattr(app.state, "plane", None)
+        if plane is not None:
+            plane.live.http(method, route, status, seconds)
+
+    app.add_middleware(RequestMetricsMiddleware, observe=observe)  # outermost: times the 413s too
     app.include_router(system.router)
     app.include_router(jobs.router)
     app.include_router(artifacts.router)

@@ -16,6 +16,7 @@ import time
 
 from service.db import repository as repo
 from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
+from service.metric_catalogue import LiveMetrics
 from service.metrics import make_registry
 from service.settings import Settings
 
@@ -28,6 +29,7 @@ class ControlPlane:
         self.engine = make_engine(settings.db_url)
         self.sessions: Sessions = make_sessionmaker(self.engine)
         self.registry = make_registry(self.sessions)
+        self.live = LiveMetrics(self.registry, settings.metrics_retention_s, settings.peak_flops_per_worker)
         self.ray_ready = threading.Event()
         self.ray_error: str | None = None
         self.capacity: tuple[dict, dict] | None = None  # (cluster total, largest node), refreshed by the loop
@@ -103,8 +105,8 @@ class ControlPlane:
 
         self.pool = StandbyPool(plane_id(self.settings.db_url), self.settings.standby_supervisors)
         launcher = Launcher(self.settings, self.pool)
-        reconciler = Reconciler(self.sessions, self.settings, launcher)
-        scheduler = Scheduler(self.sessions, self.settings, launcher, reconciler.handles)
+        reconciler = Reconciler(self.sessions, self.settings, launcher, metrics=self.live)
+        scheduler = Scheduler(self.sessions, self.settings, launcher, reconciler.handles, metrics=self.live)
         self.sweep_orphans()
         tick = 0
         while not self._stop.is_set():

@@ -1,6 +1,9 @@
 """Prometheus metrics: read from the database at scrape time, so every control-plane
 replica reports the same numbers and a restart loses nothing.
 
+This module is the catalogue's `db` part; service/metric_catalogue.py lists every series
+(these and the live per-step, per-rank, per-stage and event series) and updates the live ones.
+
 Job-level series carry a `job` label (the job id) and exist for open jobs and the
 most recently finished ones only, so the label set stays bounded. No step label.
 """
@@ -52,16 +55,20 @@ class JobCollector(Collector):
         }
         running = GaugeMetricFamily("trainyard_job_active", "1 while the job is starting, running or recovering",
                                     labels=["job", "name"])
+        state = GaugeMetricFamily("trainyard_job_state", "1 for the job's current lifecycle state",
+                                  labels=["job", "name", "state"])
         for row in [*open_jobs, *finished]:
             labels = [row.id, row.name]
             for key, family in families.items():
                 value = getattr(row, key)
                 if value is not None:
                     family.add_metric(labels, float(value))
+            state.add_metric([*labels, str(row.state)], 1.0)
             running.add_metric(labels, 0.0 if row.state in (JobState.SUCCEEDED, JobState.FAILED,
                                                                              JobState.CANCELLED) else 1.0)
         yield from families.values()
         yield running
+        yield state
         yield from pipeline_families([*open_jobs, *finished])
 
 

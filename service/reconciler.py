@@ -22,6 +22,7 @@ from service.db.engine import Sessions
 
 from service.db import repository as repo
 from service.lifecycle import TERMINAL, IllegalTransition, JobState
+from service.metric_catalogue import LiveMetrics
 from service.settings import Settings
 from service.supervisor.actor import find_supervisor
 from service.supervisor.launch import Launcher
@@ -32,9 +33,11 @@ DRAIN_TIMEOUT_S = 10.0
 
 
 class Reconciler:
-    def __init__(self, sessions: Sessions, settings: Settings, launcher: Launcher | None = None):
+    def __init__(self, sessions: Sessions, settings: Settings, launcher: Launcher | None = None,
+                 metrics: LiveMetrics | None = None):
         self.sessions, self.settings = sessions, settings
         self.launcher = launcher or Launcher(settings)
+        self.metrics = metrics or LiveMetrics(retention_s=settings.metrics_retention_s)
         self.handles: dict[str, object] = {}  # job id -> supervisor actor handle
 
     def tick(self) -> None:
@@ -67,6 +70,7 @@ class Reconciler:
                 self.recover(job_id)
         for job_id in set(self.handles) - {j[0] for j in jobs}:
             self._retire(job_id)
+        self.metrics.retain({j[0] for j in jobs})
 
     def _hand_over(self, job_id: str) -> None:
         with self.sessions() as s:
@@ -81,6 +85,8 @@ class Reconciler:
 
     def apply(self, job_id: str, drained: dict) -> None:
         finished = False
+        stored: list[dict] = []  # records new to the database: metrics see each once, after the commit
+        spec = None
         with self.sessions.begin() as s:
             job = repo.get_job(s, job_id, lock=True)
             if job is None or job.state in TERMINAL or drained["epoch"] != job.supervisor_epoch:
@@ -90,6 +96,7 @@ class Reconciler:
                 for rec in drained["records"]:
                     if rec["seq"] <= job.drained_seq:
                         continue
+                    stored.append(rec)
                     if rec["type"] == "state":
                         self._apply_state(s, job, JobState(rec["state"]), rec["message"])
                     elif rec["type"] == "event":
@@ -99,6 +106,7 @@ class Reconciler:
                             job.last_checkpoint_step = step
                             path = self.settings.job_dir(job.id) / "checkpoints" / f"step-{step:08d}"
                             repo.record_checkpoint(s, job.id, step, str(path))
+                            rec["data"] = {**rec["data"], "bytes": _dir_bytes(path)}
                     elif rec["type"] == "step":
                         steps.append(rec)
                     job.drained_seq = rec["seq"]
@@ -108,6 +116,7 @@ class Reconciler:
                     job.step, job.loss = last["step"], last["loss"]
                     job.samples_per_s, job.step_time_s = last.get("samples_per_s"), last.get("step_time_s")
                 job.restarts = job.restarts_base + drained["restarts"]
+                spec = job.spec
                 job.layout = drained["layout"]
                 summary = drained["summary"]
                 if drained["done"] and summary is not None:
@@ -115,6 +124,8 @@ class Reconciler:
                     job.error = summary.get("error")
                     self._apply_state(s, job, JobState(summary["state"]), job.error or "run finished")
                     finished = True
+        if spec is not None:
+            self.metrics.drained(job_id, stored, drained.get("layout"), spec)
         if finished:
             self._retire(job_id)
 
@@ -170,7 +181,9 @@ class Reconciler:
                     repo.transition(s, job, JobState.RECOVERING, f"{reason}; restarting from step {resume}")
                 job.restarts_base = job.restarts = job.restarts + 1
                 repo.add_event(s, job.id, "restart", f"{reason}; new supervisor resumes from step {resume}",
-                               data={"restart": job.restarts, "resume_step": resume, "reason": reason})
+                               data={"restart": job.restarts, "resume_step": resume, "reason": reason,
+                                     "cause": "supervisor_lost"})
+                self.metrics.restarted(job.id, "supervisor_lost")
             job.supervisor_epoch += 1
             job.drained_seq = 0
             reservation = self.launcher.reserve()
@@ -197,3 +210,11 @@ class Reconciler:
                 ray.kill(handle, no_restart=True)
             except Exception:
                 pass
+
+
+def _dir_bytes(path) -> int | None:
+    """Bytes on disk of a checkpoint directory (None if it is not on this machine's filesystem)."""
+    try:
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else None
+    except OSError:
+        return None

@@ -17,7 +17,9 @@ import ray
 from service.db.engine import Sessions
 
 from service.db import repository as repo
+from service.db.models import utcnow
 from service.lifecycle import JobState
+from service.metric_catalogue import LiveMetrics
 from service.settings import Settings
 from service.supervisor.launch import Launcher
 
@@ -65,8 +67,9 @@ def cluster_capacity() -> tuple[dict[str, float], dict[str, float]]:
 
 class Scheduler:
     def __init__(self, sessions: Sessions, settings: Settings, launcher: Launcher | None = None,
-                 handles: dict | None = None):
+                 handles: dict | None = None, metrics: LiveMetrics | None = None):
         self.sessions, self.settings = sessions, settings
+        self.metrics = metrics or LiveMetrics()
         self.launcher = launcher or Launcher(settings)
         self.handles = handles if handles is not None else {}  # shared with the reconciler
 
@@ -82,11 +85,13 @@ class Scheduler:
         admitted = []
         for job in queue:
             if job.cpus > free["CPU"] + EPS or job.gpus > free["GPU"] + EPS:
+                self.metrics.decision("deferred")
                 break  # strict order: nothing jumps the queue
             if self._admit(job.id, free):
                 free["CPU"] -= job.cpus
                 free["GPU"] -= job.gpus
                 admitted.append(job.id)
+                self.metrics.decision("admitted")
         return admitted
 
     def _reserved_not_held(self, active) -> dict[str, float]:
@@ -109,6 +114,8 @@ class Scheduler:
             if job is None or job.state != JobState.QUEUED or job.cancel_requested:
                 self.launcher.release(reservation)
                 return False
+            created = job.created_at if job.created_at.tzinfo else job.created_at.replace(tzinfo=utcnow().tzinfo)
+            self.metrics.queue_wait((utcnow() - created).total_seconds())
             repo.transition(s, job, JobState.STARTING,
                             f"admitted: needs {job.cpus:g} CPU / {job.gpus:g} GPU, {free['CPU']:g} CPU free")
             job.supervisor_epoch += 1

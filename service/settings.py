@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     access_log: bool = False
     standby_supervisors: int = 1  # idle supervisors kept ready (torch imported) so a job starts at once
     api_threads: int = 4  # threads for the API's blocking database calls
+    metrics_retention_s: float = 600.0  # a finished job's live series (per rank, stage, event) are kept this long
+    peak_flops_per_worker: float = 0.0  # hardware peak FLOP/s of one worker; > 0 exports trainyard_job_mfu_ratio
 
     @property
     def sqlite_path(self) -> Path:

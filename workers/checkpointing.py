@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import shutil
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -63,9 +64,12 @@ class Checkpointer:
         self.group = dist.new_group(backend="gloo")
         self._pending: Future | None = None
         self._pending_step = 0
+        self._started = 0.0
+        self.last_duration_s: float | None = None  # save start to durable, of the last completed save
 
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
         self.wait()  # at most one save in flight (callers that report durability wait first)
+        self._started = time.monotonic()
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd, "progress": {"step": step}}
         path = checkpoint_root(self.job_dir) / f"step-{step:08d}"
@@ -84,6 +88,7 @@ class Checkpointer:
             return None
         self._pending.result()
         self._pending = None
+        self.last_duration_s = time.monotonic() - self._started
         if self.rank == 0:
             self._prune()
         return self._pending_step

@@ -29,7 +29,7 @@ from workers.models import build_model
 from workers.schedule import lr_at
 from workers.spec import JobSpec
 from workers.strategies import StrategyContext, build_strategy
-from workers.telemetry import CommMeter, StepRecord, model_state_bytes
+from workers.telemetry import CommMeter, StepRecord, model_state_bytes, peak_memory_bytes
 
 
 class Trainer:
@@ -122,7 +122,7 @@ class Trainer:
             compute_time_s=step_time - comm_time, comm_time_s=comm_time,
             samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
             comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
-            skipped=skipped,
+            skipped=skipped, peak_memory_bytes=peak_memory_bytes(self.device),
         )
         return record
 
@@ -183,7 +183,8 @@ class Trainer:
 
     def _report_durable(self, emit: Callable[[dict], None], step: int | None) -> None:
         if step is not None:
-            emit({"kind": "checkpoint", "rank": self.rank, "step": step})
+            emit({"kind": "checkpoint", "rank": self.rank, "step": step,
+                  "duration_s": self.checkpointer.last_duration_s})
 
     def finish(self, emit: Callable[[dict], None]) -> dict:
         self._report_durable(emit, self.checkpointer.wait())
@@ -191,7 +192,7 @@ class Trainer:
             return {"stopped_at": self.step}
         self.checkpointer.save(self.model, self.optimizer, self.step)
         self.checkpointer.wait()
-        emit({"kind": "checkpoint", "rank": self.rank, "step": self.step})
+        emit({"kind": "checkpoint", "rank": self.rank, "step": self.step, "duration_s": self.checkpointer.last_duration_s})
         # A pipeline rank holds only its stages: its strategy gathers the whole model.
         state = getattr(self.strategy, "full_model_state", checkpointing.full_model_state)(self.model)
         result = {"step": self.step, "model_state_bytes": self.model_state_bytes, "val_loss": self.evaluate()}

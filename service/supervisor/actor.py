@@ -82,7 +82,7 @@ class JobSupervisor:
         step = record["step"]
         if step % self.metric_stride and step != self._run.spec.train.steps:
             return
-        self._push({"type": "step", **{k: v for k, v in record.items() if k != "ranks"}})
+        self._push({"type": "step", **record})  # per-rank entries feed the per-rank metrics
 
     def _main(self) -> None:
         try:

@@ -52,7 +52,8 @@ class StepAggregator:
             "ts": max(r["ts"] for r in ranks),
             "ranks": [
                 {"rank": r["rank"], "compute_time_s": r["compute_time_s"], "samples": r["samples"],
-                 "comm_time_s": r["comm_time_s"], "step_time_s": r["step_time_s"]}
+                 "comm_time_s": r["comm_time_s"], "step_time_s": r["step_time_s"],
+                 "model_state_bytes": r.get("model_state_bytes"), "peak_memory_bytes": r.get("peak_memory_bytes")}
                 for r in ranks
             ],
         }

@@ -255,7 +255,8 @@ class JobRun:
             return True
         if kind == "checkpoint" and event.get("rank") == 0:
             self.last_checkpoint_step = event["step"]
-            self.listener.on_event("checkpoint", f"checkpoint at step {event['step']}", {"step": event["step"]})
+            self.listener.on_event("checkpoint", f"checkpoint at step {event['step']}",
+                                   {"step": event["step"], "duration_s": event.get("duration_s")})
         return False
 
     def _reshape_at(self, durable: int | None, grow_to: JobSpec | None) -> Resize | None:

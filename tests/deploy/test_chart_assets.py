@@ -46,7 +46,8 @@ def test_dashboard_glob_and_label(tmp_path):
     chart = _chart_with(tmp_path, {"dashboards/Jobs_Overview.json": board})
     assert not by_kind(render({}, chart), "ConfigMap")[1:]  # off by default: only the settings
     docs = render(merge(GRAFANA_ON, {"grafana": {"dashboards": {"namespace": "monitoring"}}}), chart)
-    (cm,) = [d for d in by_kind(docs, "ConfigMap") if "grafana_dashboard" in d["metadata"]["labels"]]
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if "grafana_dashboard" in d["metadata"]["labels"]
+             and "Jobs_Overview.json" in d["data"]]  # the shipped dashboards are there too
     assert cm["metadata"]["name"] == "ty-trainyard-dashboard-jobs-overview"
     assert cm["metadata"]["namespace"] == "monitoring"
     assert cm["metadata"]["annotations"]["grafana_folder"] == "Trainyard"

@@ -1,0 +1,116 @@
+"""The catalogue and the mapping from drained supervisor records to metric updates."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.metric_catalogue import (CATALOGUE, LiveMetrics, event_updates, exposed_names, gpt_params, mfu,
+                                      step_updates)
+
+STEP = {
+    "type": "step", "seq": 3, "step": 7, "loss": 2.5, "step_time_s": 0.2, "samples_per_s": 160.0,
+    "tokens_per_s": 10240.0, "grad_norm": 1.5, "lr": 3e-3, "comm_bytes": 4096, "model_state_bytes": 1000,
+    "bubble_fraction": 0.3, "bubble_fraction_theoretical": 0.2, "skipped": False, "ts": 1.0,
+    "ranks": [{"rank": 0, "compute_time_s": 0.1, "comm_time_s": 0.05, "step_time_s": 0.2, "samples": 16,
+               "straggler_score": 1.0, "model_state_bytes": 1000, "peak_memory_bytes": 5_000_000},
+              {"rank": 1, "compute_time_s": 0.19, "comm_time_s": 0.01, "step_time_s": 0.2, "samples": 16,
+               "straggler_score": 0.52, "model_state_bytes": 1000, "peak_memory_bytes": 6_000_000}],
+    "stages": [{"stage": 0, "bubble_fraction": 0.25, "bubble_fraction_theoretical": 0.2, "busy_s": 0.1,
+                "idle_s": 0.05, "activation_bytes_peak": 2048},
+               {"stage": 1, "bubble_fraction": 0.35, "bubble_fraction_theoretical": 0.2, "busy_s": 0.1,
+                "idle_s": 0.07, "activation_bytes_peak": 1024}],
+}
+
+
+def samples(live: LiveMetrics) -> dict[tuple, float]:
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(live.registry).decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_catalogue_names_units_and_bounded_labels():
+    names = [m.name for m in CATALOGUE]
+    assert len(names) == len(set(names)), "one entry per metric"
+    for m in CATALOGUE:
+        assert m.name.startswith("trainyard_") and m.help, m
+        assert "step" not in m.labels, f"{m.name}: never a label per step"
+        assert set(m.labels) <= {"job", "name", "rank", "stage", "state", "cause", "reason", "action", "decision",
+                                 "method", "route", "status", "dim"}, m
+        if m.kind == "histogram":
+            assert m.name.endswith("_seconds") and m.buckets, m
+    assert "trainyard_straggler_score" in exposed_names()
+    assert "trainyard_restarts_total" in exposed_names()
+
+
+def test_step_record_maps_to_job_rank_and_stage_series():
+    live = LiveMetrics()
+    live.drained("j1", [STEP], layout={"world_size": 2, "dp": 1, "tp": 1, "pp": 2},
+                 spec={"supervisor": {"straggler": {"threshold": 0.6}}})
+    got = samples(live)
+    assert got[("trainyard_job_tokens_per_second", (("job", "j1"),))] == 10240.0
+    assert got[("trainyard_job_grad_norm", (("job", "j1"),))] == 1.5
+    assert got[("trainyard_job_learning_rate", (("job", "j1"),))] == 3e-3
+    assert got[("trainyard_job_world_size", (("job", "j1"),))] == 2
+    assert got[("trainyard_job_layout_degree", (("dim", "pp"), ("job", "j1")))] == 2
+    assert got[("trainyard_job_step_duration_seconds_count", (("job", "j1"),))] == 1
+    assert got[("trainyard_straggler_score", (("job", "j1"), ("rank", "1")))] == 0.52
+    assert got[("trainyard_straggler_threshold", (("job", "j1"),))] == 0.6
+    assert got[("trainyard_rank_peak_memory_bytes", (("job", "j1"), ("rank", "0")))] == 5_000_000
+    assert got[("trainyard_rank_compute_seconds", (("job", "j1"), ("rank", "1")))] == 0.19
+    assert got[("trainyard_stage_bubble_fraction", (("job", "j1"), ("stage", "1")))] == 0.35
+    assert got[("trainyard_stage_bubble_fraction_theoretical", (("job", "j1"), ("stage", "0")))] == 0.2
+    assert got[("trainyard_stage_activation_bytes_in_flight", (("job", "j1"), ("stage", "0")))] == 2048
+    assert not any(n == "trainyard_job_mfu_ratio" for n, _ in got), "no MFU without a known hardware peak"
+
+
+def test_non_finite_values_and_skipped_steps():
+    updates = step_updates("j", {**STEP, "grad_norm": float("nan"), "skipped": True, "ranks": [], "stages": []})
+    names = {u.name for u in updates}
+    assert "trainyard_job_grad_norm" not in names
+    assert "trainyard_skipped_steps" in names
+
+
+def test_events_map_to_bounded_counters():
+    def one(kind, data):
+        return [(u.name, dict(u.labels)) for u in event_updates("j", kind, data)]
+
+    assert one("restart", {"cause": "worker_lost"}) == [("trainyard_restarts", {"job": "j", "cause": "worker_lost"})]
+    assert ("trainyard_rollbacks", {"job": "j", "cause": "non_finite"}) in one("restart", {"cause": "non_finite"})
+    assert one("resize", {"from": {"world_size": 4}, "to": {"world_size": 2}, "reason": "only 2 worker slots"}) == [
+        ("trainyard_resizes", {"job": "j", "reason": "shrink"})]
+    assert one("resize", {"from": {"world_size": 2}, "to": {"world_size": 4}})[0][1]["reason"] == "grow"
+    assert one("straggler", {"rank": 1, "action": "rebalancing the global batch at the next checkpoint"}) == [
+        ("trainyard_straggler_actions", {"job": "j", "action": "rebalance_planned"})]
+    assert one("straggler", {"action": "reported (the global batch is already rebalanced to [9, 7])"})[0][1][
+        "action"] == "reported"
+    assert one("straggler_recovered", {})[0][1]["action"] == "recovered"
+    assert one("rebalance", {"shares": [10, 6]})[0][1]["action"] == "rebalanced"
+    names = [n for n, _ in one("checkpoint", {"step": 50, "duration_s": 1.2, "bytes": 123})]
+    assert names == ["trainyard_checkpoints", "trainyard_job_last_checkpoint_step",
+                     "trainyard_checkpoint_duration_seconds", "trainyard_checkpoint_bytes"]
+    assert one("state", {}) == []
+
+
+def test_finished_jobs_series_are_dropped_after_the_retention():
+    live = LiveMetrics(retention_s=60.0)
+    live.drained("old", [STEP, {"type": "event", "seq": 4, "kind": "restart", "data": {"cause": "hang"}}])
+    live.drained("new", [STEP])
+    assert live.retain({"old", "new"}, now=0.0) == []
+    assert live.retain({"new"}, now=10.0) == []  # "old" ended: kept for the retention
+    assert any(dict(labels).get("job") == "old" for _, labels in samples(live))
+    assert live.retain({"new"}, now=71.0) == ["old"]
+    assert not any(dict(labels).get("job") == "old" for _, labels in samples(live))
+    assert any(dict(labels).get("job") == "new" for _, labels in samples(live))
+
+
+def test_mfu_only_with_a_known_peak():
+    params = gpt_params({"model": {"name": "gpt", "n_layers": 4, "d_model": 128, "seq_len": 64}})
+    assert params == 12 * 4 * 128 * 128 + (2 * 256 + 64) * 128
+    assert mfu(1000.0, params, 0.0, 2) is None
+    assert mfu(1000.0, params, 1e12, 2) == 6 * params * 1000.0 / 2e12
+    live = LiveMetrics(peak_flops_per_worker=1e12)
+    live.drained("j", [STEP], layout={"world_size": 2}, spec={"model": {"name": "gpt"}})
+    assert ("trainyard_job_mfu_ratio", (("job", "j"),)) in samples(live)
