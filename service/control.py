@@ -103,6 +103,10 @@ class ControlPlane:
         from service.supervisor.launch import Launcher
         from service.supervisor.standby import StandbyPool, plane_id
 
+        if self.settings.warm_workers:
+            from workers.pool import start_pool
+
+            start_pool(self.settings.warm_workers)  # the cluster's pool of pre-imported rank workers (shared)
         self.pool = StandbyPool(plane_id(self.settings.db_url), self.settings.standby_supervisors)
         launcher = Launcher(self.settings, self.pool)
         reconciler = Reconciler(self.sessions, self.settings, launcher, metrics=self.live)

@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     loop_interval_s: float = 0.5  # scheduler and reconciler tick
     metrics_max_points: int = 2000  # per-step metrics kept per job; longer jobs are downsampled
     access_log: bool = False
+    warm_workers: int = 4  # size of the cluster's warm pool of rank workers (0 = none); CPU jobs take from it
     standby_supervisors: int = 1  # idle supervisors kept ready (torch imported) so a job starts at once
     api_threads: int = 4  # threads for the API's blocking database calls
     metrics_retention_s: float = 600.0  # a finished job's live series (per rank, stage, event) are kept this long

@@ -17,7 +17,7 @@ def queue_server(request, tmp_path_factory, ray_address):
     """A service whose scheduler is paused: accepted jobs stay QUEUED. One per backend per module."""
     home = tmp_path_factory.mktemp(f"home-{request.param}")
     url, schema = make_db_url(request.param, home)
-    server = Server(home, url, ray_address, TRAINYARD_SCHEDULER_ENABLED="false",
+    server = Server(home, url, ray_address, TRAINYARD_SCHEDULER_ENABLED="false", TRAINYARD_STANDBY_SUPERVISORS="0",
                     TRAINYARD_MAX_ACTIVE_JOBS_PER_TENANT=str(QUOTA), TRAINYARD_MAX_BODY_BYTES="200000")
     server.database_url = url
     server.start()
