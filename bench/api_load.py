@@ -270,6 +270,7 @@ def main() -> None:
     parser.add_argument("--skip-start", action="store_true", help="only the API load part")
     parser.add_argument("--skip-load", action="store_true", help="only the start-latency part")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the Ray head and services
     os.environ.update(RAY_ENV)
     with RayHead() as head:
         if not args.skip_load:
