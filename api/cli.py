@@ -85,6 +85,47 @@ def validate(spec_path: Annotated[Path, typer.Argument(metavar="SPEC")]) -> None
     print(json.dumps(spec.model_dump(mode="json"), indent=2))
 
 
+@app.command()
+def plan(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec; its parallel block is ignored")],
+    memory_gib: Annotated[float | None, typer.Option("--memory-gib", help="per-worker memory budget "
+                                                     "(default: resources.memory_per_worker_gib)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the plan as one JSON object")] = False,
+) -> None:
+    """Dry-run the layout planner: every valid layout of SPEC's workers, its predicted bytes and step cost."""
+    import yaml
+
+    from workers.planner import GIB
+    from workers.planner import plan as make_plan
+
+    data = yaml.safe_load(spec_path.read_text())
+    if not isinstance(data, dict):
+        typer.echo(f"{spec_path}: a job spec must be a mapping", err=True)
+        raise typer.Exit(2)
+    try:
+        result = make_plan(data, memory_budget_gib=memory_gib)
+    except (ValidationError, ValueError) as exc:
+        typer.echo(f"{spec_path}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        raise typer.Exit(0 if result.chosen else 1)
+    console = Console()
+    table = Table(title=f"layouts for {spec_path.name}")
+    for col in ("", "layout", "strategy", "state MiB/rank", "act MiB/rank", "comm MB/step", "step ms", "fits"):
+        table.add_column(col)
+    for e in result.candidates:
+        layout = " ".join(f"{k}={v}" for k, v in e.parallel.items())
+        table.add_row("*" if e is result.chosen else "", layout, e.strategy,
+                      f"{e.model_state_bytes_per_rank / 2**20:.2f}", f"{e.activation_bytes_per_rank / 2**20:.2f}",
+                      f"{e.comm_bytes_per_step / 1e6:.3f}", f"{e.step_s * 1e3:.2f}", "yes" if e.fits else "no")
+    console.print(table)
+    if result.memory_budget_bytes:
+        console.print(f"budget: {result.memory_budget_bytes / GIB:.3g} GiB per worker")
+    console.print(f"choice: {result.explanation}")
+    raise typer.Exit(0 if result.chosen else 1)
+
+
 from api.remote import register  # noqa: E402  (serve, submit, list, get, cancel, events, logs)
 
 register(app)

@@ -151,3 +151,14 @@ def test_checkpoint_loads_under_another_layout(runs, tmp_path, source, target):
     assert [s["step"] for s in resumed_steps] == list(range(11, 21))
     for s in resumed_steps:
         assert s["loss"] == pytest.approx(steps[s["step"] - 1]["loss"], rel=1e-4), (source, target, s["step"])
+
+
+def test_planner_predicts_measured_bytes_within_10_percent(runs):
+    from workers.planner import estimate
+
+    for name in LAYOUTS:
+        summary, _ = runs[name]
+        predicted = estimate(spec_for(name))
+        assert predicted.strategy == summary["layout"]["strategy"], name
+        assert predicted.model_state_bytes_per_rank == pytest.approx(summary["model_state_bytes_per_rank"], rel=0.10), name
+        assert predicted.comm_bytes_per_step == pytest.approx(summary["comm_bytes_per_step"], rel=0.10, abs=1), name

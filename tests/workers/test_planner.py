@@ -1,0 +1,63 @@
+"""The layout planner without a cluster: candidates, choice under a memory budget, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from api.cli import app
+from tests.helpers import tiny_spec
+from workers.planner import GIB, candidate_layouts, estimate, plan
+from workers.spec import parse_spec
+
+SPEC = tiny_spec(**{"model.n_layers": 2, "model.n_heads": 4, "resources.workers": 4})
+
+
+def test_candidates_cover_every_strategy_and_rules_prune_them():
+    layouts = candidate_layouts(4)
+    assert {"dp": 4, "tp": 1, "zero": 2} in layouts and {"dp": 2, "tp": 2, "zero": 3} in layouts
+    assert {"dp": 4, "tp": 1, "zero": 3, "dp_shard": 2} in layouts
+    result = plan(tiny_spec(**{"model.n_layers": 2, "model.n_heads": 2, "resources.workers": 4}))
+    refused = [r for r in result.rejected if r["parallel"]["tp"] == 4]
+    assert refused and all("parallel.tp must divide model.n_heads" in r["reason"] for r in refused)
+    assert {e.strategy for e in result.candidates} == {"ddp", "zero", "fsdp", "tp"}
+
+
+def test_zero_accounting_and_ring_bytes_per_candidate():
+    ddp = estimate(parse_spec({**SPEC, "parallel": {"zero": 0}}))
+    psi = ddp.model_state_bytes_per_rank / 16
+    assert ddp.comm_bytes_per_step == int(2 * 3 / 4 * 4 * psi)
+    z1 = estimate(parse_spec({**SPEC, "parallel": {"zero": 1}}))
+    z3 = estimate(parse_spec({**SPEC, "parallel": {"zero": 3}}))
+    assert z1.model_state_bytes_per_rank == int((8 + 8 / 4) * psi)
+    assert z3.model_state_bytes_per_rank == int(16 / 4 * psi)
+    assert z3.comm_bytes_per_step == int(1.5 * ddp.comm_bytes_per_step)
+
+
+def test_budget_decides_the_choice_and_is_explained():
+    free = plan(SPEC)
+    assert free.chosen is not None and "no memory budget" in free.explanation
+    ddp = next(e for e in free.candidates if e.strategy == "ddp")
+    # A budget just below DDP's needs forces a sharded layout.
+    tight = plan(SPEC, memory_budget_gib=(ddp.memory_bytes_per_rank - 1) / GIB)
+    assert tight.chosen is not None
+    assert tight.chosen.memory_bytes_per_rank < ddp.memory_bytes_per_rank
+    assert not next(e for e in tight.candidates if e.strategy == "ddp").fits
+    assert "do not fit" in tight.explanation
+    none = plan(SPEC, memory_budget_gib=1e-6)
+    assert none.chosen is None and "no layout fits" in none.explanation
+
+
+def test_cli_plan_prints_json(tmp_path):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(SPEC))
+    result = CliRunner().invoke(app, ["plan", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["chosen"]["parallel"]["dp"] * out["chosen"]["parallel"]["tp"] == 4
+    for c in out["candidates"]:
+        assert {"model_state_bytes_per_rank", "activation_bytes_per_rank", "comm_bytes_per_step",
+                "predicted_step_s"} <= set(c)
+    tight = CliRunner().invoke(app, ["plan", str(path), "--memory-gib", "0.000001"])
+    assert tight.exit_code == 1 and "no layout fits" in tight.output

@@ -1,0 +1,296 @@
+"""Dry-run layout planner: enumerate the layouts a spec allows, predict each one's
+per-rank model-state bytes, activation bytes and logical communication bytes per
+step, and pick the cheapest predicted step that fits the per-worker memory budget.
+
+The byte predictions use the same accounting the strategies are measured by
+(fp32 AdamW, ring collectives, workers/strategies/metering.py), so they can be
+checked against a run: tests/workers/test_strategies.py does, within 10%.
+Step time is a roofline guess: 6 x params x tokens FLOPs (8x with activation
+checkpointing) at the worker's sustained rate, plus bytes over the link
+bandwidth plus a latency per collective, with no overlap assumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from pydantic import ValidationError
+
+from workers.spec import GPTModelSpec, JobSpec
+
+GIB = 1024**3
+# Sustained FLOP/s of one worker and link bandwidth/latency: deliberately round guesses.
+CPU_FLOPS_PER_CORE = 2.0e10
+GPU_FLOPS = 4.0e14  # a bf16 H100/H200-class accelerator at ~40% MFU
+CPU_LINK = (1.0e9, 2e-4)  # bytes/s, s per collective (gloo over loopback/TCP)
+GPU_LINK = (1.0e11, 2e-5)  # NVLink-class
+
+# Parameters that Megatron tensor parallelism splits (GPT blocks): everything in q/k/v/fc and the proj weights.
+_TP_SHARDED = (".attn.q.", ".attn.k.", ".attn.v.", ".mlp.fc.", ".attn.proj.weight", ".mlp.proj.weight")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    params: int  # all parameters
+    tp_params: int  # of which tensor parallelism shards
+    layers: int = 0
+    d_model: int = 0
+    n_heads: int = 0
+    seq_len: int = 0
+    vocab: int = 0
+    layernorm_params: int = 0  # of the blocks and the final LayerNorm (sequence-parallel grads)
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> ModelFacts:
+        from workers.models import MODEL_BUILDERS
+
+        with torch.device("meta"):  # shapes only, no memory
+            model = MODEL_BUILDERS[type(spec.model)](spec.model)
+        named = dict(model.named_parameters())
+        total = sum(p.numel() for p in named.values())
+        m = spec.model
+        if not isinstance(m, GPTModelSpec):
+            return cls(params=total, tp_params=0)
+        tp = sum(p.numel() for n, p in named.items() if any(k in n for k in _TP_SHARDED))
+        ln = sum(p.numel() for n, p in named.items() if ".ln" in n or n.startswith("ln_f"))
+        return cls(total, tp, m.n_layers, m.d_model, m.n_heads, m.seq_len, m.vocab_size, ln)
+
+
+@dataclass
+class Estimate:
+    parallel: dict[str, Any]
+    strategy: str
+    model_state_bytes_per_rank: int
+    activation_bytes_per_rank: int
+    comm_bytes_per_step: int
+    compute_s: float
+    comm_s: float
+    fits: bool = True
+    note: str = ""
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.comm_s
+
+    @property
+    def memory_bytes_per_rank(self) -> int:
+        return self.model_state_bytes_per_rank + self.activation_bytes_per_rank
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "predicted_step_s": self.step_s, "memory_bytes_per_rank": self.memory_bytes_per_rank}
+
+
+def _ring(k: int) -> float:
+    return 2 * (k - 1) / k if k > 1 else 0.0
+
+
+def _one_pass(k: int) -> float:
+    return (k - 1) / k if k > 1 else 0.0
+
+
+def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
+    """Predicted bytes and step time of the layout `spec.parallel` (pp = 1 layouts)."""
+    from workers.strategies import strategy_name
+
+    f = facts or ModelFacts.of(spec)
+    p, t = spec.parallel, spec.train
+    dp, tp, accum, mb = spec.dp, p.tp, spec.grad_accum_steps, t.micro_batch_size
+    per_rank = f.params - f.tp_params + f.tp_params / tp  # parameters a rank holds before ZeRO sharding
+    grad_bytes = 4 * per_rank
+    shard = (p.dp_shard or dp) if p.zero == 3 else dp
+
+    # Model state (fp32 weights 4 + grads 4 + AdamW moments 8 bytes per parameter).
+    bytes_per_param = {0: 16, 1: 8 + 8 / shard, 2: 4 + 12 / shard, 3: 16 / shard}[p.zero]
+    state = bytes_per_param * per_rank
+
+    # Data-parallel traffic per step.
+    if p.zero == 3:
+        gathers = accum * (2 if p.reshard_after_forward else 1)  # per micro-batch: forward (+ backward) gather
+        replicas = dp // shard
+        dp_comm = (gathers + 1) * _one_pass(shard) * grad_bytes + _ring(replicas) * grad_bytes / shard
+    elif p.local_sgd is not None:
+        dp_comm = _ring(dp) * grad_bytes / p.local_sgd.period  # on average per step
+    else:
+        ratio = {None: 1.0, "fp16": 0.5, "bf16": 0.5}.get(p.compression.kind if p.compression else None, None)
+        if ratio is None:  # powersgd: the P and Q factors of each matrix
+            ratio = _powersgd_ratio(spec)
+        dp_comm = _ring(dp) * grad_bytes * ratio
+
+    # Tensor-parallel traffic: activations of one micro-batch, A = mb x seq x d x 4 bytes.
+    tp_comm = 0.0
+    act = _activation_bytes(spec, f)
+    if tp > 1 and f.layers:
+        a = mb * f.seq_len * f.d_model * 4
+        if p.sequence_parallel:
+            # per block: forward 2 all-gathers + 2 reduce-scatters, backward 2 all-gathers + 4 input-grad
+            # all-reduces (q, k, v, fc); plus the sequence split/merge at the ends and the LayerNorm grads.
+            per_micro = f.layers * 14 * _one_pass(tp) * a + 2 * _one_pass(tp) * a
+            tp_comm = accum * per_micro + _ring(tp) * 4 * f.layernorm_params
+        else:
+            # per block: forward 2 all-reduces (row-parallel outputs), backward 4 (q, k, v, fc input grads)
+            tp_comm = accum * f.layers * 6 * _ring(tp) * a
+
+    comm = dp_comm + tp_comm
+    gpu = spec.resources.gpus_per_worker > 0
+    flops_rate = GPU_FLOPS * spec.resources.gpus_per_worker if gpu else CPU_FLOPS_PER_CORE * spec.resources.cpus_per_worker
+    bandwidth, latency = GPU_LINK if gpu else CPU_LINK
+    tokens = t.global_batch_size * (f.seq_len or 1)
+    flops = (8 if p.activation_checkpointing else 6) * f.params * tokens / spec.world_size
+    collectives = (accum * (f.layers or 1) * (6 if tp > 1 else 0)) + (accum * 2 * (f.layers + 1) if p.zero == 3 else 1)
+    return Estimate(
+        parallel=_compact(p.model_dump(mode="json")),
+        strategy=strategy_name(spec),
+        model_state_bytes_per_rank=int(state),
+        activation_bytes_per_rank=int(act),
+        comm_bytes_per_step=int(comm),
+        compute_s=flops / flops_rate,
+        comm_s=comm / bandwidth + latency * collectives,
+    )
+
+
+def _activation_bytes(spec: JobSpec, f: ModelFacts) -> float:
+    """Activations of one micro-batch kept for backward (Korthikanti et al. 2022, scaled to the dtype)."""
+    p, mb = spec.parallel, spec.train.micro_batch_size
+    if not f.layers:
+        return 0.0
+    s, h, a, tp = f.seq_len, f.d_model, f.n_heads, p.tp
+    half = 1 if p.mixed_precision != "fp32" else 2  # the formula counts 16-bit activations
+    if p.activation_checkpointing:
+        per_layer = 2 * s * mb * h / (tp if p.sequence_parallel else 1)
+    elif p.sequence_parallel:
+        per_layer = s * mb * h * (34 + 5 * a * s / h) / tp
+    else:
+        per_layer = s * mb * h * (10 + 24 / tp + 5 * a * s / (h * tp))
+    logits = 2 * 4 * s * mb * f.vocab  # fp32 logits and their gradient
+    return half * f.layers * per_layer + logits
+
+
+def _powersgd_ratio(spec: JobSpec) -> float:
+    """Fraction of gradient elements PowerSGD all-reduces (matrices as rank-r factors, vectors whole)."""
+    from workers.models import MODEL_BUILDERS
+
+    r = spec.parallel.compression.rank
+    with torch.device("meta"):
+        model = MODEL_BUILDERS[type(spec.model)](spec.model)
+    sent = total = 0
+    for param in model.parameters():
+        n = param.shape[0]
+        m = param.numel() // n
+        k = min(n, m, r)
+        total += n * m
+        sent += (n + m) * k if (n + m) * k * 2 < n * m else n * m
+    return sent / total
+
+
+def _compact(parallel: dict) -> dict:
+    defaults = {"pipeline": None, "dp_shard": None, "reshard_after_forward": True, "offload_optimizer": False,
+                "sequence_parallel": False, "activation_checkpointing": False, "mixed_precision": "fp32",
+                "compression": None, "local_sgd": None, "pp": 1}
+    return {k: v for k, v in parallel.items() if k not in defaults or v != defaults[k]}
+
+
+# --- search --------------------------------------------------------------------------------------
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidate_layouts(workers: int) -> list[dict]:
+    """Every pp=1 layout of `workers` ranks the strategies implement (the spec rules prune them)."""
+    out = []
+    for tp in _divisors(workers):
+        dp = workers // tp
+        out.append({"dp": dp, "tp": tp, "zero": 0})
+        if tp > 1:
+            out.append({"dp": dp, "tp": tp, "zero": 0, "sequence_parallel": True})
+        if dp > 1 and tp == 1:
+            out += [{"dp": dp, "tp": 1, "zero": 1}, {"dp": dp, "tp": 1, "zero": 2}]
+        if dp > 1:
+            for shard in _divisors(dp)[1:]:
+                hsdp = {} if shard == dp else {"dp_shard": shard}
+                out.append({"dp": dp, "tp": tp, "zero": 3, **hsdp})
+                out.append({"dp": dp, "tp": tp, "zero": 3, "reshard_after_forward": False, **hsdp})
+    return out
+
+
+@dataclass
+class Plan:
+    chosen: Estimate | None
+    candidates: list[Estimate]
+    rejected: list[dict] = field(default_factory=list)  # layouts the spec rules refuse, with the reason
+    memory_budget_bytes: int | None = None
+    explanation: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "chosen": self.chosen.to_dict() if self.chosen else None,
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "explanation": self.explanation,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "rejected": self.rejected,
+        }
+
+
+def plan(data: dict | JobSpec, memory_budget_gib: float | None = None) -> Plan:
+    """Rank every valid layout of the spec's workers; `data` is a spec (its `parallel` is ignored)."""
+    raw = data.model_dump(mode="json") if isinstance(data, JobSpec) else dict(data)
+    raw.pop("parallel", None)
+    workers = int(raw.get("resources", {}).get("workers", 1))
+    budget_gib = memory_budget_gib if memory_budget_gib is not None else raw.get("resources", {}).get("memory_per_worker_gib")
+    budget = int(budget_gib * GIB) if budget_gib else None
+    facts, estimates, rejected = None, [], []
+    for layout in candidate_layouts(workers):
+        try:
+            spec = JobSpec.model_validate({**raw, "parallel": layout}, context={"allow_fault_injection": True})
+        except ValidationError as exc:
+            rejected.append({"parallel": layout, "reason": "; ".join(e["msg"].removeprefix("Value error, ")
+                                                                    for e in exc.errors())})
+            continue
+        facts = facts or ModelFacts.of(spec)
+        est = estimate(spec, facts)
+        if budget is not None and est.memory_bytes_per_rank > budget:
+            est.fits = False
+            est.note = f"needs {est.memory_bytes_per_rank / GIB:.2f} GiB per rank > budget {budget / GIB:.3g} GiB"
+        estimates.append(est)
+    estimates.sort(key=lambda e: (not e.fits, e.step_s, e.memory_bytes_per_rank))
+    chosen = estimates[0] if estimates and estimates[0].fits else None
+    return Plan(chosen, estimates, rejected, budget, _explain(chosen, estimates, budget, workers))
+
+
+def _explain(chosen: Estimate | None, estimates: list[Estimate], budget: int | None, workers: int) -> str:
+    if not estimates:
+        return f"no layout of {workers} workers passes the spec rules"
+    if chosen is None:
+        least = min(estimates, key=lambda e: e.memory_bytes_per_rank)
+        return (f"no layout fits the budget of {budget / GIB:.3g} GiB per worker; the leanest, "
+                f"{_label(least)}, needs {least.memory_bytes_per_rank / GIB:.3g} GiB")
+    text = (f"{_label(chosen)} ({chosen.strategy}): predicted step {chosen.step_s * 1e3:.1f} ms "
+            f"(compute {chosen.compute_s * 1e3:.1f} ms + comm {chosen.comm_s * 1e3:.1f} ms for "
+            f"{chosen.comm_bytes_per_step / 1e6:.2f} MB), {chosen.memory_bytes_per_rank / GIB:.3g} GiB per rank")
+    text += f" within {budget / GIB:.3g} GiB" if budget else " (no memory budget given)"
+    runner_up = next((e for e in estimates[1:] if e.fits), None)
+    if runner_up is not None:
+        text += f"; next best {_label(runner_up)} at {runner_up.step_s * 1e3:.1f} ms"
+    over = sum(not e.fits for e in estimates)
+    if over:
+        text += f"; {over} layout(s) do not fit"
+    return text
+
+
+def _label(e: Estimate) -> str:
+    p = e.parallel
+    parts = [f"dp={p['dp']}", f"tp={p['tp']}", f"zero={p['zero']}"]
+    parts += [f"{k}={v}" for k, v in p.items() if k not in ("dp", "tp", "zero")]
+    return " ".join(parts)
+
+
+def resolve_auto(data: dict) -> dict:
+    """The `parallel` block `parallel: auto` stands for: the plan's choice (or the default layout when
+    nothing fits, so that validation reports why)."""
+    chosen = plan(data).chosen
+    if chosen is None:
+        return {}
+    return {k: v for k, v in chosen.parallel.items() if v is not None}
