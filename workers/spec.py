@@ -154,6 +154,9 @@ class PipelineSpec(_Strict):
         None, description="pin the partition: transformer blocks per stage, pp x virtual_stages entries in "
                           "stage order (embedding goes to the first stage, head to the last); "
                           "default: balanced by estimated cost")
+    rebalance_threshold: float | None = Field(
+        None, gt=0.0, description="gpipe/1f1b: when the slowest stage's measured busy time exceeds the fastest's "
+                                  "by more than this fraction, re-split by measured cost at the next checkpoint (once)")
 
     @property
     def stages_per_rank(self) -> int:
@@ -396,6 +399,10 @@ def _pipeline_errors(spec: JobSpec):
     if pipe.schedule == "dualpipe_v" and m < stages:
         yield (f"parallel.pipeline.microbatches must be >= pp x virtual_stages for 'dualpipe_v' "
                f"(microbatches={m}, pp={p.pp}, virtual_stages={v})")
+    if pipe.rebalance_threshold is not None and (v != 1 or spec.checkpoint.every_steps == 0):
+        yield (f"parallel.pipeline.rebalance_threshold needs one stage per rank (gpipe/1f1b) and "
+               f"checkpoint.every_steps > 0 (schedule={pipe.schedule!r}, virtual_stages={v}, "
+               f"every_steps={spec.checkpoint.every_steps})")
     if pipe.split is None:
         if stages > layers + 2:
             yield (f"parallel.pipeline: pp x virtual_stages must be <= model.n_layers + 2, one block or the "

@@ -344,7 +344,8 @@ class JobRun:
             "world_size": self.current.world_size,
             "layout": self.layout(),
             "samples_per_s": g * len(steady) / step_time if step_time else None,
-            "tokens_per_s": statistics.fmean(s["tokens_per_s"] for s in steady) if steady and steady[0]["tokens_per_s"] else None,
+            # Steps joined from only some ranks (kept across a restart or resize) may lack the tokens.
+            "tokens_per_s": statistics.fmean(t) if (t := [s["tokens_per_s"] for s in steady if s.get("tokens_per_s")]) else None,
             "bubble_fraction": pipeline["bubble_fraction"] if pipeline else None,
             "bubble_fraction_theoretical": pipeline["bubble_fraction_theoretical"] if pipeline else None,
             "pipeline": pipeline,  # schedule, split with costs, per-stage bubble and activations (pp > 1)
