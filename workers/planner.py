@@ -288,9 +288,16 @@ def _label(e: Estimate) -> str:
 
 
 def resolve_auto(data: dict) -> dict:
-    """The `parallel` block `parallel: auto` stands for: the plan's choice (or the default layout when
-    nothing fits, so that validation reports why)."""
-    chosen = plan(data).chosen
+    """The `parallel` block `parallel: auto` stands for: the plan's choice. When no layout passes the
+    rules at all, the default layout, so that validation reports why."""
+    result = plan(data)
+    chosen = result.chosen
+    if chosen is None and result.candidates:
+        least = min(result.candidates, key=lambda e: e.memory_bytes_per_rank)
+        raise ValueError(
+            f"parallel: auto found no layout of resources.workers={data.get('resources', {}).get('workers', 1)} "
+            f"that fits resources.memory_per_worker_gib (budget={result.memory_budget_bytes / GIB:.3g} GiB, "
+            f"leanest {_label(least)} needs {least.memory_bytes_per_rank / GIB:.3g} GiB)")
     if chosen is None:
         return {}
     return {k: v for k, v in chosen.parallel.items() if v is not None}

@@ -201,6 +201,8 @@ class ResourcesSpec(_Strict):
     max_workers: int | None = Field(None, ge=1, description="elastic ceiling: grow to no more; default workers")
     cpus_per_worker: float = Field(1.0, gt=0.0)
     gpus_per_worker: float = Field(0.0, ge=0.0)
+    memory_per_worker_gib: float | None = Field(None, gt=0.0, description="per-worker memory budget that "
+                                                "parallel: auto and trainyard plan must fit; default no limit")
 
     @property
     def elastic_range(self) -> tuple[int, int]:
@@ -245,7 +247,8 @@ class JobSpec(_Strict):
     model: ModelSpec = Field(default_factory=GPTModelSpec)
     data: DataSpec = Field(default_factory=lambda: TextDataSpec(name="text:pystdlib"))
     train: TrainSpec = Field(default_factory=TrainSpec)
-    parallel: ParallelSpec = Field(default_factory=ParallelSpec)
+    parallel: ParallelSpec = Field(default_factory=ParallelSpec, description="the layout, or 'auto': "
+                                   "the planner's cheapest layout that fits resources.memory_per_worker_gib")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
@@ -264,6 +267,16 @@ class JobSpec(_Strict):
     @property
     def grad_accum_steps(self) -> int:
         return self.train.global_batch_size // (self.dp * self.train.micro_batch_size)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_auto_layout(cls, data: Any) -> Any:
+        # `parallel: auto` becomes the planner's choice before validation, so the stored spec is explicit.
+        if isinstance(data, dict) and data.get("parallel") == "auto":
+            from workers.planner import resolve_auto
+
+            data = {**data, "parallel": resolve_auto(data)}
+        return data
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self, info: ValidationInfo) -> "JobSpec":

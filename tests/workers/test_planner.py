@@ -61,3 +61,24 @@ def test_cli_plan_prints_json(tmp_path):
                 "predicted_step_s"} <= set(c)
     tight = CliRunner().invoke(app, ["plan", str(path), "--memory-gib", "0.000001"])
     assert tight.exit_code == 1 and "no layout fits" in tight.output
+
+
+def test_parallel_auto_resolves_to_the_planned_layout():
+    budget = plan(SPEC).candidates  # every layout fits without a budget
+    ddp = next(e for e in budget if e.strategy == "ddp")
+    spec = parse_spec({**SPEC, "parallel": "auto",
+                       "resources": {**SPEC["resources"], "memory_per_worker_gib": (ddp.memory_bytes_per_rank - 1) / GIB}})
+    assert spec.parallel.zero > 0 or spec.parallel.tp > 1  # DDP does not fit, a sharded layout does
+    assert spec.dp * spec.parallel.tp == 4
+
+
+def test_parallel_auto_without_a_fitting_layout_is_a_field_named_error():
+    import pytest
+    from pydantic import ValidationError
+
+    from workers.spec import format_validation_error
+
+    with pytest.raises(ValidationError) as info:
+        parse_spec({**SPEC, "parallel": "auto", "resources": {**SPEC["resources"], "memory_per_worker_gib": 1e-6}})
+    [error] = format_validation_error(info.value)
+    assert error["field"] == "parallel" and "no layout" in error["message"] and "budget=" in error["message"]
