@@ -105,7 +105,9 @@ def test_monitoring_renders_servicemonitor_and_rules():
     monitor = one(docs, "ServiceMonitor")
     service = one(docs, "Service")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+    # honorLabels: the series' own `job` label (the Trainyard job id) is kept, not renamed exported_job
+    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s",
+                                             "honorLabels": True}]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     groups = one(docs, "PrometheusRule")["spec"]["groups"]
     assert groups[0]["rules"][0]["alert"] == "TrainyardControlPlaneDown"

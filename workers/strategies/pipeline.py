@@ -144,6 +144,7 @@ class PipelineStrategy:
         m = self.microbatches
         self.meter.reset()
         losses: list[torch.Tensor] = []
+        entered = time.perf_counter()
         dist.barrier(group=self.pp_group)  # the pipeline's ranks start the flush together: a common clock
         with self.meter.measuring():
             for start in range(0, len(micro), m):  # one pipeline flush per `microbatches` micro-batches
@@ -154,10 +155,13 @@ class PipelineStrategy:
                 self.schedule.step(*args, target=targets, losses=losses, return_outputs=False)
         loss, makespan = self._pipeline_loss_and_makespan(losses, self.meter.times.wall_s)
         stage = self.meter.times.report(self.pp_rank, self.theoretical, makespan)
-        comm_s = stage["comm_s"]
         ctx.comm.logical_bytes += self._p2p_bytes(len(micro))
         if self.dp > 1:
-            comm_s += self._allreduce_grads(wrapped, ctx)
+            self._allreduce_grads(wrapped, ctx)
+        # Everything here but the stage's own compute was spent blocked on peers (start barrier, p2p
+        # transfers and waits, the makespan all-gather, the dp all-reduce): like a DDP rank's comm time,
+        # so that compute time (step - comm) blames a slow stage and not the stages waiting for it.
+        comm_s = max(0.0, time.perf_counter() - entered - stage["busy_s"])
         first_replica_stage = self.pp_rank == 0 and self.tp_rank == 0  # count data once per pipeline
         samples = sum(x.shape[0] for x, _ in micro) if first_replica_stage else 0
         tokens = sum(x.numel() for x, _ in micro if x.dtype == torch.long) if first_replica_stage else 0
