@@ -6,18 +6,16 @@ stage, and the straggler and job-failed alerts fire."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 
 import httpx
 import pytest
-import yaml
 
 from service.metric_catalogue import exposed_names
 from tests.helpers import tiny_spec
-from tests.live import TERMINAL, Server, free_port, wait_for, wait_step
-from tests.observability.dashboards import RULES, alert_rules, annotation_queries, dashboards, fill, panel_queries
+from tests.live import TERMINAL, Server, wait_for, wait_step
+from tests.observability.dashboards import alert_rules, annotation_queries, dashboards, fill, panel_queries
+from tests.observability.prometheus import Prometheus
 
 pytestmark = pytest.mark.slow
 
@@ -31,65 +29,6 @@ def pipeline_spec() -> dict:
         "resources.workers": 2, "parallel.pp": 2, "parallel.pipeline": {"schedule": "1f1b", "microbatches": 4},
         "checkpoint.every_steps": 10, "supervisor.straggler": {"policy": "report", "window": 5},
         "fault_injection": [{"at_step": SLOW_FROM, "rank": 1, "kind": "slow", "factor": 4.0}]})
-
-
-class Prometheus:
-    """A real Prometheus server on loopback, scraping one target every second, with our rules loaded."""
-
-    def __init__(self, tmp_path, target: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
-            # honor_labels: the series' own `job` label (the Trainyard job id) wins over the scrape job's
-            "scrape_configs": [{"job_name": "trainyard", "honor_labels": True, "metrics_path": "/metrics",
-                                "static_configs": [{"targets": [target]}]}],
-        }
-        self.config = tmp_path / "prometheus.yml"
-        self.config.write_text(yaml.safe_dump(config))
-        self.data, self.log = tmp_path / "tsdb", tmp_path / "prometheus.log"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "Prometheus":
-        binary = shutil.which("prometheus")
-        assert binary, "prometheus missing: run `make prometheus` (apt-get install prometheus)"
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([binary, f"--config.file={self.config}", f"--storage.tsdb.path={self.data}",
-                                          f"--web.listen-address=127.0.0.1:{self.port}"],
-                                         stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise AssertionError(f"prometheus not ready:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def query(self, expr: str) -> list[dict]:
-        resp = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10)
-        body = resp.json()
-        assert resp.status_code == 200 and body["status"] == "success", f"{expr}: {body}"
-        return body["data"]["result"]
-
-    def alerts(self) -> list[dict]:
-        return httpx.get(f"{self.url}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
-
-    def rules_loaded(self) -> int:
-        groups = httpx.get(f"{self.url}/api/v1/rules", timeout=10).json()["data"]["groups"]
-        return sum(len(g["rules"]) for g in groups)
 
 
 def eventually(check, timeout: float, every: float = 1.0):
