@@ -24,6 +24,7 @@ CPU clusters have no meaningful peak, so by default no MFU series exists.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from workers.spec import StragglerSpec
 
+log = logging.getLogger("trainyard.metrics")
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CHECKPOINT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 QUEUE_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0)
@@ -277,7 +279,7 @@ def layout_updates(job: str, layout: dict | None) -> list[Update]:
 def gpt_params(spec: dict) -> float | None:
     """Parameters of the built-in GPT (blocks + embeddings), for the MFU estimate; None for other models."""
     model = spec.get("model") or {}
-    if model.get("name") != "gpt":
+    if model.get("name", "gpt") != "gpt" or "entrypoint" in model:  # GPT is the spec's default model
         return None
     d, layers = model.get("d_model", 128), model.get("n_layers", 4)
     vocab = model.get("vocab_size", 256)
@@ -336,7 +338,14 @@ class LiveMetrics:
 
     def drained(self, job: str, records: list[dict], layout: dict | None = None, spec: dict | None = None,
                 world_size: int | None = None) -> None:
-        """Newly stored supervisor records of one job (each record is applied once)."""
+        """Newly stored supervisor records of one job (each record is applied once). Never raises:
+        a malformed record costs its metrics, not the reconciler's tick."""
+        try:
+            self._drained(job, records, layout, spec, world_size)
+        except Exception:
+            log.exception("metrics from the records of job %s", job)
+
+    def _drained(self, job, records, layout, spec, world_size) -> None:
         updates = [] if job in self.jobs() else zero_counters(job)
         updates += layout_updates(job, layout)
         if spec is not None:
