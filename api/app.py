@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from api.errors import install_error_handlers
 from api.limits import BodyLimitMiddleware
 from api.request_metrics import RequestMetricsMiddleware
-from api.routers import artifacts, jobs, system
+from api.routers import artifacts, jobs, plans, system
 from service.control import ControlPlane
 from service.settings import Settings, get_settings
 
@@ -44,4 +44,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(system.router)
     app.include_router(jobs.router)
     app.include_router(artifacts.router)
+    app.include_router(plans.router)
     return app
