@@ -83,8 +83,15 @@ class Scheduler:
         free = ray.available_resources()
         free = {k: free.get(k, 0.0) - reserved.get(k, 0.0) for k in ("CPU", "GPU")}
         admitted = []
+        capacity = None
         for job in queue:
             if job.cpus > free["CPU"] + EPS or job.gpus > free["GPU"] + EPS:
+                # Accepted before the cluster's size was known, or the cluster shrank: fail it
+                # rather than let it hold up the queue forever.
+                capacity = capacity or cluster_capacity()
+                demand = Demand(job.cpus, job.gpus, job.cpus / job.world_size, job.gpus / job.world_size)
+                if (why := never_fits(demand, *capacity)) and self._fail(job.id, why):
+                    continue
                 self.metrics.decision("deferred")
                 break  # strict order: nothing jumps the queue
             if self._admit(job.id, free):
@@ -106,6 +113,15 @@ class Scheduler:
                 reserved["CPU"] += job.cpus
                 reserved["GPU"] += job.gpus
         return reserved
+
+    def _fail(self, job_id: str, why: str) -> bool:
+        with self.sessions.begin() as s:
+            job = repo.get_job(s, job_id, lock=True)
+            if job is None or job.state != JobState.QUEUED:
+                return False
+            job.error = f"the job can never run on this cluster: {why}"
+            repo.transition(s, job, JobState.FAILED, job.error)
+            return True
 
     def _admit(self, job_id: str, free: dict[str, float]) -> bool:
         reservation = self.launcher.reserve()

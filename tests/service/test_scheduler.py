@@ -25,6 +25,19 @@ def test_never_fits_names_the_resource_and_the_numbers():
     assert "GPU" in never_fits(Demand(1, 1, 1, 1), total, node)
 
 
+def test_a_queued_job_that_can_never_fit_fails_instead_of_blocking_the_queue(ray_cluster, sessions, tmp_path):
+    # e.g. accepted while Ray was still connecting, so the submit-time check could not run
+    with sessions.begin() as s:
+        t = repo.ensure_tenant(s, "t")
+        huge = repo.create_job(s, t.id, spec_of(**{"resources.workers": 4, "resources.cpus_per_worker": 16.0}),
+                               0, "a", None, 100)
+    assert Scheduler(sessions, Settings(home=tmp_path)).tick() == []
+    with sessions() as s:
+        job = repo.get_job(s, huge.id)
+        assert job.state == JobState.FAILED and "needs 64 CPU" in job.error and "whole cluster has" in job.error
+        assert [e.state for e in repo.list_events(s, huge.id, 0, 10)] == ["QUEUED", "FAILED"]
+
+
 @pytest.mark.slow
 def test_admits_by_priority_and_never_over_commits(ray_cluster, sessions, tmp_path):
     free = ray.available_resources().get("CPU", 0.0)
