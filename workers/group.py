@@ -62,7 +62,10 @@ class WorkerGroup:
         try:
             self._place_actors(timeout_s)
             addr, port = self.master = ray.get(self.actors[0].address.remote(), timeout=timeout_s)
-            setups = ray.get([a.setup.remote(spec_json, addr, port, self.spec.fault_tolerance.hang_timeout_s, shares)
+            # Collectives time out well after the supervisor's own hang timer, so that a hang is
+            # diagnosed as one (by the supervisor) rather than as a peer's collective error.
+            collective_timeout = 2 * self.spec.fault_tolerance.hang_timeout_s + 30
+            setups = ray.get([a.setup.remote(spec_json, addr, port, collective_timeout, shares)
                               for a in self.actors], timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             retryable = not isinstance(exc.cause, CONFIGURATION_ERRORS)

@@ -10,6 +10,7 @@ actors, since Ray assigns devices at actor creation.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -23,8 +24,8 @@ POOL_NAME = "trainyard-worker-pool"
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=4)
 class WarmPool:
-    def __init__(self, size: int, refill_delay_s: float = 3.0):
-        self.size, self.refill_delay_s = size, refill_delay_s
+    def __init__(self, size: int, refill_delay_s: float = 3.0, busy_fraction: float = 0.5):
+        self.size, self.refill_delay_s, self.busy_fraction = size, refill_delay_s, busy_fraction
         self.starting: dict = {}  # ready ref -> name
         self.idle: list[tuple[str, str]] = []  # (name, node id)
         self.last_take = 0.0
@@ -33,12 +34,13 @@ class WarmPool:
         threading.Thread(target=self._maintain, daemon=True).start()
 
     def _maintain(self) -> None:
-        # Refill only once jobs have started: importing torch in new processes right away
-        # would steal the CPUs that the job that just took workers needs to start.
+        # Refill only when it cannot slow a job down: not right after a take (the job is
+        # starting) and not while the node's CPUs are busy (a job is training). Importing
+        # torch in new processes costs about a CPU-second each.
         while True:
             time.sleep(1.0)
             with self._lock:
-                if time.monotonic() - self.last_take >= self.refill_delay_s:
+                if time.monotonic() - self.last_take >= self.refill_delay_s and cpus_idle(self.busy_fraction):
                     self._harvest()
                     self._fill()
 
@@ -88,9 +90,14 @@ class WarmPool:
         self.idle, self.starting, self.size = [], {}, 0
 
 
-def start_pool(size: int, refill_delay_s: float = 3.0):
+def cpus_idle(busy_fraction: float = 0.5) -> bool:
+    """True while the 1-minute load average is below this fraction of the node's cores."""
+    return os.getloadavg()[0] < busy_fraction * (os.cpu_count() or 1)
+
+
+def start_pool(size: int, refill_delay_s: float = 3.0, busy_fraction: float = 0.5):
     """Get or create the cluster's warm pool (named, detached)."""
-    return WarmPool.options(name=POOL_NAME, lifetime="detached", get_if_exists=True).remote(size, refill_delay_s)
+    return WarmPool.options(name=POOL_NAME, lifetime="detached", get_if_exists=True).remote(size, refill_delay_s, busy_fraction)
 
 
 def find_pool():

@@ -216,6 +216,7 @@ class JobRun:
         last_progress = last_growth_check = time.monotonic()
         hang_timeout = self.spec.fault_tolerance.hang_timeout_s
         grow_to: JobSpec | None = None
+        trained = False
         while True:
             if self._cancel.is_set():
                 return JobState.CANCELLED
@@ -223,6 +224,7 @@ class JobRun:
             for event in group.poll():
                 if self._handle(event, aggregator):
                     last_progress = time.monotonic()
+                    trained = True
                 elif event.get("kind") == "checkpoint" and event.get("rank") == 0:
                     durable = event["step"]
             reshape = self._reshape_at(durable, grow_to)
@@ -243,7 +245,8 @@ class JobRun:
             if grow_to is None and now - last_growth_check > self.growth_check_s:
                 last_growth_check = now
                 grow_to = self._growth()
-            time.sleep(self.poll_interval_s)
+            # Poll fast until the first step arrives: time to first step is what users wait on.
+            time.sleep(self.poll_interval_s if trained else 0.02)
 
     def _handle(self, event: dict, aggregator: StepAggregator) -> bool:
         kind = event.get("kind")
@@ -371,7 +374,8 @@ class JobRun:
 def failure_cause(reason: str) -> str:
     """A short name for why a group failed, for events and metrics labels."""
     for marker, cause in (("NonFiniteTraining", "non_finite"), ("SilentDataCorruption", "corruption"),
-                          ("(hang)", "hang"), ("ActorDiedError", "worker_lost"), ("did not form", "start")):
+                          ("(hang)", "hang"), ("timed out", "hang"), ("ActorDiedError", "worker_lost"),
+                          ("did not form", "start")):
         if marker in reason:
             return cause
     return "error"

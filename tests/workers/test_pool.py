@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from service.supervisor.run import JobRun
 from tests.helpers import alive_actors, spec_of, wait_until
-from workers.pool import start_pool
+from workers.pool import cpus_idle, start_pool
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def pool(ray_cluster):
-    pool = start_pool(2, refill_delay_s=1.0)
+    # busy_fraction=inf: refill regardless of load, so that the refill itself is what is tested.
+    pool = start_pool(2, refill_delay_s=1.0, busy_fraction=float("inf"))
     assert wait_until(lambda: ray.get(pool.stats.remote())["idle"] == 2)
     yield pool
     ray.get(pool.shutdown.remote())
@@ -42,3 +45,10 @@ def test_pooled_worker_exits_when_its_placement_group_is_removed(pool, tmp_path)
     assert pid > 0
     remove_placement_group(pg)
     assert wait_until(lambda: name not in {a["Name"] for a in alive_actors()}, 20)
+
+
+def test_refill_waits_for_idle_cpus():
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    assert cpus_idle(busy_fraction=(load + 1) / cores)
+    assert not cpus_idle(busy_fraction=max(load - 0.5, 0) / cores) or load < 0.5

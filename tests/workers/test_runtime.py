@@ -93,8 +93,11 @@ def test_hang_is_detected_and_recovered(ray_cluster, tmp_path):
     spec = spec_of(**{"resources.workers": 2, "checkpoint.every_steps": 3, "train.steps": 8,
                       "fault_tolerance.hang_timeout_s": 4.0},
                    fault_injection=[{"at_step": 5, "rank": 0, "kind": "hang"}])
-    summary = run_job(spec, tmp_path)
+    rec = Recorder()
+    summary = run_job(spec, tmp_path, listener=rec)
     assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 1
+    [restart] = [data for kind, data in rec.events if kind == "restart"]
+    assert restart["cause"] == "hang"  # the supervisor's timer fires before any peer's collective times out
     assert_nothing_left()
 
 
