@@ -190,7 +190,8 @@ class ParallelSpec(_Strict):
     sequence_parallel: bool = Field(False, description="tp > 1: split LayerNorm/residual activations along the sequence")
     activation_checkpointing: bool = Field(False, description="recompute each transformer block in backward")
     mixed_precision: Literal["fp32", "bf16", "fp16"] = Field(
-        "fp32", description="bf16: autocast with fp32 master weights; fp16 needs GPU workers")
+        "fp32", description="bf16: autocast with fp32 master weights (FSDP: bf16 gathers, fp32 reduction); "
+                            "fp16 (GPU, loss scaler) is not available yet")
     compression: CompressionSpec | None = Field(None, description="zero 0, tp 1: compress DDP gradient all-reduces")
     local_sgd: LocalSGDSpec | None = Field(None, description="zero 0, tp 1: average parameters every `period` steps")
 
@@ -339,9 +340,10 @@ def _sharding_errors(spec: JobSpec):
         yield f"parallel.offload_optimizer needs parallel.zero 1 or 2 (zero={p.zero})"
     if p.activation_checkpointing and not gpt:
         yield f"parallel.activation_checkpointing needs the built-in gpt model (blocks to recompute)"
-    if p.mixed_precision == "fp16" and not gpu:
-        yield ("parallel.mixed_precision 'fp16' needs GPU workers (a loss scaler for fp16 CUDA kernels), "
-               f"use 'bf16' on CPU (gpus_per_worker={spec.resources.gpus_per_worker})")
+    if p.mixed_precision == "fp16":
+        yield ("parallel.mixed_precision 'fp16' is not available yet: it needs GPU workers and a loss scaler "
+               "in the training step, so use 'bf16' (fp32 master weights, no scaler) "
+               f"(gpus_per_worker={spec.resources.gpus_per_worker})")
     for name, option in (("compression", p.compression), ("local_sgd", p.local_sgd)):
         if option is not None and (p.zero or p.tp > 1 or p.pp > 1):
             yield (f"parallel.{name} applies to plain data parallelism (zero 0, tp 1, pp 1) "
