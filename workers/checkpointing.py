@@ -31,6 +31,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+# Optimiser state keyed per parameter name, hyper-parameters included ("param_groups.<fqn>.lr"):
+# a rank that holds other parameters after a resharding (pipeline stages moving, pp <-> dp)
+# finds each parameter's state and group settings by its own name.
+OPTIM_OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 EXPORT_NAME = "model.safetensors"
 
@@ -70,7 +75,7 @@ class Checkpointer:
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
         self.wait()  # at most one save in flight (callers that report durability wait first)
         self._started = time.monotonic()
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIM_OPTIONS)
         state = {"model": model_sd, "optim": optim_sd, "progress": {"step": step}}
         path = checkpoint_root(self.job_dir) / f"step-{step:08d}"
         self._pending = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
@@ -100,10 +105,11 @@ class Checkpointer:
 
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Load model and optimiser state (resharding as DCP allows); returns the step."""
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIM_OPTIONS)
     state = {"model": model_sd, "optim": optim_sd, "progress": {"step": 0}}
     dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                   options=OPTIM_OPTIONS)
     return int(state["progress"]["step"])
 
 

@@ -153,3 +153,28 @@ def stage_to_rank(stage: int, pp: int, v_shape: bool) -> int:
     if not v_shape:
         return stage % pp
     return stage if stage < pp else 2 * pp - 1 - stage
+
+
+def rebalanced_split(spec: JobSpec, busy_s: list[float], threshold: float) -> list[int] | None:
+    """Blocks per stage re-balanced by *measured* cost, or None when stages are within `threshold`.
+
+    Each stage's measured busy time is shared among its units in proportion to their estimated
+    cost; the balanced split of those measured unit costs is the new split. Single-stage schedules
+    only (one stage per rank, so a rank's busy time is its stage's).
+    """
+    if min(busy_s) <= 0 or max(busy_s) / min(busy_s) - 1.0 <= threshold:
+        return None
+    pipe = spec.parallel.pipeline
+    plans = plan_stages(spec, len(busy_s), pipe.split if pipe else None)
+    estimated, n_layers = unit_costs(spec), spec.model.n_layers
+    measured: list[float] = []
+    for plan, busy in zip(plans, busy_s):
+        units = ([0] if plan.has_embedding else []) + [b + 1 for b in plan.blocks] + \
+                ([n_layers + 1] if plan.has_head else [])
+        total = sum(estimated[u] for u in units)
+        measured += [busy * estimated[u] / total for u in units]
+    sizes = balanced_split(measured, len(busy_s))
+    blocks = [*sizes]
+    blocks[0] -= 1  # the embedding
+    blocks[-1] -= 1  # the head
+    return None if blocks == [len(p.blocks) for p in plans] else blocks

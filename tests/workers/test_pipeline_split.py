@@ -11,7 +11,15 @@ import torch
 from tests.helpers import spec_of
 from workers.bubble import StageTimes, join_stage_reports, pipeline_summary, theoretical_bubble
 from workers.models import build_model
-from workers.pipeline_split import GPTStage, StageChunk, balanced_split, plan_stages, stage_to_rank, unit_costs
+from workers.pipeline_split import (
+    GPTStage,
+    StageChunk,
+    balanced_split,
+    plan_stages,
+    rebalanced_split,
+    stage_to_rank,
+    unit_costs,
+)
 
 
 def pp_spec(**overrides):
@@ -120,3 +128,30 @@ def test_pipeline_summary_reports_split_and_costs():
     assert sum(s["cost_share"] for s in summary["split"]) == pytest.approx(1.0)
     assert summary["bubble_fraction"] is None and summary["bubble_fraction_theoretical"] == 0.0
     assert pipeline_summary(spec_of(), []) is None
+
+
+def test_rebalanced_split_moves_blocks_off_the_slow_stage():
+    spec = pp_spec(**{"parallel.pipeline": {"split": [3, 1], "rebalance_threshold": 0.2},
+                      "checkpoint.every_steps": 2})
+    assert rebalanced_split(spec, [1.0, 1.1], 0.2) is None  # within the threshold
+    # Stage 0 (embedding + 3 blocks) measured 3x stage 1 (1 block + head): move a block over.
+    assert rebalanced_split(spec, [3.0, 1.0], 0.2) == [2, 2]
+
+
+def test_pipeline_rebalancer_plans_once_from_a_window():
+    from service.supervisor.pipeline_balance import PipelineRebalancer
+
+    spec = pp_spec(**{"parallel.pipeline": {"split": [3, 1], "rebalance_threshold": 0.2},
+                      "checkpoint.every_steps": 2})
+    policy = PipelineRebalancer(spec, window=3)
+    record = {"stages": [{"stage": 0, "busy_s": 0.03}, {"stage": 1, "busy_s": 0.01}]}
+    assert policy.take(spec, 2) is None
+    for _ in range(3):
+        policy.observe(spec, record)
+    new_spec, reason, data = policy.take(spec, 4)
+    assert new_spec.parallel.pipeline.split == [2, 2] and data["split"] == [2, 2]
+    assert "re-split blocks to [2, 2]" in reason and "step 4" in reason
+    for _ in range(3):
+        policy.observe(new_spec, record)
+    assert policy.take(new_spec, 6) is None  # once per job
+    assert PipelineRebalancer(spec_of()).threshold is None
