@@ -18,6 +18,7 @@ from typing import Protocol
 from service.lifecycle import JobState, check_transition
 from service.supervisor.aggregate import StepAggregator
 from service.supervisor.elastic import best_layout, free_worker_slots
+from service.supervisor.pipeline_balance import PipelineRebalancer
 from service.supervisor.stragglers import StragglerChange, StragglerDetector, rebalanced_shares
 from service.supervisor.policies import Action, FailureStatus, on_failure
 from workers.bubble import pipeline_summary
@@ -76,6 +77,7 @@ class JobRun:
         self._stragglers: StragglerDetector | None = None
         self._per_sample: list[deque] = []
         self._rebalance_to: int | None = None  # the straggler to take work from at the next checkpoint
+        self._pipeline_balance = PipelineRebalancer(spec)  # re-split unbalanced pipeline stages (opt-in)
         self.shares: list[int] | None = None  # uneven data split after a straggler rebalance
 
     # --- public ------------------------------------------------------------
@@ -254,6 +256,7 @@ class JobRun:
             joined = aggregator.add(event)
             if joined is not None:
                 self._watch_stragglers(joined)
+                self._pipeline_balance.observe(self.current, joined)
                 self._append_step(joined)
             return True
         if kind == "checkpoint" and event.get("rank") == 0:
@@ -266,6 +269,11 @@ class JobRun:
         """At a durable checkpoint, the pending regrow (first) or rebalance, if any."""
         if durable is None:
             return None
+        resplit = self._pipeline_balance.take(self.current, durable) if grow_to is None else None
+        if resplit is not None:
+            spec, reason, data = resplit
+            self.listener.on_event("pipeline_rebalance", reason, data)
+            return Resize(spec, reason)
         if grow_to is not None:
             return Resize(grow_to, f"capacity for {grow_to.world_size} workers returned; "
                                    f"regrowing from the checkpoint at step {durable}")
@@ -334,7 +342,7 @@ class JobRun:
         steps = self.steps
         steady = steps[len(steps) // 5:] or steps  # skip warm-up steps for throughput
         step_time = sum(s["step_time_s"] for s in steady)
-        pipeline = pipeline_summary(self.spec, steady)
+        pipeline = pipeline_summary(self.current, steady)  # the split in use at the end
         g = self.spec.train.global_batch_size
         return {
             "job_id": self.job_id,
