@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.live import Server, create_pg_schema, drop_pg_schema, free_port, pg_schema_url  # noqa: E402
 
-console = Console()
+console = Console(width=160)  # tables stay readable when piped to a file
 TINY = {"name": "bench", "model": {"name": "gpt", "n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 32},
         "data": {"name": "text:pystdlib", "max_bytes": 200_000},
         "train": {"steps": 20, "global_batch_size": 16, "micro_batch_size": 4, "lr": 3e-3, "warmup_steps": 2},
