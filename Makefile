@@ -31,6 +31,12 @@ test-fast: install prometheus
 bench: install
 	$(PY) bench/ddp_overhead.py
 
+# PNG plots of the dashboards' queries from a real Prometheus scraping a live service (docs/img/).
+.PHONY: dashboards-preview
+dashboards-preview: install prometheus
+	$(PIP) install --quiet -e '.[bench]'
+	$(PY) bench/dashboards_preview.py --out docs/img
+
 clean:
 	rm -rf $(VENV) .trainyard .pytest_cache
 
