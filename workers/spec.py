@@ -392,6 +392,9 @@ def _pipeline_errors(spec: JobSpec):
         yield f"parallel.pp > 1 needs model 'gpt': stages are cut at transformer blocks (pp={p.pp})"
         return
     pipe = pipe or PipelineSpec()
+    if spec.supervisor.straggler.policy == "rebalance":  # uneven dp shares would break the flush size
+        yield (f"supervisor.straggler.policy 'rebalance' is not available with pipeline parallelism; use 'report' "
+               f"(pp={p.pp}); parallel.pipeline.rebalance_threshold balances the stages")
     for name, on in (("sequence_parallel", p.sequence_parallel), ("activation_checkpointing", p.activation_checkpointing),
                      ("mixed_precision", p.mixed_precision != "fp32")):
         if on:  # stages pass replicated fp32 activations and run blocks without recomputation

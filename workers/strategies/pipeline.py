@@ -111,10 +111,11 @@ class PipelineStrategy:
                                      group=self.pp_group) for plan in mine]
         self.has_first = any(p.stage == 0 for p in mine)
         self.has_last = any(p.stage == self.n_stages - 1 for p in mine)
-        base_loss, per_step = LOSSES[spec.train.loss], spec.grad_accum_steps
+        # The step's loss function (the trainer's, e.g. poisoned by a nan fault) and micro-batch count.
+        self._step_loss, self._step_micro = LOSSES[spec.train.loss], spec.grad_accum_steps
 
         def scaled_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            return base_loss(outputs, targets) / per_step
+            return self._step_loss(outputs, targets) / self._step_micro
 
         stages = self.stages[0] if pipe.schedule in SINGLE_STAGE_SCHEDULES else self.stages
         self.schedule = SCHEDULES[pipe.schedule](stages, n_microbatches=self.microbatches,
@@ -142,6 +143,10 @@ class PipelineStrategy:
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
         m = self.microbatches
+        if len(micro) % m:
+            raise ValueError(f"pipeline: {len(micro)} micro-batches this step is not a multiple of "
+                             f"parallel.pipeline.microbatches={m} (uneven data shares are not supported)")
+        self._step_loss, self._step_micro = loss_fn, len(micro)
         self.meter.reset()
         losses: list[torch.Tensor] = []
         entered = time.perf_counter()
