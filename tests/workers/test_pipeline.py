@@ -180,8 +180,17 @@ def test_unbalanced_split_shows_a_higher_bubble_and_rebalancing_reduces_it(ray_c
     assert data["step"] == 6 and data["split"][0] < 7 and sum(data["split"]) == 8
     assert [len(s["blocks"]) for s in summary["pipeline"]["split"]] == data["split"]  # the split in use, reported
     by_step = {s["step"]: s for s in rec.steps}  # steps 7.. replayed under the new split replace the old ones
-    before = statistics.median(by_step[k]["bubble_fraction"] for k in range(2, 7))
-    after = statistics.median(by_step[k]["bubble_fraction"] for k in range(9, 15))
-    assert before > 0.3  # far above the 1F1B formula's 0.2 for M=4: the imbalance shows
-    assert after < before - 0.1
+    def median(key, steps):
+        return statistics.median(key(by_step[k]) for k in steps)
+
+    def imbalance(record):  # slowest stage's busy time over the fastest's
+        busy = [s["busy_s"] for s in record["stages"]]
+        return max(busy) / min(busy)
+
+    before, after = range(2, 7), range(9, 15)
+    assert median(lambda r: r["bubble_fraction"], before) > 0.3  # above the 1F1B formula's 0.2: the imbalance shows
+    # Busy times move together under CPU contention, so their ratio is the robust signal; the bubble,
+    # idle over wall, also carries the machine's noise (0.40 -> 0.20 on a quiet machine, 0.36 -> 0.32 at load 30).
+    assert median(imbalance, after) < 0.6 * median(imbalance, before)
+    assert median(lambda r: r["bubble_fraction"], after) < median(lambda r: r["bubble_fraction"], before)
     assert by_step[14]["bubble_fraction_theoretical"] == pytest.approx(0.2)
