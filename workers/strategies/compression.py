@@ -21,6 +21,7 @@ from workers.telemetry import CommMeter, ring_allreduce_bytes
 class MeteredState:
     def __init__(self, meter: CommMeter, inner=None):
         self.meter, self.inner = meter, inner
+        self.previous: torch.futures.Future | None = None
 
 
 def _done(meter: CommMeter):
@@ -58,6 +59,11 @@ def _cast_hook(dtype: torch.dtype):
 
 def powersgd_hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     inner: powersgd.PowerSGDState = state.inner
+    # PowerSGD launches its second and third all-reduces from completion callbacks. On gloo those run
+    # on its own threads, so two buckets in flight could issue collectives in a different order on
+    # different ranks (a size-mismatch abort): finish the previous bucket before starting the next.
+    if state.previous is not None and dist.get_backend() == "gloo":
+        state.previous.wait()
     buffer = bucket.buffer()
     world = dist.get_world_size()
     warm_up = inner.iter < inner.start_powerSGD_iter
@@ -65,7 +71,8 @@ def powersgd_hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures
     fut = powersgd.powerSGD_hook(inner, bucket)
     numel = buffer.numel() if warm_up else inner.total_numel_after_compression - before
     state.meter.launched(ring_allreduce_bytes(numel * buffer.element_size(), world))
-    return fut.then(_done(state.meter))
+    state.previous = fut.then(_done(state.meter))
+    return state.previous
 
 
 def _plain(ctx) -> tuple[MeteredState, Callable]:
