@@ -2,8 +2,8 @@
 
 Every parameter is split by rows exactly as a DTensor `Shard(0)` would split it
 (ceil(rows / K) rows per rank, the last ranks possibly shorter or empty). After
-the local backward over all micro-batches, one reduce-scatter per parameter
-leaves each rank the averaged gradient of its rows; each rank runs AdamW on its
+the local backward over all micro-batches, one flat reduce-scatter over all
+parameters leaves each rank the averaged gradient of its rows; each rank runs AdamW on its
 rows only and an all-gather rebuilds the whole parameter. Traffic per step is
 reduce-scatter + all-gather = 2(K-1)/K x gradient bytes, the same as DDP.
 
@@ -73,24 +73,31 @@ class ShardedAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def reduce_scatter_grads(self) -> None:
-        """Average each gradient over the data-parallel group, keeping only this rank's rows."""
-        pending = []
-        for p in self._params():
-            if p.grad is None:
-                continue
-            per, lo, hi = _rows(p.shape[0], self.k, self.r)
-            full = _padded(p.grad.div_(self.k), per * self.k)
-            out = full.new_empty((per, *p.shape[1:]))
-            self.comm.launched(int((self.k - 1) / self.k * full.numel() * full.element_size()))
-            pending.append((p, out, lo, hi, dist.reduce_scatter_tensor(out, full, group=self.group, async_op=True)))
-        for p, out, lo, hi, work in pending:
-            work.wait()
-            if self.stage == 1:
-                p.grad[lo:hi].copy_(out[: hi - lo])
-            else:
-                self.grad_shards[p] = out[: hi - lo].clone() if hi - lo < out.shape[0] else out
-                p.grad = None  # stage 2: the whole gradient is not kept
+        """Average each gradient over the data-parallel group, keeping only this rank's rows.
+
+        One reduce-scatter for all parameters: rank r's segment of the flat input holds rows
+        [r x per, (r+1) x per) of every gradient (zero-padded), so the output is this rank's rows.
+        """
+        params = [p for p in self._params() if p.grad is not None]
+        if not params:
+            return
+        layout = [(p, *_rows(p.shape[0], self.k, self.r)) for p in params]
+        flat = torch.cat([_padded(p.grad.div_(self.k), per * self.k).reshape(self.k, -1) for p, per, _, _ in layout],
+                         dim=1)
+        out = flat.new_empty(flat.shape[1])
+        self.comm.launched(int((self.k - 1) / self.k * flat.numel() * flat.element_size()))
+        dist.reduce_scatter_tensor(out, flat.view(-1), group=self.group)  # rank-major segments
         self.comm.finished()
+        offset = 0
+        for p, per, lo, hi in layout:
+            size = per * (p.numel() // p.shape[0])
+            mine = out[offset: offset + size].view(per, *p.shape[1:])[: hi - lo]
+            offset += size
+            if self.stage == 1:
+                p.grad[lo:hi].copy_(mine)
+            else:
+                self.grad_shards[p] = mine.clone()
+                p.grad = None  # stage 2: the whole gradient is not kept
 
     def _grad_rows(self, p: nn.Parameter) -> torch.Tensor | None:
         if p in self.grad_shards:
@@ -149,17 +156,21 @@ class ShardedAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _all_gather_params(self) -> None:
-        pending = []
-        for p in self._params():
-            per, lo, hi = _rows(p.shape[0], self.k, self.r)
-            full = p.new_empty((per * self.k, *p.shape[1:]))
-            mine = _padded(p.data[lo:hi], per).contiguous()
-            self.comm.launched(int((self.k - 1) / self.k * full.numel() * full.element_size()))
-            pending.append((p, full, dist.all_gather_into_tensor(full, mine, group=self.group, async_op=True)))
-        for p, full, work in pending:
-            work.wait()
-            p.data.copy_(full[: p.shape[0]])
+        """One all-gather of every parameter's rows (the inverse of the reduce-scatter's layout)."""
+        layout = [(p, *_rows(p.shape[0], self.k, self.r)) for p in self._params()]
+        if not layout:
+            return
+        mine = torch.cat([_padded(p.data[lo:hi], per).reshape(-1) for p, per, lo, hi in layout])
+        full = mine.new_empty(self.k * mine.numel())
+        self.comm.launched(int((self.k - 1) / self.k * full.numel() * full.element_size()))
+        dist.all_gather_into_tensor(full, mine, group=self.group)
+        full = full.view(self.k, -1)
         self.comm.finished()
+        offset = 0
+        for p, per, _, _ in layout:
+            size = per * (p.numel() // p.shape[0])
+            p.data.copy_(full[:, offset: offset + size].reshape(per * self.k, *p.shape[1:])[: p.shape[0]])
+            offset += size
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         super().zero_grad(set_to_none)
