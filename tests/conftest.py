@@ -16,3 +16,24 @@ def ray_cluster(tmp_path_factory):
     connect(Settings(home=tmp_path_factory.mktemp("ray-home")))
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def shared_ray_left_clean(request):
+    """Services started by a test leave the cluster's shared pieces (the warm worker pool,
+    standby supervisors) behind in the session's Ray; remove them so that every test starts
+    from an empty cluster and its own leak checks see only its own actors."""
+    yield
+    if "ray_cluster" not in request.fixturenames and "ray_address" not in request.fixturenames:
+        return
+    import ray
+
+    from tests.helpers import alive_actors, wait_until
+
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["name"].startswith("trainyard-"):
+            try:
+                ray.kill(ray.get_actor(entry["name"], namespace=entry["namespace"]))
+            except ValueError:
+                pass  # already gone
+    wait_until(lambda: not any((a.get("Name") or "").startswith("trainyard-") for a in alive_actors()), 30)

@@ -79,7 +79,7 @@ class Trainer:
         torch.manual_seed(spec.train.seed * 1_000_003 + s * 4099 + self.rank)
         self.model.train()
         self.comm.reset()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size,
                                                     self.shares))
         loss_fn = self._step_loss(len(micro))
@@ -119,7 +119,8 @@ class Trainer:
         self._check_replicas_agree()
         record = StepRecord(
             step=self.step, rank=self.rank, loss=fb.loss, step_time_s=step_time,
-            compute_time_s=step_time - comm_time, comm_time_s=comm_time,
+            compute_time_s=self._compute_time(step_time - comm_time, time.process_time() - cpu0),
+            comm_time_s=comm_time,
             samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
             comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
             skipped=skipped, peak_memory_bytes=peak_memory_bytes(self.device),
@@ -153,6 +154,12 @@ class Trainer:
         scale = self.dp * n_micro / self.spec.train.global_batch_size
         return lambda outputs, targets: self.loss_fn(outputs, targets) * (targets.shape[0] * scale)
 
+    def _compute_time(self, wall_busy: float, cpu: float) -> float:
+        """Time this rank spent computing, not waiting. On CPU that is the process's CPU time:
+        unlike wall time it does not grow when other processes take the cores (a busy host is
+        not a slow rank). On GPU, wall time outside communication."""
+        return wall_busy if self.device.type == "cuda" else min(cpu, wall_busy) if wall_busy > 0 else cpu
+
     def _clip_gradients(self) -> float | None:
         max_norm = self.spec.train.grad_clip if self.spec.train.grad_clip is not None else math.inf
         return self.strategy.clip_grad_norm(self.model, max_norm)
@@ -171,7 +178,13 @@ class Trainer:
         spec = self.spec
         every = spec.checkpoint.every_steps
         while self.step < spec.train.steps and not stop.is_set():
-            record = self.train_step().to_dict()
+            try:
+                record = self.train_step().to_dict()
+            except (NonFiniteTraining, SilentDataCorruption):
+                # Every replica raises at the same step: let the save in flight (a good state)
+                # become durable, so the rollback loses as little as possible.
+                self.checkpointer.wait()
+                raise
             if spec.train.eval_every and self.step % spec.train.eval_every == 0:
                 record["val_loss"] = self.evaluate()
             if every and self.step % every == 0 and self.step < spec.train.steps:
