@@ -109,7 +109,8 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     if p.zero == 3:
         gathers = accum * (2 if p.reshard_after_forward else 1)  # per micro-batch: forward (+ backward) gather
         replicas = dp // shard
-        dp_comm = (gathers + 1) * _one_pass(shard) * grad_bytes + _ring(replicas) * grad_bytes / shard
+        gather_bytes = grad_bytes / 2 if p.mixed_precision != "fp32" else grad_bytes  # params gathered in 16 bits
+        dp_comm = (gathers * gather_bytes + grad_bytes) * _one_pass(shard) + _ring(replicas) * grad_bytes / shard
     elif p.local_sgd is not None:
         dp_comm = _ring(dp) * grad_bytes / p.local_sgd.period  # on average per step
     else:
