@@ -49,3 +49,19 @@ def wait_until(predicate, timeout_s: float = 60.0) -> bool:
             return True
         time.sleep(0.5)
     return False
+
+
+class Events:
+    """A RunListener that records what a JobRun reports: (kind, data) events and step records."""
+
+    def __init__(self):
+        self.states, self.events, self.steps = [], [], []
+
+    def on_state(self, state, message):
+        self.states.append(str(state))
+
+    def on_event(self, kind, message, data):
+        self.events.append((kind, data))
+
+    def on_step(self, record):
+        self.steps.append(record)

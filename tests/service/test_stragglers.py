@@ -9,7 +9,7 @@ import pytest
 
 from service.supervisor.run import JobRun
 from service.supervisor.stragglers import StragglerDetector, rebalanced_shares
-from tests.helpers import spec_of
+from tests.helpers import Events, spec_of
 from workers.spec import StragglerSpec
 
 CONFIG = StragglerSpec(threshold=0.6, recover=0.8, window=5)
@@ -43,20 +43,6 @@ def test_a_rank_blocked_on_others_is_not_blamed():
 @pytest.mark.parametrize("times,expected", [([1, 3], [24, 8]), ([1, 1, 1, 3], [10, 10, 9, 3]), ([1, 1], [16, 16])])
 def test_rebalanced_shares_follow_speed_and_sum_to_the_global_batch(times, expected):
     assert rebalanced_shares(32, times) == expected
-
-
-class Events:
-    def __init__(self):
-        self.events, self.steps = [], []
-
-    def on_state(self, state, message):
-        pass
-
-    def on_event(self, kind, message, data):
-        self.events.append((kind, data))
-
-    def on_step(self, record):
-        self.steps.append(record)
 
 
 @pytest.mark.slow

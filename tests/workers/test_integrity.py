@@ -5,25 +5,11 @@ from __future__ import annotations
 import pytest
 
 from service.supervisor.run import JobRun, failure_cause
-from tests.helpers import spec_of
+from tests.helpers import Events, spec_of
 
 pytestmark = pytest.mark.slow
 
 BASE = {"resources.workers": 2, "train.steps": 12, "checkpoint.every_steps": 5}
-
-
-class Events:
-    def __init__(self):
-        self.events, self.steps = [], []
-
-    def on_state(self, state, message):
-        pass
-
-    def on_event(self, kind, message, data):
-        self.events.append((kind, data))
-
-    def on_step(self, record):
-        self.steps.append(record)
 
 
 def run(tmp_path, name, faults=(), **overrides):
