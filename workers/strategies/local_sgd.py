@@ -9,6 +9,7 @@ an average they are identical, and the run ends with one.
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 import torch.distributed as dist
@@ -76,4 +77,11 @@ class LocalSGDStrategy:
             return accumulate(wrapped, micro, loss_fn, ctx.device, contextlib.nullcontext)
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
-        return local_clip_grad_norm(wrapped, max_norm)
+        norm = local_clip_grad_norm(wrapped, max_norm)
+        # Gradients are not synchronised here, so neither is "non-finite": the trainer skips the
+        # update on a non-finite norm, and a rank that skipped would miss the parameter average
+        # its peers enter (a deadlock). Every rank sees non-finite if any rank does.
+        device = next(wrapped.parameters()).device  # NCCL reduces device tensors only
+        bad = torch.tensor([0.0 if norm is None or math.isfinite(norm) else 1.0], device=device)
+        dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        return float("nan") if bad.item() else norm
