@@ -5,6 +5,11 @@ not hold yet (a job between admission and its placement group being created,
 or one recovering while its group is re-formed), so two ticks never promise
 the same CPUs twice. Admission is strictly in order: a job that does not fit
 now holds back the jobs behind it, so a big job is never starved by small ones.
+
+With several control-plane replicas only the lease holder schedules (service/leases.py),
+its writes fenced by the lease token; on top of that a job is claimed with
+`SELECT ... FOR UPDATE SKIP LOCKED` (PostgreSQL), so a row another transaction holds
+(a second scheduler, a cancel in flight) is passed over this tick, never admitted twice.
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ import logging
 from dataclasses import dataclass
 
 import ray
+from sqlalchemy import select
 
 from service.db.engine import Sessions
 
 from service.db import repository as repo
-from service.db.models import utcnow
+from service.db.models import Job, utcnow
 from service.lifecycle import JobState
 from service.metric_catalogue import LiveMetrics
+from service.quotas import admissible
 from service.settings import Settings
 from service.supervisor.launch import Launcher
 
@@ -76,7 +83,7 @@ class Scheduler:
     def tick(self) -> list[str]:
         """Admit what fits now; returns the admitted job ids."""
         with self.sessions() as s:
-            queue = repo.queued_jobs(s)
+            queue = admissible(s, repo.queued_jobs(s))  # per-tenant max_workers quotas
             reserved = self._reserved_not_held(repo.active_jobs(s)) if queue else {}
         if not queue:
             return []
@@ -94,7 +101,10 @@ class Scheduler:
                     continue
                 self.metrics.decision("deferred")
                 break  # strict order: nothing jumps the queue
-            if self._admit(job.id, free):
+            outcome = self._admit(job.id, free)
+            if outcome is None:
+                break  # held by another transaction: try again next tick, still in order
+            if outcome:
                 free["CPU"] -= job.cpus
                 free["GPU"] -= job.gpus
                 admitted.append(job.id)
@@ -114,33 +124,52 @@ class Scheduler:
                 reserved["GPU"] += job.gpus
         return reserved
 
+    @staticmethod
+    def _claim(s, job_id: str) -> Job | None:
+        """The QUEUED row, locked for this transaction; None if gone, no longer queued or locked elsewhere."""
+        q = select(Job).where(Job.id == job_id, Job.state == JobState.QUEUED).with_for_update(skip_locked=True)
+        return s.scalar(q)
+
     def _fail(self, job_id: str, why: str) -> bool:
         with self.sessions.begin() as s:
-            job = repo.get_job(s, job_id, lock=True)
-            if job is None or job.state != JobState.QUEUED:
+            job = self._claim(s, job_id)
+            if job is None:
                 return False
             job.error = f"the job can never run on this cluster: {why}"
             repo.transition(s, job, JobState.FAILED, job.error)
             return True
 
-    def _admit(self, job_id: str, free: dict[str, float]) -> bool:
+    def _admit(self, job_id: str, free: dict[str, float]) -> bool | None:
+        """True: admitted. False: no longer admissible (cancelled, gone). None: locked elsewhere."""
         reservation = self.launcher.reserve()
-        with self.sessions.begin() as s:
-            job = repo.get_job(s, job_id, lock=True)
-            if job is None or job.state != JobState.QUEUED or job.cancel_requested:
-                self.launcher.release(reservation)
-                return False
-            created = job.created_at if job.created_at.tzinfo else job.created_at.replace(tzinfo=utcnow().tzinfo)
-            self.metrics.queue_wait((utcnow() - created).total_seconds())
-            repo.transition(s, job, JobState.STARTING,
-                            f"admitted: needs {job.cpus:g} CPU / {job.gpus:g} GPU, {free['CPU']:g} CPU free")
-            job.supervisor_epoch += 1
-            job.drained_seq = 0
-            job.supervisor_name = self.launcher.name(reservation, job.id, job.supervisor_epoch)
-            spec, epoch, total_steps = job.spec, job.supervisor_epoch, job.total_steps
-        # Committed first: if this process dies right here the reconciler starts the supervisor.
+        try:
+            with self.sessions.begin() as s:  # fenced: a replica that lost the lease writes nothing
+                job = self._claim(s, job_id)
+                if job is None or job.cancel_requested:
+                    self.launcher.release(reservation)
+                    return None if job is None and self._still_queued(job_id) else False
+                created = job.created_at if job.created_at.tzinfo else job.created_at.replace(tzinfo=utcnow().tzinfo)
+                self.metrics.queue_wait((utcnow() - created).total_seconds())
+                repo.transition(s, job, JobState.STARTING,
+                                f"admitted: needs {job.cpus:g} CPU / {job.gpus:g} GPU, {free['CPU']:g} CPU free")
+                job.supervisor_epoch += 1
+                job.drained_seq = 0
+                job.supervisor_name = self.launcher.name(reservation, job.id, job.supervisor_epoch)
+                spec, epoch, total_steps = job.spec, job.supervisor_epoch, job.total_steps
+        except Exception:
+            self.launcher.release(reservation)
+            raise
+        # Committed first: if this process dies right here the reconciler starts the supervisor. A
+        # replica that lost the lease since leaves that to the new leader (never two supervisors).
+        if not getattr(self.sessions, "still_leading", lambda: True)():
+            return True
         try:
             self.handles[job_id] = self.launcher.launch(reservation, job_id, spec, epoch, total_steps)
         except Exception as exc:  # retried by the reconciler
             log.warning("starting the supervisor of %s failed: %s", job_id, exc)
         return True
+
+    def _still_queued(self, job_id: str) -> bool:
+        with self.sessions() as s:
+            job = repo.get_job(s, job_id)
+            return job is not None and job.state == JobState.QUEUED and not job.cancel_requested

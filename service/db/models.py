@@ -27,6 +27,11 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # quotas: None = no limit of the tenant's own (the server's max_active_jobs_per_tenant still holds)
+    max_workers: Mapped[int | None] = mapped_column(Integer, nullable=True)  # running workers at once
+    max_queued_jobs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    quota_mode: Mapped[str] = mapped_column(String(16), default="reject")  # reject (429) | queue (wait)
+    allow_user_code: Mapped[bool] = mapped_column(Boolean, default=False)  # model/data entrypoints
 
 
 class ApiToken(Base):
@@ -35,8 +40,11 @@ class ApiToken(Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     name: Mapped[str] = mapped_column(String(64), default="")
-    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)  # = "admin" in scopes
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    scopes: Mapped[str] = mapped_column(String(64), default="read,submit")  # comma-separated
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Job(Base):
@@ -116,3 +124,21 @@ class Checkpoint(Base):
     step: Mapped[int] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class AuditRecord(Base):
+    """One state-changing API call: who (tenant, token), what, when, on what, and how it ended."""
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_tenant_id", "tenant_id", "id"),
+                      Index("ix_audit_target_tenant_id", "target_tenant_id", "id"))
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    tenant_id: Mapped[str] = mapped_column(String(32))  # the caller's tenant
+    token_id: Mapped[int] = mapped_column(Integer)
+    token_name: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(32))  # job.submit, job.cancel, tenant.create, token.revoke, ...
+    target: Mapped[str | None] = mapped_column(String(128), nullable=True)  # job, tenant or token id
+    target_tenant_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    status: Mapped[int] = mapped_column(Integer)  # the HTTP status answered
+    outcome: Mapped[str] = mapped_column(String(16))  # ok | denied | rejected | error
+    detail: Mapped[str] = mapped_column(Text, default="")

@@ -10,11 +10,12 @@ import hashlib
 import secrets
 import uuid
 from collections.abc import Iterable
+from datetime import datetime, timezone
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from service.db.models import ApiToken, Checkpoint, Job, JobEvent, JobMetric, Tenant, utcnow
+from service.db.models import ApiToken, AuditRecord, Checkpoint, Job, JobEvent, JobMetric, Tenant, utcnow
 from service.lifecycle import TERMINAL, JobState, check_transition
 from workers.spec import JobSpec
 
@@ -41,11 +42,19 @@ def new_token() -> str:
 
 # --- tenants and tokens ----------------------------------------------------
 
+SCOPES = ("read", "submit", "admin")
+ADMIN_TENANT = "admin"  # the bootstrap admin token's tenant
 
-def ensure_tenant(s: Session, name: str) -> Tenant:
+
+class NotFound(Exception):
+    pass
+
+
+def ensure_tenant(s: Session, name: str, **fields) -> Tenant:
     tenant = s.scalar(select(Tenant).where(Tenant.name == name))
     if tenant is None:
-        tenant = Tenant(id=uuid.uuid4().hex[:16], name=name)
+        fields.setdefault("allow_user_code", name == ADMIN_TENANT)  # the operator's own tenant may run user code
+        tenant = Tenant(id=uuid.uuid4().hex[:16], name=name, **fields)
         s.add(tenant)
         s.flush()
     return tenant
@@ -54,24 +63,92 @@ def ensure_tenant(s: Session, name: str) -> Tenant:
 def ensure_token(s: Session, tenant: Tenant, token: str, name: str, is_admin: bool) -> None:
     digest = hash_token(token)
     if s.scalar(select(ApiToken.id).where(ApiToken.token_sha256 == digest)) is None:
-        s.add(ApiToken(tenant_id=tenant.id, token_sha256=digest, name=name, is_admin=is_admin))
+        scopes = SCOPES if is_admin else ("read", "submit")
+        s.add(ApiToken(tenant_id=tenant.id, token_sha256=digest, name=name, is_admin=is_admin, scopes=",".join(scopes)))
         s.flush()
 
 
-def create_tenant(s: Session, name: str) -> tuple[Tenant, str]:
-    """A new tenant with its first (non-admin) token; the token is returned once and stored hashed."""
+def create_tenant(s: Session, name: str, **fields) -> tuple[Tenant, str]:
+    """A new tenant with its first (read + submit) token; the token is returned once and stored hashed."""
     if s.scalar(select(Tenant.id).where(Tenant.name == name)) is not None:
         raise IdempotencyConflict(f"name: tenant {name!r} already exists")
-    tenant = ensure_tenant(s, name)
+    tenant = ensure_tenant(s, name, **fields)
     token = new_token()
     ensure_token(s, tenant, token, "default", is_admin=False)
     return tenant, token
 
 
+def find_tenant(s: Session, id_or_name: str) -> Tenant | None:
+    return s.scalar(select(Tenant).where((Tenant.id == id_or_name) | (Tenant.name == id_or_name)))
+
+
+def list_tenants(s: Session) -> list[Tenant]:
+    return list(s.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.id)))
+
+
+def create_token(s: Session, tenant: Tenant, name: str, scopes: Iterable[str], expires_at) -> tuple[ApiToken, str]:
+    """A new token for the tenant; the secret is returned once, only its hash is stored."""
+    scopes = [x for x in SCOPES if x in set(scopes)]
+    secret = new_token()
+    row = ApiToken(tenant_id=tenant.id, token_sha256=hash_token(secret), name=name, is_admin="admin" in scopes,
+                   scopes=",".join(scopes), expires_at=expires_at)
+    s.add(row)
+    s.flush()
+    return row, secret
+
+
+def list_tokens(s: Session, tenant_id: str | None = None) -> list[ApiToken]:
+    q = select(ApiToken)
+    if tenant_id is not None:
+        q = q.where(ApiToken.tenant_id == tenant_id)
+    return list(s.scalars(q.order_by(ApiToken.id)))
+
+
+def revoke_token(s: Session, token_id: int) -> ApiToken:
+    row = s.get(ApiToken, token_id, with_for_update=True)
+    if row is None:
+        raise NotFound(f"token {token_id} not found")
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+    return row
+
+
+def aware(ts: datetime | None) -> datetime | None:
+    """SQLite hands back naive UTC; make it comparable with aware times."""
+    return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts
+
+
+def token_usable(row: ApiToken, now: datetime | None = None) -> bool:
+    expires = aware(row.expires_at)
+    return row.revoked_at is None and (expires is None or expires > (now or utcnow()))
+
+
+def find_token(s: Session, token: str) -> ApiToken | None:
+    """The live (not revoked, not expired) token row for a presented secret."""
+    row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == hash_token(token)))
+    return row if row is not None and token_usable(row) else None
+
+
 def lookup_token(s: Session, token: str) -> tuple[str, bool] | None:
-    row = s.execute(select(ApiToken.tenant_id, ApiToken.is_admin)
-                    .where(ApiToken.token_sha256 == hash_token(token))).first()
-    return (row[0], bool(row[1])) if row else None
+    row = find_token(s, token)
+    return (row.tenant_id, bool(row.is_admin)) if row else None
+
+
+# --- audit -----------------------------------------------------------------
+
+
+def add_audit(s: Session, **fields) -> None:
+    s.add(AuditRecord(**fields))
+
+
+def list_audit(s: Session, tenant_id: str | None, action: str | None, after_id: int, limit: int) -> list[AuditRecord]:
+    """Oldest first; a tenant filter matches the caller's tenant or the tenant acted upon."""
+    q = select(AuditRecord).where(AuditRecord.id > after_id)
+    if tenant_id is not None:
+        q = q.where((AuditRecord.tenant_id == tenant_id) | (AuditRecord.target_tenant_id == tenant_id))
+    if action is not None:
+        q = q.where(AuditRecord.action == action)
+    return list(s.scalars(q.order_by(AuditRecord.id).limit(limit)))
 
 
 # --- jobs ------------------------------------------------------------------
@@ -85,6 +162,27 @@ def count_open_jobs(s: Session, tenant_id: str) -> int:
     open_states = [JobState.QUEUED, *ACTIVE]
     return s.scalar(select(func.count()).select_from(Job)
                     .where(Job.tenant_id == tenant_id, Job.state.in_(open_states))) or 0
+
+
+def tenant_usage(s: Session, tenant_id: str) -> tuple[int, int, int]:
+    """(queued jobs, workers of running jobs, workers of queued jobs) of one tenant."""
+    rows = s.execute(select(Job.state, func.count(), func.coalesce(func.sum(Job.world_size), 0))
+                     .where(Job.tenant_id == tenant_id, Job.state.in_([JobState.QUEUED, *ACTIVE]))
+                     .group_by(Job.state)).all()
+    queued = sum(n for state, n, _ in rows if state == JobState.QUEUED)
+    queued_workers = sum(int(w) for state, _, w in rows if state == JobState.QUEUED)
+    active_workers = sum(int(w) for state, _, w in rows if state != JobState.QUEUED)
+    return queued, active_workers, queued_workers
+
+
+def active_workers_by_tenant(s: Session) -> dict[str, int]:
+    rows = s.execute(select(Job.tenant_id, func.sum(Job.world_size)).where(Job.state.in_(ACTIVE)).group_by(Job.tenant_id))
+    return {tenant_id: int(n or 0) for tenant_id, n in rows}
+
+
+def lock_tenant(s: Session, tenant_id: str) -> Tenant | None:
+    """Serialises a tenant's submits (row lock on PostgreSQL; SQLite has one writer anyway)."""
+    return s.get(Tenant, tenant_id, with_for_update=True)
 
 
 def quota_message(limit: int) -> str:

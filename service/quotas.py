@@ -1,0 +1,60 @@
+"""Per-tenant quotas: at submit (429 or accepted to wait) and at admission (the scheduler's filter).
+
+A tenant may cap its queued jobs (`max_queued_jobs`) and the workers its jobs hold at once
+(`max_workers`). With `quota_mode: reject` a submit whose workers, added to everything the
+tenant already has queued or running, would pass `max_workers` is refused with 429, so its
+jobs never wait on the quota; with `queue` it is accepted and waits until the tenant's
+running jobs leave room. Either way the scheduler never admits past `max_workers`, and a
+tenant held back by its own quota never holds back other tenants' jobs.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from service.db import repository as repo
+from service.db.models import Job, Tenant
+
+QUOTA_MODES = ("reject", "queue")
+
+
+class NeverWithinQuota(Exception):
+    """The job alone asks for more workers than the tenant may ever hold."""
+
+
+def check_submit(s: Session, tenant: Tenant, workers: int) -> None:
+    """Raise QuotaExceeded (429) or NeverWithinQuota (422) if this tenant may not queue a job of `workers`."""
+    cap = tenant.max_workers
+    if cap is not None and workers > cap:
+        raise NeverWithinQuota(f"resources.workers: the job needs {workers} workers but tenant {tenant.name!r} "
+                               f"may hold at most {cap} at once (its max_workers quota)")
+    queued, active_workers, queued_workers = repo.tenant_usage(s, tenant.id)
+    if tenant.max_queued_jobs is not None and queued >= tenant.max_queued_jobs:
+        raise repo.QuotaExceeded(f"quota: tenant {tenant.name!r} has {queued} queued jobs, its max_queued_jobs "
+                                 f"quota; wait for some to start or cancel them")
+    if cap is not None and tenant.quota_mode == "reject" and active_workers + queued_workers + workers > cap:
+        raise repo.QuotaExceeded(
+            f"quota: tenant {tenant.name!r} has {active_workers} workers running and {queued_workers} queued; "
+            f"{workers} more would pass its max_workers quota of {cap} (quota_mode reject)")
+
+
+def admissible(s: Session, queue: list[Job]) -> list[Job]:
+    """The queue without the jobs that would take their tenant past max_workers, counting the
+    tenant's running jobs and its jobs ahead in this queue (which the scheduler may admit first)."""
+    caps = {t.id: t.max_workers for t in repo.list_tenants(s) if t.max_workers is not None}
+    if not caps:
+        return queue
+    held = repo.active_workers_by_tenant(s)
+    blocked: set[str] = set()
+    kept = []
+    for job in queue:
+        cap = caps.get(job.tenant_id)
+        if cap is not None:
+            if job.tenant_id in blocked or held.get(job.tenant_id, 0) + job.world_size > cap:
+                # Waits, and so do the tenant's later (lower-priority) jobs: priority order holds
+                # within a tenant, while other tenants' jobs behind it may still go.
+                blocked.add(job.tenant_id)
+                continue
+            held[job.tenant_id] = held.get(job.tenant_id, 0) + job.world_size
+        kept.append(job)
+    return kept
