@@ -214,6 +214,17 @@ def join_stage_reports(reports: list[dict]) -> tuple[list[dict], float | None, f
     return stages, measured, stages[0]["bubble_fraction_theoretical"]
 
 
+def spec_theoretical_bubble(spec) -> float | None:
+    """The ideal bubble of a spec's pipeline schedule; None when the spec has no pipeline."""
+    from workers.spec import PipelineSpec, pipeline_microbatches
+
+    p = spec.parallel
+    if p.pp <= 1:
+        return None
+    pipe = p.pipeline or PipelineSpec()
+    return theoretical_bubble(pipe.schedule, p.pp, pipeline_microbatches(spec), pipe.stages_per_rank)
+
+
 def pipeline_summary(spec, steps: list[dict]) -> dict | None:
     """The job summary's pipeline section: schedule, split with costs, bubble and activations per stage,
     averaged over `steps` (the steady-state job-level step records). None for non-pipeline jobs."""
@@ -246,6 +257,6 @@ def pipeline_summary(spec, steps: list[dict]) -> dict | None:
         "schedule": pipe.schedule, "microbatches": m, "virtual_stages": v,
         "flushes_per_step": max(1, spec.grad_accum_steps // m), "split": split,
         "bubble_fraction": sum(measured) / len(measured) if measured else None,
-        "bubble_fraction_theoretical": theoretical_bubble(pipe.schedule, p.pp, m, v),
+        "bubble_fraction_theoretical": spec_theoretical_bubble(spec),
         "stages": stages,
     }

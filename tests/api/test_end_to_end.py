@@ -80,7 +80,9 @@ def test_submit_trains_to_succeeded_with_events_metrics_and_artefacts(server):
         assert states_of(events) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
         assert 30 in {e["data"]["step"] for e in events if e["kind"] == "checkpoint"}
 
-        points = c.get(f"/v1/jobs/{job['id']}/metrics").json()["points"]
+        series = c.get(f"/v1/jobs/{job['id']}/metrics").json()
+        points = series["points"]
+        assert series["bubble_fraction_theoretical"] is None  # no pipeline, no bubble
         assert [p["step"] for p in points] == list(range(1, 31))
         assert points[-1]["loss"] < points[0]["loss"] and all(p["samples_per_s"] > 0 for p in points)
 

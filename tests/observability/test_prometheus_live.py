@@ -123,5 +123,11 @@ def test_dashboards_and_alerts_on_a_real_prometheus(stack):
         scores = {s["metric"]["rank"]: float(s["value"][1])
                   for s in prom.query(f'trainyard_straggler_score{{job="{pp["id"]}"}}')}
         print(f"\nstraggler alert firing {straggler_after_s:.0f}s after step {SLOW_FROM + 20}; scores {scores}")
+        # the job metrics API puts the schedule's ideal bubble beside every measured one
+        series = c.get(f"/v1/jobs/{pp['id']}/metrics").json()
+        assert series["bubble_fraction_theoretical"] == pytest.approx(1 / 5)
+        measured = [p for p in series["points"] if p["bubble_fraction"] is not None]
+        assert measured and all(0.0 <= p["bubble_fraction"] < 1.0 for p in measured)
+        assert {p["bubble_fraction_theoretical"] for p in measured} == {pytest.approx(1 / 5)}
         c.post(f"/v1/jobs/{pp['id']}/cancel")
         assert wait_for(c, pp["id"], TERMINAL)["state"] == "CANCELLED"
