@@ -22,8 +22,11 @@ prometheus:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus; }
 
+# Timing tests first, alone, while the machine is quiet; then everything else. Both always run.
 test: install prometheus
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -m timing; timing=$$?; \
+	$(VENV)/bin/pytest -q -m "not timing"; rest=$$?; \
+	exit $$(( timing || rest ))
 
 test-fast: install prometheus
 	$(VENV)/bin/pytest -q -m "not slow"
