@@ -176,6 +176,26 @@ class LocalSGDSpec(_Strict):
     period: int = Field(ge=1, description="steps between parameter averages (1 = every step)")
 
 
+class SDPPeriodSpec(_Strict):
+    period: int = Field(ge=1, description="steps between parameter averages among each piece's holders")
+
+
+class SDPSpec(_Strict):
+    """Subnetwork data parallelism (docs/sdp.md): each data-parallel worker trains a subnetwork."""
+    mode: Literal["block", "neuron"] = Field(
+        "block", description="block: each worker keeps a subset of the transformer blocks; neuron: a subset "
+                             "of every MLP's hidden units (embeddings, attention, norms and head always kept)")
+    masking: Literal["forward", "backward"] = Field(
+        "forward", description="forward: masked components are dropped from the worker's model (saves parameters, "
+                               "gradients, optimiser state, activations); backward: full forward, gradients and "
+                               "optimiser state only for held components (an unbiased gradient estimate)")
+    coverage: float = Field(0.5, gt=0.0, le=1.0, description="C: fraction of the maskable components each worker holds")
+    sync: Literal["every_step"] | SDPPeriodSpec = Field(
+        "every_step", description="every_step: average gradients among holders; {period: H}: average parameters "
+                                  "among holders every H steps")
+    seed: int = Field(0, ge=0, description="the mask assignment is a pure function of this seed")
+
+
 class ParallelSpec(_Strict):
     dp: int | None = Field(None, ge=1, description="data-parallel degree; default workers / (tp x pp)")
     tp: int = Field(1, ge=1)
@@ -194,6 +214,8 @@ class ParallelSpec(_Strict):
                             "fp16 (GPU, loss scaler) is not available yet")
     compression: CompressionSpec | None = Field(None, description="zero 0, tp 1: compress DDP gradient all-reduces")
     local_sgd: LocalSGDSpec | None = Field(None, description="zero 0, tp 1: average parameters every `period` steps")
+    sdp: SDPSpec | None = Field(None, description="subnetwork data parallelism over the dp workers (tp 1, pp 1, "
+                                                  "zero 0, or zero 3 with dp_shard ranks per subnetwork)")
 
 
 class ResourcesSpec(_Strict):
@@ -309,6 +331,7 @@ def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
     yield from _model_data_errors(spec)
     yield from _sharding_errors(spec)
     yield from _pipeline_errors(spec)
+    yield from _sdp_errors(spec)
     yield from _fault_injection_errors(spec, context)
 
 
@@ -431,6 +454,60 @@ def _pipeline_errors(spec: JobSpec):
         yield (f"parallel.pipeline.split must have pp x virtual_stages entries summing to model.n_layers, "
                f"each >= 1 except the first and last stage (split={split}, pp={p.pp}, virtual_stages={v}, "
                f"n_layers={layers})")
+
+
+def sdp_workers(spec: JobSpec) -> int:
+    """Subnetworks in an SDP layout: one per dp rank, or one per group of dp_shard ranks under zero 3."""
+    p = spec.parallel
+    return spec.dp // (p.dp_shard or 1) if p.zero == 3 else spec.dp
+
+
+def sdp_components(spec: JobSpec) -> tuple[int, str]:
+    """(maskable components per layer, their name) for the spec's SDP mode."""
+    m, mode = spec.model, spec.parallel.sdp.mode
+    return (m.n_layers, "block") if mode == "block" else (4 * m.d_model, "MLP hidden unit")
+
+
+def _sdp_errors(spec: JobSpec):
+    p, sdp, r = spec.parallel, spec.parallel.sdp, spec.resources
+    if sdp is None:
+        return
+    if not isinstance(spec.model, GPTModelSpec):
+        yield (f"parallel.sdp needs the built-in gpt model: subnetworks are cut at its transformer blocks or "
+               f"MLP hidden units (model={type(spec.model).__name__})")
+        return
+    if p.tp > 1 or p.pp > 1:
+        yield f"parallel.sdp needs parallel.tp = 1 and parallel.pp = 1: each worker runs a whole subnetwork (tp={p.tp}, pp={p.pp})"
+    if p.zero not in (0, 3):
+        yield (f"parallel.sdp needs parallel.zero 0 or 3: ZeRO-1/2 shard state over all dp ranks, but each SDP "
+               f"worker holds different parameters (zero={p.zero})")
+    if p.compression is not None or p.local_sgd is not None:
+        yield ("parallel.sdp excludes parallel.compression and parallel.local_sgd: SDP does its own averaging "
+               "among each piece's holders (use parallel.sdp.sync {period: H} for periodic averaging)")
+    if p.zero == 3:
+        if p.dp_shard is None or p.dp_shard < 2:
+            yield (f"parallel.sdp with parallel.zero 3 needs parallel.dp_shard >= 2: the ranks that shard one "
+                   f"subnetwork with FSDP (dp_shard={p.dp_shard})")
+        if sdp.mode != "block" or sdp.masking != "forward":
+            yield (f"parallel.sdp with parallel.zero 3 needs mode 'block' and masking 'forward': FSDP shards whole "
+                   f"blocks of the subnetwork (mode={sdp.mode!r}, masking={sdp.masking!r})")
+    elif p.dp_shard is not None:
+        return  # _sharding_errors already refuses dp_shard without zero 3
+    if r.min_workers not in (None, r.workers) or r.max_workers not in (None, r.workers):
+        yield (f"parallel.sdp needs a fixed world size (resources.min_workers = max_workers = workers): the masks "
+               f"and checkpoints are per worker (min_workers={r.min_workers}, workers={r.workers}, "
+               f"max_workers={r.max_workers})")
+    if spec.supervisor.straggler.policy == "rebalance":
+        yield ("supervisor.straggler.policy 'rebalance' is not available with parallel.sdp; use 'report' "
+               "(gradients are averaged per holder set, not weighted by data shares)")
+    if p.zero == 3 and (p.dp_shard is None or spec.dp % p.dp_shard):
+        return
+    from workers.sdp.masks import feasibility_error
+
+    n, what = sdp_components(spec)
+    problem = feasibility_error(n, sdp_workers(spec), sdp.coverage, what)
+    if problem:
+        yield f"parallel.sdp.coverage is infeasible for this model ({sdp.mode} mode, coverage={sdp.coverage}): {problem}"
 
 
 def fault_injection_allowed(context: dict[str, Any]) -> bool:

@@ -170,7 +170,9 @@ class Trainer:
             _busy_wait((factor - 1.0) * compute_time)
 
     def evaluate(self) -> float:
-        return validation_loss(self.model, self.val_batches, self.spec, self.dp_rank, self.dp, self.device)
+        # An SDP rank holds a subnetwork: its strategy assembles the whole model to evaluate (collective).
+        model = self.strategy.evaluation_model(self.model) if hasattr(self.strategy, "evaluation_model") else self.model
+        return validation_loss(model, self.val_batches, self.spec, self.dp_rank, self.dp, self.device)
 
     # --- the loop --------------------------------------------------------
 
@@ -209,6 +211,8 @@ class Trainer:
         # A pipeline rank holds only its stages: its strategy gathers the whole model.
         state = getattr(self.strategy, "full_model_state", checkpointing.full_model_state)(self.model)
         result = {"step": self.step, "model_state_bytes": self.model_state_bytes, "val_loss": self.evaluate()}
+        if hasattr(self.strategy, "report"):  # SDP: masks, spectral gap, held fractions
+            result["sdp"] = self.strategy.report()
         if self.rank == 0:
             result["params_sha256"] = checkpointing.state_sha256(state)
             result["export_path"] = str(checkpointing.export_model(

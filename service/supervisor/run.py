@@ -367,6 +367,7 @@ class JobRun:
             "warm_workers": self.warm_workers,
             "last_checkpoint_step": self.last_checkpoint_step,
             "params_sha256": self.result.get("params_sha256"),
+            "sdp": self.result.get("sdp"),  # parallel.sdp: mode, masking, coverage, spectral_gap, held fractions
             "export_path": self.result.get("export_path"),
             "job_dir": str(self.job_dir),
             "error": self.error,

@@ -8,6 +8,7 @@ from workers.strategies.ddp import DDPStrategy
 from workers.strategies.fsdp import FSDPStrategy
 from workers.strategies.local_sgd import LocalSGDStrategy
 from workers.strategies.pipeline import PipelineStrategy
+from workers.strategies.sdp import SDPStrategy
 from workers.strategies.tensor_parallel import TensorParallelStrategy
 from workers.strategies.zero import ZeroStrategy
 
@@ -18,6 +19,7 @@ STRATEGIES: dict[str, type] = {
     "fsdp": FSDPStrategy,  # zero 3, also FSDP x TP and HSDP
     "tp": TensorParallelStrategy,  # tp > 1 with zero 0 (DP x TP)
     "local_sgd": LocalSGDStrategy,  # parameter averaging every parallel.local_sgd.period steps
+    "sdp": SDPStrategy,  # subnetwork data parallelism (parallel.sdp), also with zero 3 per subnetwork
 }
 
 
@@ -26,6 +28,8 @@ def strategy_name(spec: JobSpec) -> str:
     p = spec.parallel
     if p.pp > 1:
         return "pipeline"
+    if p.sdp is not None:
+        return "sdp"
     if p.zero == 3:
         return "fsdp"
     if p.zero in (1, 2):

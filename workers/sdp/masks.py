@@ -1,0 +1,148 @@
+"""Mask assignment: which worker holds which maskable components.
+
+Components are transformer blocks (mode "block") or, per MLP, hidden units
+(mode "neuron", one assignment per layer). Each of the K workers holds
+k = round(C x n) of the n components of a layer, chosen as a window of k
+consecutive positions on a seeded random circular order of the components,
+the windows starting at evenly spaced offsets floor(w x n / K). Hence:
+  - balanced: every worker holds exactly k per layer;
+  - covered: every component is held when no gap between window starts exceeds k;
+  - connected: when at most one pair of neighbouring windows fails to overlap,
+    the worker-component graph is a ring (or a path) of shared components;
+  - every component is held by floor or ceil of about K x k / n workers.
+The method's convergence analysis depends on the spectral gap of the worker
+graph (workers linked by the components they share): `spectral_gap` reports
+the second-smallest eigenvalue of its normalised Laplacian (0 = disconnected).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+
+def held_count(n: int, coverage: float) -> int:
+    """Components per worker per layer: round(C x n), half up."""
+    return int(math.floor(coverage * n + 0.5))
+
+
+def _offsets(n: int, workers: int) -> list[int]:
+    return [w * n // workers for w in range(workers)]
+
+
+def _gaps(n: int, workers: int) -> list[int]:
+    o = _offsets(n, workers)
+    return [(o[(w + 1) % workers] - o[w]) % n or (n if workers == 1 else 0) for w in range(workers)]
+
+
+def window_problem(n: int, workers: int, k: int) -> str | None:
+    """Why windows of k out of n at the even offsets are not covering and connected; None if they are.
+
+    Windows of equal length sorted by start: two overlap only if all windows between them
+    overlap their neighbours, so the ring of neighbouring pairs decides connectivity.
+    """
+    if k >= n:
+        return None
+    gaps = _gaps(n, workers)
+    if max(gaps) > k:
+        return "leaves some held by nobody"
+    if sum(g >= k for g in gaps) > 1:
+        return "splits the workers into groups that share none"
+    return None
+
+
+def feasibility_error(n: int, workers: int, coverage: float, what: str) -> str | None:
+    """Why (n components, K workers, C) cannot give a covering, connected assignment; None if it can."""
+    k = held_count(n, coverage)
+    if k < 1:
+        return f"each worker must hold at least one {what}: round(coverage x {n}) = {k}"
+    problem = window_problem(n, workers, k)
+    if problem is None:
+        return None
+    k_min = next(j for j in range(k, n + 1) if window_problem(n, workers, j) is None)
+    return (f"each worker holds round(coverage x {n}) = {k} of {n} {what}s, which with {workers} workers "
+            f"{problem}; the lowest feasible coverage is {k_min}/{n} = {k_min / n:.4g}")
+
+
+@dataclass(frozen=True)
+class Assignment:
+    mode: str  # "block" | "neuron"
+    workers: int
+    layers: int  # assignments: 1 for block mode, one per MLP for neuron mode
+    n: int  # components per layer
+    k: int  # components each worker holds per layer
+    held: tuple  # held[layer][worker] = sorted tuple of component indices
+
+    def holders(self, layer: int, component: int) -> tuple[int, ...]:
+        return self._holders[layer][component]
+
+    @cached_property
+    def _holders(self) -> list[list[tuple[int, ...]]]:
+        out = []
+        for layer in range(self.layers):
+            h = [[] for _ in range(self.n)]
+            for w in range(self.workers):
+                for c in self.held[layer][w]:
+                    h[c].append(w)
+            out.append([tuple(x) for x in h])
+        return out
+
+    def held_fraction(self, worker: int) -> float:
+        return sum(len(self.held[l][worker]) for l in range(self.layers)) / (self.layers * self.n)
+
+    def shared_counts(self) -> torch.Tensor:
+        """K x K matrix: components held by both workers (diagonal zeroed)."""
+        a = torch.zeros(self.workers, self.workers, dtype=torch.float64)
+        for layer in range(self.layers):
+            for hs in self._holders[layer]:
+                for u in hs:
+                    for v in hs:
+                        if u != v:
+                            a[u, v] += 1
+        return a
+
+    def is_connected(self) -> bool:
+        """Worker-component bipartite graph connected (every component held, workers linked)."""
+        if any(not hs for layer in self._holders for hs in layer):
+            return False
+        a, seen, todo = self.shared_counts(), {0}, [0]
+        while todo:
+            u = todo.pop()
+            for v in range(self.workers):
+                if a[u, v] > 0 and v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+        return len(seen) == self.workers
+
+    @cached_property
+    def spectral_gap(self) -> float:
+        """Second-smallest eigenvalue of I - D^-1/2 A D^-1/2 of the worker graph (1 worker: 1.0)."""
+        if self.workers == 1:
+            return 1.0
+        a = self.shared_counts()
+        deg = a.sum(dim=1)
+        if (deg == 0).any():
+            return 0.0
+        d = deg.rsqrt()
+        lap = torch.eye(self.workers, dtype=torch.float64) - d[:, None] * a * d[None, :]
+        return max(0.0, float(torch.linalg.eigvalsh(lap)[1]))
+
+    def report(self) -> dict:
+        return {"mode": self.mode, "workers": self.workers, "components_per_layer": self.n,
+                "held_per_worker": self.k, "spectral_gap": round(self.spectral_gap, 6),
+                "held_fraction_per_rank": [self.held_fraction(w) for w in range(self.workers)]}
+
+
+def assign(mode: str, workers: int, layers: int, n: int, coverage: float, seed: int) -> Assignment:
+    """The deterministic assignment for (mode, K workers, layers x n components, C, seed)."""
+    k = min(n, max(1, held_count(n, coverage)))
+    gen = torch.Generator().manual_seed(seed * 7919 + {"block": 1, "neuron": 2}[mode])
+    held = []
+    for _ in range(layers):
+        order = torch.randperm(n, generator=gen).tolist()
+        offsets = _offsets(n, workers)
+        held.append(tuple(tuple(sorted(order[(o + j) % n] for j in range(k))) for o in offsets))
+    return Assignment(mode, workers, layers, n, k, tuple(held))

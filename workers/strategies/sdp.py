@@ -1,0 +1,166 @@
+"""Subnetwork data parallelism (parallel.sdp): each worker trains its own subnetwork of the GPT.
+
+wrap: assign masks (workers/sdp/masks.py), cut this worker's subnetwork
+(workers/sdp/subnetwork.py), optionally FSDP-shard it over the worker's
+dp_shard ranks (zero 3), and create the holder-set process groups.
+Synchronisation (workers/sdp/sync.py): sync every_step averages gradients
+among each piece's holders before the update; sync {period: H} lets workers
+step on their own gradients and averages parameters among holders every H
+updates (and after the last). Backward masking then has each piece's lowest
+holder broadcast the new values to the workers that use it frozen.
+
+Checkpoints: the module a rank trains is named after its worker
+("worker2.blocks.0..."), so DCP saves every worker's subnetwork side by side
+with its optimiser state and its mask (buffer "mask_worker2", checked on
+load); they resume SDP -> SDP at the same world size and masks. The exported
+model (model.safetensors) is the full GPT assembled from all workers, which
+any layout loads (train.init_from).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+
+from workers.models import build_model
+from workers.sdp.masks import Assignment, assign
+from workers.sdp.subnetwork import build_subnetwork, mask_tensor
+from workers.sdp.sync import HolderSync
+from workers.spec import JobSpec, sdp_components, sdp_workers
+from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, accumulate, adamw, local_clip_grad_norm
+from workers.strategies.common import apply_activation_checkpointing, precision
+from workers.strategies.metering import metered
+
+
+def assignment_of(spec: JobSpec) -> Assignment:
+    sdp = spec.parallel.sdp
+    n, _ = sdp_components(spec)
+    layers = 1 if sdp.mode == "block" else spec.model.n_layers
+    return assign(sdp.mode, sdp_workers(spec), layers, n, sdp.coverage, sdp.seed)
+
+
+class SDPModel(nn.Module):
+    """This worker's subnetwork under a per-worker name, plus the mask it was cut with."""
+
+    def __init__(self, subnet: nn.Module, worker: int, mask: torch.Tensor):
+        super().__init__()
+        self.worker = worker
+        self.add_module(f"worker{worker}", subnet)
+        self.register_buffer(f"mask_worker{worker}", mask.clone())
+        self.register_load_state_dict_post_hook(_check_mask(mask))
+
+    @property
+    def subnet(self) -> nn.Module:
+        return getattr(self, f"worker{self.worker}")
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.subnet(idx)
+
+
+def _check_mask(expected: torch.Tensor):
+    def hook(module, incompatible_keys):
+        got = getattr(module, f"mask_worker{module.worker}")
+        if got.shape != expected.shape or not torch.equal(got.cpu(), expected):
+            raise ValueError(f"SDP checkpoint: worker {module.worker}'s mask in the checkpoint {got.tolist()} differs "
+                             f"from this layout's {expected.tolist()} (parallel.sdp seed/coverage/mode or workers changed)")
+    return hook
+
+
+class SDPStrategy:
+    name = "sdp"
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        spec = ctx.spec
+        sdp, p = spec.parallel.sdp, spec.parallel
+        self.spec, self.comm, self.every_step = spec, ctx.comm, sdp.sync == "every_step"
+        self.period = None if self.every_step else sdp.sync.period
+        self.backward_masking = sdp.masking == "backward"
+        self.shards = p.dp_shard if p.zero == 3 else 1
+        self.worker, shard = divmod(ctx.rank, self.shards)
+        self.assignment = assignment_of(spec)
+        self.shapes = {n: t.shape for n, t in model.named_parameters()}
+        subnet, pieces = build_subnetwork(model, self.assignment, self.worker, sdp.masking)
+        subnet = subnet.to(ctx.device)
+        apply_activation_checkpointing(subnet, ctx)
+        wrapped = SDPModel(subnet, self.worker, mask_tensor(self.assignment, self.worker)).to(ctx.device)
+        if self.shards > 1:
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = init_device_mesh(ctx.device.type, (self.assignment.workers, self.shards),
+                                    mesh_dim_names=("sdp", "shard"))["shard"]
+            for block in subnet.blocks:
+                fully_shard(block, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
+            wrapped = fully_shard(wrapped, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
+        params = dict(wrapped.subnet.named_parameters())
+        self.sync = HolderSync(self.assignment, self.worker, shard, self.shards, pieces, params, ctx.comm)
+        return wrapped
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        optimizer = adamw([q for q in wrapped.parameters() if q.requires_grad], ctx.spec)
+        optimizer.register_step_post_hook(lambda opt, args, kwargs: self._after_update(opt))
+        return optimizer
+
+    def _after_update(self, optimizer: torch.optim.Optimizer) -> None:
+        if not self.every_step:
+            # AdamW's own step count survives checkpoints, so the averaging schedule does too.
+            first = next((q for g in optimizer.param_groups for q in g["params"] if q in optimizer.state), None)
+            done = int(optimizer.state[first]["step"]) if first is not None else 0
+            if done % self.period and done != self.spec.train.steps:
+                return
+            self.sync.average(grad=False)
+        if self.backward_masking:
+            self.sync.refresh_unheld()
+
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        if self.shards > 1:
+            @contextlib.contextmanager
+            def no_sync():  # FSDP reduce-scatters once, on the last micro-batch
+                wrapped.set_requires_gradient_sync(False)
+                try:
+                    yield
+                finally:
+                    wrapped.set_requires_gradient_sync(True)
+
+            with metered(ctx.comm):
+                fb = accumulate(wrapped, micro, loss_fn, ctx.device, no_sync)
+        else:
+            with precision(ctx):
+                fb = accumulate(wrapped, micro, loss_fn, ctx.device, contextlib.nullcontext)
+        if self.every_step:
+            self.sync.average(grad=True)
+        return fb
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        if self.every_step:
+            return self.sync.grad_norm_clip(max_norm)
+        norm = local_clip_grad_norm(wrapped, max_norm)
+        # Workers step on their own gradients; all skip a non-finite update together, or one would
+        # miss the parameter average its peers enter.
+        bad = torch.tensor([0.0 if norm is None or math.isfinite(norm) else 1.0],
+                           device=next(wrapped.parameters()).device)
+        dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        return float("nan") if bad.item() else norm
+
+    # --- the whole model, for evaluation and export -------------------------------
+
+    def full_model_state(self, wrapped: nn.Module) -> dict[str, torch.Tensor]:
+        gathered = {n: (q.full_tensor() if hasattr(q, "full_tensor") else q)
+                    for n, q in wrapped.subnet.named_parameters()}
+        return self.sync.full_state(self.shapes, gathered)
+
+    def evaluation_model(self, wrapped: nn.Module) -> nn.Module:
+        """The full GPT assembled from every worker's held pieces (collective)."""
+        model = build_model(self.spec)
+        model.load_state_dict(self.full_model_state(wrapped))
+        return model.to(next(wrapped.parameters()).device)
+
+    def report(self) -> dict:
+        sdp = self.spec.parallel.sdp
+        return {"mode": sdp.mode, "masking": sdp.masking, "coverage": sdp.coverage,
+                "sync": sdp.sync if isinstance(sdp.sync, str) else sdp.sync.model_dump(),
+                "seed": sdp.seed, **self.assignment.report()}
