@@ -16,6 +16,7 @@ import time
 
 from service.db import repository as repo
 from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
+from service.leases import FencedSessions, LeaderLease, LeaseHeld, LeaseLost
 from service.metric_catalogue import LiveMetrics
 from service.metrics import make_registry
 from service.settings import Settings
@@ -37,6 +38,7 @@ class ControlPlane:
         self.wake = threading.Event()  # set by a submit: schedule now rather than at the next tick
         self._thread: threading.Thread | None = None
         self.pool = None
+        self.lease: LeaderLease | None = None
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -44,6 +46,14 @@ class ControlPlane:
         self.settings.home.mkdir(parents=True, exist_ok=True)
         migrate(self.engine)
         self.bootstrap_admin()
+        if self.settings.control_loops:
+            self.lease = LeaderLease(self.sessions, self.settings.lease_ttl_s)
+            if self.engine.dialect.name == "sqlite" and not self.lease.try_acquire():
+                raise LeaseHeld(
+                    f"another trainyard serve ({self.lease.current_holder}) runs the control loops on "
+                    f"{self.settings.db_url}: SQLite supports one control-plane replica. Stop that one, "
+                    "or point every replica at PostgreSQL (TRAINYARD_DATABASE_URL) to run two or more.")
+            self.lease.keep_renewed()
         self._thread = threading.Thread(target=self._main, name="trainyard-control", daemon=True)
         self._thread.start()
 
@@ -54,11 +64,18 @@ class ControlPlane:
             self._thread.join(timeout=15)
         if self.pool is not None and self.ray_ready.is_set():
             self.pool.shutdown()
+        if self.lease is not None:
+            self.lease.release()
         if not self.settings.ray_address:  # the local Ray this process started goes with it
             import ray
 
             ray.shutdown()
         self.engine.dispose()
+
+    @property
+    def leading(self) -> bool:
+        """This replica runs the scheduler and reconciler now (it holds the control lease)."""
+        return self.lease is not None and self.lease.held()
 
     def bootstrap_admin(self) -> None:
         """TRAINYARD_ADMIN_TOKEN, or in embedded mode a generated one kept in TRAINYARD_HOME (0600)."""
@@ -80,8 +97,7 @@ class ControlPlane:
 
     def _main(self) -> None:
         from service.ray_client import connect
-        from service.reconciler import Reconciler
-        from service.scheduler import Scheduler, cluster_capacity
+        from service.scheduler import cluster_capacity
 
         while not self._stop.is_set():
             try:
@@ -100,34 +116,35 @@ class ControlPlane:
         self.ray_ready.set()
         if not self.settings.control_loops:
             return
-        from service.supervisor.launch import Launcher
-        from service.supervisor.standby import StandbyPool, plane_id
-
-        if self.settings.warm_workers:
-            from workers.pool import start_pool
-
-            start_pool(self.settings.warm_workers)  # the cluster's pool of pre-imported rank workers (shared)
-        self.pool = StandbyPool(plane_id(self.settings.db_url), self.settings.standby_supervisors)
-        launcher = Launcher(self.settings, self.pool)
-        reconciler = Reconciler(self.sessions, self.settings, launcher, metrics=self.live)
-        scheduler = Scheduler(self.sessions, self.settings, launcher, reconciler.handles, metrics=self.live)
-        self.sweep_orphans()
-        tick = 0
+        loops: _Loops | None = None
+        last_try = 0.0
         while not self._stop.is_set():
             started = time.monotonic()
             self.wake.clear()
             try:
-                reconciler.tick()
-                if self.settings.scheduler_enabled:
-                    scheduler.tick()
-                self.pool.refill()
-                tick += 1
-                if tick % 20 == 0:
-                    self.capacity = cluster_capacity()
-                    self.sweep_orphans()
+                # Only the lease holder schedules and reconciles; the others serve the API and try
+                # for the lease once per interval (not per submit), to take over from a dead leader.
+                if not self.lease.held() and started - last_try >= self.settings.loop_interval_s:
+                    last_try = started
+                    self.lease.try_acquire()
+                if self.lease.held():
+                    loops = loops or _Loops(self)
+                    loops.tick()
+                elif loops is not None:
+                    loops = self._step_down(loops)
+            except LeaseLost as exc:
+                log.warning("stepping down: %s", exc)
+                loops = self._step_down(loops)
             except Exception:
                 log.exception("control loop tick failed; retrying")
             self.wake.wait(max(0.0, self.settings.loop_interval_s - (time.monotonic() - started)))
+
+    def _step_down(self, loops: _Loops | None) -> None:
+        """Lost the lease: forget the supervisors' handles (the new leader re-attaches by name)."""
+        if loops is not None:
+            loops.close()
+        self.pool = None
+        return None
 
     def sweep_orphans(self) -> None:
         """Kill supervisors nobody needs: those of ended jobs, and this plane's stale standbys
@@ -156,3 +173,49 @@ class ControlPlane:
                         ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
                     except Exception:
                         pass
+
+
+class _Loops:
+    """The leader's scheduler, reconciler and standby pool, built when this replica takes the lease."""
+
+    def __init__(self, plane: ControlPlane):
+        from service.reconciler import Reconciler
+        from service.scheduler import Scheduler
+        from service.supervisor.launch import Launcher
+        from service.supervisor.standby import StandbyPool, plane_id
+
+        settings = plane.settings
+        if settings.warm_workers:
+            from workers.pool import start_pool
+
+            start_pool(settings.warm_workers)  # the cluster's pool of pre-imported rank workers (shared)
+        self.plane = plane
+        # One standby pool name per database: the leader that follows a dead one clears its standbys.
+        plane.pool = self.pool = StandbyPool(plane_id(settings.db_url), settings.standby_supervisors)
+        fenced = FencedSessions(plane.sessions, plane.lease)
+        launcher = Launcher(settings, self.pool)
+        self.reconciler = Reconciler(fenced, settings, launcher, metrics=plane.live)
+        self.scheduler = Scheduler(fenced, settings, launcher, self.reconciler.handles, metrics=plane.live)
+        self.count = 0
+        plane.sweep_orphans()
+
+    def tick(self) -> None:
+        settings = self.plane.settings
+        self.reconciler.tick()
+        if settings.scheduler_enabled:
+            self.scheduler.tick()
+        self.pool.refill()
+        self.count += 1
+        if self.count % 20 == 0:
+            from service.scheduler import cluster_capacity
+
+            self.plane.capacity = cluster_capacity()
+            if self.plane.lease.held():
+                self.plane.sweep_orphans()
+
+    def close(self) -> None:
+        self.reconciler.handles.clear()
+        try:
+            self.pool.shutdown()  # our standbys; the next leader starts its own
+        except Exception:
+            pass

@@ -9,6 +9,12 @@ Each tick, for every STARTING/RUNNING/RECOVERING job:
 - a job whose supervisor is gone is restarted with a new supervisor on the
   same job directory, which resumes from the latest checkpoint (or cancelled,
   if a cancel was pending). No accepted job is dropped.
+
+With several control-plane replicas only the lease holder reconciles, and its
+sessions are fenced (service/leases.py): a replica that lost the lease cannot
+store a drain or restart a job, and does not start a supervisor after its
+commit, so a job is never restarted twice. `supervisor_epoch` fences the
+supervisors themselves: a drain from an older epoch is ignored.
 """
 
 from __future__ import annotations
@@ -39,6 +45,10 @@ class Reconciler:
         self.launcher = launcher or Launcher(settings)
         self.metrics = metrics or LiveMetrics(retention_s=settings.metrics_retention_s)
         self.handles: dict[str, object] = {}  # job id -> supervisor actor handle
+
+    def _leading(self) -> bool:
+        """Still the lease holder (always, with plain sessions: one replica)."""
+        return getattr(self.sessions, "still_leading", lambda: True)()
 
     def tick(self) -> None:
         with self.sessions() as s:
@@ -79,7 +89,8 @@ class Reconciler:
                 return
             args = (job_id, job.spec, str(self.settings.job_dir(job_id)), job.supervisor_epoch,
                     repo.metric_stride(job.total_steps, self.settings.metrics_max_points))
-        self.handles[job_id].start.remote(*args)
+        if self._leading():
+            self.handles[job_id].start.remote(*args)
 
     # --- one drain into the database ---------------------------------------
 
@@ -189,6 +200,8 @@ class Reconciler:
             reservation = self.launcher.reserve()
             job.supervisor_name = self.launcher.name(reservation, job.id, job.supervisor_epoch)
             spec, epoch, total = job.spec, job.supervisor_epoch, job.total_steps
+        if not self._leading():  # lost the lease since the commit: the new leader starts it
+            return
         try:
             self.handles[job_id] = self.launcher.launch(reservation, job_id, spec, epoch, total)
         except Exception as exc:  # e.g. Ray unreachable: the next tick tries again

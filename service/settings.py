@@ -27,6 +27,7 @@ class Settings(BaseSettings):
     scheduler_enabled: bool = True  # false = accept jobs but keep them QUEUED (maintenance, benchmarks)
     control_loops: bool = True  # false = an API-only replica: no scheduler or reconciler here
     loop_interval_s: float = 0.5  # scheduler and reconciler tick
+    lease_ttl_s: float = 10.0  # the leader replica's lease; another replica takes over this long after it dies
     metrics_max_points: int = 2000  # per-step metrics kept per job; longer jobs are downsampled
     access_log: bool = False
     warm_workers: int = 4  # size of the cluster's warm pool of rank workers (0 = none); CPU jobs take from it
@@ -34,6 +35,13 @@ class Settings(BaseSettings):
     api_threads: int = 4  # threads for the API's blocking database calls
     metrics_retention_s: float = 600.0  # a finished job's live series (per rank, stage, event) are kept this long
     peak_flops_per_worker: float = 0.0  # hardware peak FLOP/s of one worker; > 0 exports trainyard_job_mfu_ratio
+
+    # --- auth and abuse limits ---
+    auth_cache_s: float = 2.0  # a token checked this recently is trusted: bounds how late other replicas see a revocation
+    rate_limit_per_s: float = 0.0  # requests per second per token (token bucket); 0 = no limit
+    rate_limit_burst: int = 20  # bucket size: requests a token may send at once before 429s
+    body_read_timeout_s: float = 10.0  # a request body not fully received by then gets 408
+    keep_alive_timeout_s: float = 5.0  # idle keep-alive connections are closed after this
 
     @property
     def sqlite_path(self) -> Path:
