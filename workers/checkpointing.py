@@ -3,9 +3,10 @@
 Layout under the job directory:
   checkpoints/step-00000050/   one DCP checkpoint; complete once `.metadata` exists
   model.safetensors            the consolidated final model, loadable with plain torch
-A checkpoint holds model, optimiser and progress (the step). The data position
-and the learning rate are pure functions of the step, and RNG is reseeded from
-(seed, step, rank) every step, so the step is all the progress there is.
+A checkpoint holds model, optimiser and progress: the step, and what rollbacks
+changed (data windows skipped, the learning-rate factor; see workers/recovery.py).
+The data position and the learning rate are pure functions of those, and RNG is
+reseeded from (seed, step, rank) every step, so that is all the progress there is.
 """
 
 from __future__ import annotations
@@ -71,12 +72,13 @@ class Checkpointer:
         self._pending_step = 0
         self._started = 0.0
         self.last_duration_s: float | None = None  # save start to durable, of the last completed save
+        self.progress: dict = {}  # recorded beside the step (the trainer's data skips and LR factor)
 
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
         self.wait()  # at most one save in flight (callers that report durability wait first)
         self._started = time.monotonic()
         model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIM_OPTIONS)
-        state = {"model": model_sd, "optim": optim_sd, "progress": {"step": step}}
+        state = {"model": model_sd, "optim": optim_sd, "progress": {**self.progress, "step": step}}
         path = checkpoint_root(self.job_dir) / f"step-{step:08d}"
         self._pending = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
         self._pending_step = step
@@ -105,12 +107,20 @@ class Checkpointer:
 
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Load model and optimiser state (resharding as DCP allows); returns the step."""
+    return int(load_state(path, model, optimizer)["step"])
+
+
+def load_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Load model and optimiser state (resharding as DCP allows); returns the recorded progress."""
     model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIM_OPTIONS)
-    state = {"model": model_sd, "optim": optim_sd, "progress": {"step": 0}}
+    # Progress holds the step and whatever else the checkpoint recorded (older ones: the step only).
+    saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    progress = {k.split(".", 1)[1]: None for k in saved if k.startswith("progress.")} | {"step": 0}
+    state = {"model": model_sd, "optim": optim_sd, "progress": progress}
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                    options=OPTIM_OPTIONS)
-    return int(state["progress"]["step"])
+    return dict(state["progress"])
 
 
 def load_weights(source: Path, model: nn.Module) -> None:

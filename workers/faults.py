@@ -1,8 +1,13 @@
-"""Injected faults for testing recovery: crash, hang, slow, nan (poisoned loss), bitflip.
+"""Injected faults for testing recovery: crash, hang, slow, nan (poisoned loss), spike (scaled loss), bitflip.
 
-Each fault but `slow` fires once per job: it leaves a marker file under the job
-directory before it fires, so a restarted group does not fire it again. A slow
-fault persists from its step onward (a degraded node stays degraded).
+Each fault but `slow` fires once per job and step: it leaves a marker file under the
+job directory before it fires, so a restarted group does not fire it again (nan and
+spike may last `steps` consecutive steps, each step firing once).
+
+A slow fault models a degraded node: from its step on, rank `rank` is slow while it
+runs on the node where the fault first struck (recorded in its marker). A rank restarted
+on the same node stays slow (a rebalance does not cure the node); a rank moved to another
+node (the `replace` straggler policy) is not.
 """
 
 from __future__ import annotations
@@ -17,20 +22,40 @@ from torch import nn
 from workers.spec import FaultSpec
 
 
+def this_node() -> str:
+    """The Ray node this process runs on ("local" outside Ray)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except Exception:  # not in a Ray worker
+        pass
+    return "local"
+
+
 class FaultInjector:
-    def __init__(self, faults: list[FaultSpec], rank: int, job_dir: Path):
+    def __init__(self, faults: list[FaultSpec], rank: int, job_dir: Path, node: str | None = None):
         self.rank, self.marker_dir = rank, job_dir / "faults"
         self.faults = [(i, f) for i, f in enumerate(faults) if f.rank == rank]
+        self.node = node if node is not None else (this_node() if any(f.kind == "slow" for _, f in self.faults)
+                                                   else "local")
 
-    def _marker(self, index: int) -> Path:
-        return self.marker_dir / f"fired-{index}"
+    def _marker(self, index: int, step: int | None = None) -> Path:
+        return self.marker_dir / (f"fired-{index}" if step is None else f"fired-{index}-{step}")
+
+    def _write_marker(self, path: Path, text: str) -> None:
+        self.marker_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
 
     def fires(self, step: int, kind: str) -> bool:
         """True (once) when a fault of `kind` is due at this 1-based step on this rank."""
         for index, fault in self.faults:
-            if fault.kind == kind and fault.at_step == step and not self._marker(index).exists():
-                self.marker_dir.mkdir(parents=True, exist_ok=True)
-                self._marker(index).write_text(f"{kind} at step {step} on rank {self.rank}\n")
+            if fault.kind != kind or not fault.at_step <= step < fault.at_step + fault.steps:
+                continue
+            marker = self._marker(index) if fault.steps == 1 else self._marker(index, step)
+            if not marker.exists():
+                self._write_marker(marker, f"{kind} at step {step} on rank {self.rank}\n")
                 print(f"[fault-injection] {kind} at step {step} on rank {self.rank}", flush=True)
                 return True
         return False
@@ -43,9 +68,24 @@ class FaultInjector:
             while True:  # the supervisor's hang timeout must notice
                 time.sleep(3600)
 
+    def spike_factor(self, step: int) -> float:
+        """The factor to multiply this step's loss by (1.0: no spike)."""
+        factors = [f.factor for _, f in self.faults if f.kind == "spike" and f.at_step <= step < f.at_step + f.steps]
+        return max(factors) if factors and self.fires(step, "spike") else 1.0
+
     def slow_factor(self, step: int) -> float:
-        factors = [f.factor for _, f in self.faults if f.kind == "slow" and step >= f.at_step]
-        return max(factors, default=1.0)
+        factors = [1.0]
+        for index, fault in self.faults:
+            if fault.kind != "slow" or step < fault.at_step:
+                continue
+            marker = self._marker(index)
+            if not marker.exists():  # the node this rank runs on now is the one that degrades
+                self._write_marker(marker, self.node)
+                print(f"[fault-injection] slow x{fault.factor} from step {step} on rank {self.rank} "
+                      f"(node {self.node})", flush=True)
+            if marker.read_text().strip() == self.node:
+                factors.append(fault.factor)
+        return max(factors)
 
     def flip_a_bit(self, step: int, model: nn.Module) -> None:
         """Silent data corruption: flip one mantissa bit of one parameter on this replica only."""

@@ -30,8 +30,11 @@ CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, K
 
 
 class WorkerGroup:
-    def __init__(self, spec: JobSpec, job_dir: Path, attempt: int, namespace_tag: str):
+    def __init__(self, spec: JobSpec, job_dir: Path, attempt: int, namespace_tag: str,
+                 avoid_nodes: frozenset[str] = frozenset()):
         self.spec, self.job_dir, self.attempt, self.tag = spec, job_dir, attempt, namespace_tag
+        self.avoid_nodes = avoid_nodes  # degraded nodes no rank may be placed on (straggler `replace`)
+        self.nodes: list[str] = []  # the node of each rank, once placed
         self.pg = None
         self.actors: list = []
         self.train_refs: list = []
@@ -53,7 +56,11 @@ class WorkerGroup:
     def start(self, timeout_s: float, shares: list[int] | None = None) -> list[dict]:
         """Reserve resources, start the actors, rendezvous, load the latest checkpoint, begin training."""
         n = self.spec.world_size
-        self.pg = placement_group([self.bundle()] * n, strategy="PACK", name=f"{self.tag}-pg-{self.attempt}")
+        # Every bundle avoids the degraded nodes: Ray's default node-id label, matched with "not in".
+        selector = ([{"ray.io/node-id": f"!in({','.join(sorted(self.avoid_nodes))})"}] * n
+                    if self.avoid_nodes else None)
+        self.pg = placement_group([self.bundle()] * n, strategy="PACK", name=f"{self.tag}-pg-{self.attempt}",
+                                  bundle_label_selector=selector)
         try:
             ray.get(self.pg.ready(), timeout=timeout_s)
         except ray.exceptions.GetTimeoutError as exc:
@@ -80,6 +87,7 @@ class WorkerGroup:
         """One actor per bundle: a warm pooled worker on the bundle's node if there is one, else a fresh one."""
         n, r = self.spec.world_size, self.spec.resources
         bundle_nodes = placement_group_table(self.pg)["bundles_to_node_id"]
+        self.nodes = [bundle_nodes[i] for i in range(n)]
         pool = find_pool() if not r.gpus_per_worker else None
         warm = ray.get(pool.take.remote([bundle_nodes[i] for i in range(n)])) if pool else [None] * n
         self.warm_workers = sum(name is not None for name in warm)

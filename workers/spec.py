@@ -237,11 +237,24 @@ class CheckpointSpec(_Strict):
     keep: int = Field(2, ge=1)
 
 
+class LossSpikeSpec(_Strict):
+    factor: float = Field(3.0, gt=1.0, description="a step whose loss exceeds factor x the median of the "
+                                                   "last `window` good steps' losses is a spike")
+    window: int = Field(10, ge=2, le=10_000, description="good steps the running median is taken over "
+                                                        "(no spike is called before the window is full)")
+
+
 class FaultToleranceSpec(_Strict):
     max_restarts: int = Field(3, ge=0)
     hang_timeout_s: float = Field(120.0, gt=0.0, description="no step finished for this long = hung")
-    max_skipped_steps: int = Field(3, ge=0, description="consecutive non-finite steps skipped before rolling "
-                                                       "back to the last checkpoint")
+    max_skipped_steps: int = Field(3, ge=0, description="consecutive bad steps (non-finite gradients or loss "
+                                                       "spikes) skipped before rolling back to the last checkpoint")
+    loss_spike: LossSpikeSpec | None = Field(None, description="skip the update of a step whose loss spikes; "
+                                                               "null: only non-finite steps are bad")
+    skip_data_on_rollback: bool = Field(True, description="after a rollback, skip the batches of the bad steps "
+                                                         "that caused it (resumed steps draw the next batches)")
+    lr_backoff: float | None = Field(None, gt=0.0, le=1.0, description="multiply the learning rate by this "
+                                                                      "after each rollback; null keeps it")
     integrity_check_every: int = Field(0, ge=0, description="compare parameter hashes across data-parallel "
                                                            "replicas every N steps; 0 disables")
 
@@ -249,16 +262,20 @@ class FaultToleranceSpec(_Strict):
 class FaultSpec(_Strict):
     at_step: int = Field(ge=1)
     rank: int = Field(0, ge=0)
-    kind: Literal["crash", "hang", "slow", "nan", "bitflip"]
-    factor: float = Field(2.0, ge=1.0, description="slow-down factor for kind=slow")
+    kind: Literal["crash", "hang", "slow", "nan", "spike", "bitflip"]
+    factor: float = Field(2.0, ge=1.0, description="kind=slow: slow-down factor; kind=spike: loss multiplier")
+    steps: int = Field(1, ge=1, description="kind=nan/spike: consecutive steps the fault lasts from at_step")
 
 
 class StragglerSpec(_Strict):
-    policy: Literal["off", "report", "rebalance"] = Field(
-        "report", description="report: event and metric; rebalance: also shift data away from the slow rank")
+    policy: Literal["off", "report", "rebalance", "replace"] = Field(
+        "report", description="report: event and metric; rebalance: also shift data away from the slow rank; "
+                              "replace: move the slow rank off its node (at the next checkpoint)")
     threshold: float = Field(0.6, gt=0.0, lt=1.0, description="slow when median compute time / this rank's is below this")
     recover: float = Field(0.8, gt=0.0, le=1.0, description="no longer slow once the score is back above this")
     window: int = Field(8, ge=2, le=1000, description="steps the score is averaged over")
+    cooldown: int | None = Field(None, ge=1, description="replace: steps after a replacement before the next "
+                                                         "one may start; default 2 x window")
 
 
 class SupervisorSpec(_Strict):
@@ -326,6 +343,9 @@ def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
     if straggler.recover <= straggler.threshold:
         yield (f"supervisor.straggler.recover must exceed supervisor.straggler.threshold "
                f"(recover={straggler.recover}, threshold={straggler.threshold})")
+    if straggler.policy == "replace" and spec.checkpoint.every_steps == 0:
+        yield ("supervisor.straggler.policy 'replace' needs checkpoint.every_steps > 0: the moved rank resumes "
+               "from the next checkpoint (every_steps=0)")
     if t.warmup_steps > t.steps:
         yield f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})"
     yield from _model_data_errors(spec)
@@ -529,6 +549,12 @@ def _fault_injection_errors(spec: JobSpec, context: dict[str, Any]):
         if fault.rank >= spec.resources.workers:
             yield (f"fault_injection[{i}].rank must be < resources.workers "
                    f"(rank={fault.rank}, workers={spec.resources.workers})")
+        if fault.steps > 1 and fault.kind not in ("nan", "spike"):
+            yield (f"fault_injection[{i}].steps applies to kinds 'nan' and 'spike' only "
+                   f"(kind={fault.kind!r}, steps={fault.steps})")
+        elif fault.at_step + fault.steps - 1 > spec.train.steps:
+            yield (f"fault_injection[{i}].steps must end by train.steps: at_step + steps - 1 <= steps "
+                   f"(at_step={fault.at_step}, steps={fault.steps}, train.steps={spec.train.steps})")
 
 
 # --- loading ---------------------------------------------------------------

@@ -26,6 +26,7 @@ from workers.faults import FaultInjector
 from workers.layout import Layout
 from workers.losses import LOSSES
 from workers.models import build_model
+from workers.recovery import LossSpikeDetector, RecoveryState
 from workers.schedule import lr_at
 from workers.spec import JobSpec
 from workers.strategies import StrategyContext, build_strategy
@@ -47,11 +48,16 @@ class Trainer:
         self.faults = FaultInjector(spec.fault_injection, rank, job_dir)
         self.step = 0  # optimizer steps completed
         self.skipped_in_a_row = 0
+        self.skip_reason: str | None = None  # why the last step's update was skipped
+        # Rollbacks so far: data windows never to draw again and the LR factor (workers/recovery.py).
+        self.recovery = RecoveryState.load(job_dir)
+        self.spikes = LossSpikeDetector(spec.fault_tolerance.loss_spike)
         self.shares = shares  # uneven data-parallel slices (straggler rebalance); None = even
         self.model_state_bytes: int | None = None
 
         train_set, val_set = build_datasets(spec)
-        self.batches = GlobalBatches(train_set, spec.train.global_batch_size, spec.train.seed)
+        self.batches = GlobalBatches(train_set, spec.train.global_batch_size, spec.train.seed,
+                                     self.recovery.data_skips if self.recovery else None)
         self.val_batches = GlobalBatches(val_set, spec.train.global_batch_size, spec.train.seed + 1)
 
         model = build_model(spec)
@@ -62,13 +68,20 @@ class Trainer:
         self.model = self.strategy.wrap(model, self.ctx)
         self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
         self.checkpointer = checkpointing.Checkpointer(job_dir, spec.checkpoint.keep, rank)
+        self.checkpointer.progress = (self.recovery or RecoveryState()).progress()
 
     # --- resume ----------------------------------------------------------
 
     def resume_from_latest(self) -> int:
         latest = checkpointing.latest_checkpoint(self.job_dir)
         if latest is not None:
-            self.step = checkpointing.load_checkpoint(latest[1], self.model, self.optimizer)
+            progress = checkpointing.load_state(latest[1], self.model, self.optimizer)
+            self.step = int(progress["step"])
+            if self.recovery is None:  # no ledger in this job directory: what the checkpoint recorded
+                self.recovery = RecoveryState.from_progress(progress)
+                for a, b in self.recovery.data_skips:
+                    self.batches.skip_window(a, b)
+                self.checkpointer.progress = self.recovery.progress()
         return self.step
 
     # --- one step --------------------------------------------------------
@@ -85,6 +98,8 @@ class Trainer:
         loss_fn = self._step_loss(len(micro))
         if self.faults.fires(s + 1, "nan"):  # poison before backward so every replica sees it
             loss_fn = _poisoned(loss_fn)
+        if (spike := self.faults.spike_factor(s + 1)) > 1.0:
+            loss_fn = _scaled(loss_fn, spike)
         fb = self.strategy.forward_backward(self.model, micro, loss_fn, self.ctx)
         backward_done = time.perf_counter()
         # Time blocked after the last gradient was ready is exposed communication.
@@ -93,18 +108,20 @@ class Trainer:
             comm_time = fb.comm_time_s
 
         grad_norm = self._clip_gradients()
-        lr = lr_at(spec.train, s)
+        lr = lr_at(spec.train, s) * (self.recovery.lr_scale if self.recovery else 1.0)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         # Gradients are synchronised, so every rank sees the same norm and takes the same decision.
-        skipped = grad_norm is not None and not math.isfinite(grad_norm)
+        non_finite = grad_norm is not None and not math.isfinite(grad_norm)
+        self.skip_reason = "non_finite" if non_finite else "loss_spike" if self._loss_spiked(fb.loss) else None
+        skipped = self.skip_reason is not None
         if skipped:
             self.skipped_in_a_row += 1
             if self.skipped_in_a_row > spec.fault_tolerance.max_skipped_steps:
-                raise NonFiniteTraining(f"{self.skipped_in_a_row} non-finite steps in a row at step {s + 1}: "
-                                        f"rolling back to the last checkpoint")
+                raise self._roll_back(s + 1)
         else:
             self.skipped_in_a_row = 0
+            self.spikes.observe(fb.loss)
             self.optimizer.step()
         self._inject_slowness(s + 1, time.perf_counter() - t0 - comm_time)
         if self.model_state_bytes is None:  # measured once, while grads and optimiser state exist
@@ -126,6 +143,34 @@ class Trainer:
             skipped=skipped, peak_memory_bytes=peak_memory_bytes(self.device),
         )
         return record
+
+    def _loss_spiked(self, loss: float | None) -> bool:
+        """Whether any rank's loss spiked (a collective when `fault_tolerance.loss_spike` is set):
+        every rank must skip the same updates, as with non-finite gradients."""
+        if self.spec.fault_tolerance.loss_spike is None:
+            return False
+        flag = torch.tensor([1.0 if self.spikes.is_spike(loss) else 0.0], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def _roll_back(self, step: int) -> "NonFiniteTraining":
+        """Too many bad steps in a row: record what the rollback changes (rank 0 writes the ledger,
+        every rank raises at the same step) and return the error that asks the supervisor for it."""
+        ft, bad = self.spec.fault_tolerance, self.skipped_in_a_row
+        first = step - bad + 1  # 1-based steps first..step went bad; step k draws batch_of(k - 1)
+        window = [self.batches.batch_of(first - 1), self.batches.batch_of(step - 1) + 1]
+        state = self.recovery or RecoveryState()
+        if ft.skip_data_on_rollback:
+            state.data_skips = [list(w) for w in sorted({tuple(w) for w in state.data_skips} | {tuple(window)})]
+        state.lr_scale *= ft.lr_backoff or 1.0
+        state.rollbacks.append({"at_step": step, "bad_steps": [first, step], "reason": self.skip_reason,
+                                "data_window": window if ft.skip_data_on_rollback else None,
+                                "lr_scale": state.lr_scale})
+        if self.rank == 0:
+            state.save(self.job_dir)
+        what = "non-finite" if self.skip_reason == "non_finite" else "loss-spike"
+        return NonFiniteTraining(f"{bad} bad steps in a row ({what} at step {step}): "
+                                 f"rolling back to the last checkpoint")
 
     def _check_replicas_agree(self) -> None:
         """Data-parallel replicas must hold identical parameters; compare a hash every N steps."""
@@ -182,6 +227,8 @@ class Trainer:
         while self.step < spec.train.steps and not stop.is_set():
             try:
                 record = self.train_step().to_dict()
+                if record["skipped"]:
+                    record["skip_reason"] = self.skip_reason
             except (NonFiniteTraining, SilentDataCorruption):
                 # Every replica raises at the same step: let the save in flight (a good state)
                 # become durable, so the rollback loses as little as possible.
@@ -255,6 +302,10 @@ def parameter_digest(model) -> int:
 
 def _poisoned(loss_fn):
     return lambda outputs, targets: loss_fn(outputs, targets) * float("nan")
+
+
+def _scaled(loss_fn, factor: float):
+    return lambda outputs, targets: loss_fn(outputs, targets) * factor
 
 
 def _busy_wait(seconds: float) -> None:

@@ -16,13 +16,16 @@ from pydantic import ValidationError
 from workers.spec import JobSpec
 
 
-def free_worker_slots(bundle: dict[str, float]) -> int:
-    """How many more workers of this shape fit on the live nodes right now."""
+def free_slots_per_node(bundle: dict[str, float]) -> dict[str, int]:
+    """How many more workers of this shape fit on each live node right now (by node id)."""
     per_node = ray._private.state.available_resources_per_node()
-    slots = 0
-    for available in per_node.values():
-        slots += min(math.floor(available.get(key, 0.0) / need + 1e-9) for key, need in bundle.items() if need > 0)
-    return slots
+    return {node: min(math.floor(available.get(key, 0.0) / need + 1e-9) for key, need in bundle.items() if need > 0)
+            for node, available in per_node.items()}
+
+
+def free_worker_slots(bundle: dict[str, float], exclude: frozenset[str] = frozenset()) -> int:
+    """How many more workers of this shape fit on the live nodes right now, leaving out `exclude`."""
+    return sum(n for node, n in free_slots_per_node(bundle).items() if node not in exclude)
 
 
 def relayout(spec: JobSpec, workers: int) -> JobSpec | None:

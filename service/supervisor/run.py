@@ -17,13 +17,15 @@ from typing import Protocol
 
 from service.lifecycle import JobState, check_transition
 from service.supervisor.aggregate import StepAggregator
-from service.supervisor.elastic import best_layout, free_worker_slots
+from service.supervisor.elastic import best_layout, free_slots_per_node, free_worker_slots
 from service.supervisor.pipeline_balance import PipelineRebalancer
 from service.supervisor.stragglers import StragglerChange, StragglerDetector, rebalanced_shares
 from service.supervisor.policies import Action, FailureStatus, on_failure
+from service.supervisor.replacement import ReplaceStatus, on_slow_rank, slots_off
 from workers.bubble import pipeline_summary
 from workers.checkpointing import latest_checkpoint
 from workers.group import GroupFailure, WorkerGroup
+from workers.recovery import RecoveryState
 from workers.spec import JobSpec
 from workers.strategies import strategy_name
 
@@ -49,6 +51,7 @@ class Resize:
     spec: JobSpec
     reason: str
     shares: list[int] | None = None
+    move: tuple[int, str] | None = None  # (rank, node): restart with that node excluded (straggler replace)
 
 
 class JobRun:
@@ -65,6 +68,8 @@ class JobRun:
         self.poll_interval_s, self.start_timeout_s = poll_interval_s, start_timeout_s
         self.state = JobState.STARTING
         self.restarts = 0
+        self.rollbacks = 0  # restarts that rolled back bad steps (non-finite or loss spikes)
+        self.lr_scale = 1.0  # learning-rate factor after rollbacks with fault_tolerance.lr_backoff
         self.warm_workers = 0
         self.rendezvous: list[tuple[str, int]] = []  # TCP store address of every attempt
         self.steps: list[dict] = []
@@ -79,6 +84,10 @@ class JobRun:
         self._rebalance_to: int | None = None  # the straggler to take work from at the next checkpoint
         self._pipeline_balance = PipelineRebalancer(spec)  # re-split unbalanced pipeline stages (opt-in)
         self.shares: list[int] | None = None  # uneven data split after a straggler rebalance
+        self.avoid_nodes: set[str] = set()  # degraded nodes no rank is placed on again (straggler replace)
+        self._replace: tuple[int, str] | None = None  # (rank, node) to move at the next checkpoint
+        self._moved: tuple[int, str, int] | None = None  # (rank, from node, step) for the next group to report
+        self._last_replace_step: int | None = None
 
     # --- public ------------------------------------------------------------
 
@@ -96,6 +105,8 @@ class JobRun:
 
     def _run(self) -> dict:
         self.listener.on_state(self.state, "forming the worker group")
+        if (recovery := RecoveryState.load(self.job_dir)) is not None:  # a job resumed after rollbacks
+            self.lr_scale = recovery.lr_scale
         attempt = 0
         while True:
             outcome = self._attempt(attempt)
@@ -110,6 +121,9 @@ class JobRun:
                 if outcome.shares is not None:
                     self.shares = outcome.shares
                     self.listener.on_event("rebalance", outcome.reason, {"shares": outcome.shares})
+                if outcome.move is not None:
+                    self.avoid_nodes.add(outcome.move[1])
+                    self._moved = (*outcome.move, self.last_checkpoint_step or 0)
                 continue
             reason, retryable = outcome
             decision = on_failure(FailureStatus(
@@ -122,10 +136,13 @@ class JobRun:
             self.restarts += 1
             latest = latest_checkpoint(self.job_dir)
             self._set_state(JobState.RECOVERING, decision.reason)
+            cause = failure_cause(reason)
             self.listener.on_event("restart", decision.reason, {
                 "restart": self.restarts, "resume_step": latest[0] if latest else 0, "reason": reason,
-                "cause": failure_cause(reason),
+                "cause": cause,
             })
+            if cause == "non_finite":
+                self._report_rollback(latest[0] if latest else 0)
             if not self._fit_to_capacity():
                 self._fail(f"fewer than resources.min_workers={self.spec.resources.elastic_range[0]} workers "
                            f"available for {self.capacity_timeout_s:.0f}s")
@@ -136,6 +153,27 @@ class JobRun:
         self.error = reason
         self._set_state(JobState.FAILED, reason)
 
+    def _report_rollback(self, resume_step: int) -> None:
+        """The rollback the ranks recorded (workers/recovery.py) as an event: bad steps, the step
+        resumed from, the data window skipped and the learning-rate factor from now on."""
+        state = RecoveryState.load(self.job_dir)
+        if state is None or not state.rollbacks:
+            return
+        last = state.rollbacks[-1]
+        first, step = last["bad_steps"]
+        window = last["data_window"]
+        what = "non-finite gradients" if last["reason"] == "non_finite" else "loss spikes"
+        message = (f"rollback from step {step} to step {resume_step}: steps {first}..{step} had {what}; "
+                   + (f"data batches [{window[0]}, {window[1]}) skipped" if window else "no data skipped")
+                   + f"; learning rate x{last['lr_scale']:g}")
+        self.rollbacks += 1
+        self.lr_scale = last["lr_scale"]
+        log.info(message)
+        self.listener.on_event("rollback", message, {
+            "from_step": step, "to_step": resume_step, "skipped_steps": [first, step], "reason": last["reason"],
+            "data_window": window, "lr_scale": last["lr_scale"], "rollback": len(state.rollbacks),
+        })
+
     # --- elasticity --------------------------------------------------------
 
     def _fit_to_capacity(self) -> bool:
@@ -143,7 +181,7 @@ class JobRun:
         started = time.monotonic()
         bundle = WorkerGroup.bundle_of(self.current)
         while not self._cancel.is_set():
-            capacity = free_worker_slots(bundle)
+            capacity = free_worker_slots(bundle, frozenset(self.avoid_nodes))
             if capacity >= self.current.world_size:
                 log.info("%d worker slots free: keeping %d workers", capacity, self.current.world_size)
                 return True
@@ -163,7 +201,8 @@ class JobRun:
         """A larger layout than the current one, if the job may grow and the cluster has room."""
         if self.current.world_size >= self.spec.resources.elastic_range[1]:
             return None
-        capacity = free_worker_slots(WorkerGroup.bundle_of(self.current)) + self.current.world_size
+        capacity = free_worker_slots(WorkerGroup.bundle_of(self.current), frozenset(self.avoid_nodes)) \
+            + self.current.world_size
         planned = best_layout(self.spec, capacity)
         if planned is None or planned.world_size <= self.current.world_size:
             return None
@@ -185,7 +224,8 @@ class JobRun:
 
     def _attempt(self, attempt: int) -> "JobState | Resize | tuple[str, bool]":
         """Run one worker group to its end: a terminal state, a resize, or (failure reason, retryable)."""
-        group = self._group = WorkerGroup(self.current, self.job_dir, attempt, f"ty-{self.job_id}")
+        group = self._group = WorkerGroup(self.current, self.job_dir, attempt, f"ty-{self.job_id}",
+                                          frozenset(self.avoid_nodes))
         try:
             if self._cancel.is_set():
                 return JobState.CANCELLED
@@ -195,6 +235,7 @@ class JobRun:
             self.warm_workers = group.warm_workers
             self._set_state(JobState.RUNNING, f"{self.current.world_size} workers ({group.warm_workers} from the "
                                               f"warm pool) training from step {start_step}")
+            self._report_move(group)
             return self._watch(group)
         except GroupFailure as exc:
             self._record_partial_steps()
@@ -215,6 +256,7 @@ class JobRun:
         self._stragglers = StragglerDetector(self.current.world_size, self.spec.supervisor.straggler)
         self._per_sample = [deque(maxlen=self.spec.supervisor.straggler.window) for _ in range(self.current.world_size)]
         self._rebalance_to = None
+        self._replace = None
         last_progress = last_growth_check = time.monotonic()
         hang_timeout = self.spec.fault_tolerance.hang_timeout_s
         grow_to: JobSpec | None = None
@@ -277,6 +319,10 @@ class JobRun:
         if grow_to is not None:
             return Resize(grow_to, f"capacity for {grow_to.world_size} workers returned; "
                                    f"regrowing from the checkpoint at step {durable}")
+        if self._replace is not None:
+            rank, node = self._replace
+            return Resize(self.current, f"moving straggler rank {rank} off node {node[:12]} from the "
+                                        f"checkpoint at step {durable}", move=(rank, node))
         if self._rebalance_to is not None:
             # Shares from the latest window: by now it holds only steps of the slow regime.
             shares = rebalanced_shares(self.spec.train.global_batch_size,
@@ -316,15 +362,49 @@ class JobRun:
                 action = "rebalancing the global batch at the next checkpoint"
             else:
                 action = "reported (rebalance needs a pure data-parallel layout)"
+        elif policy == "replace":
+            action = self._plan_replace(change)
         log.info("straggler: rank %d score %.2f at step %d: %s", change.rank, change.score, change.step, action)
         self.listener.on_event("straggler", f"rank {change.rank} is slow (score {change.score:.2f}): {action}", {
             "rank": change.rank, "score": change.score, "step": change.step, "policy": policy, "action": action,
         })
 
+    def _plan_replace(self, change: StragglerChange) -> str:
+        """Decide (replacement.py) whether to move the slow rank off its node at the next checkpoint."""
+        group, config = self._group, self.spec.supervisor.straggler
+        if group is None or not group.nodes:
+            return "reported (placement unknown)"
+        node = group.nodes[change.rank]
+        decision = on_slow_rank(ReplaceStatus(
+            rank=change.rank, node=node, step=change.step, world_size=self.current.world_size,
+            slots_elsewhere=slots_off(group.nodes, free_slots_per_node(group.bundle()), self.avoid_nodes | {node}),
+            last_replace_step=self._last_replace_step, cooldown=config.cooldown or 2 * config.window,
+            pending=self._replace is not None,
+        ))
+        if decision.replace:
+            self._replace = (change.rank, node)
+        return decision.action
+
+    def _report_move(self, group: WorkerGroup) -> None:
+        """After a replacement: say which rank moved from which node to which."""
+        if self._moved is None:
+            return
+        rank, before, step = self._moved
+        self._moved, self._last_replace_step = None, step
+        after = group.nodes[rank] if rank < len(group.nodes) else None
+        message = f"rank {rank} moved from node {before[:12]} to node {(after or '?')[:12]} at step {step}"
+        log.info("replace: %s", message)
+        self.listener.on_event("replace", message, {
+            "rank": rank, "from_node": before, "to_node": after, "step": step, "nodes": list(group.nodes),
+            "excluded_nodes": sorted(self.avoid_nodes),
+        })
+
     def _append_step(self, record: dict) -> None:
         if record.get("skipped") and not record.get("partial"):
-            self.listener.on_event("skipped_step", f"step {record['step']}: non-finite gradients, update skipped",
-                                   {"step": record["step"], "loss": record["loss"]})
+            reason = record.get("skip_reason") or "non_finite"
+            what = "non-finite gradients" if reason == "non_finite" else "loss spike"
+            self.listener.on_event("skipped_step", f"step {record['step']}: {what}, update skipped",
+                                   {"step": record["step"], "loss": record["loss"], "reason": reason})
         self.steps = [s for s in self.steps if s["step"] < record["step"]]  # replayed after a restart
         self.steps.append(record)
         self.listener.on_step(record)
@@ -364,6 +444,8 @@ class JobRun:
             "comm_bytes_per_step": statistics.median(s["comm_bytes"] for s in steps) if steps else None,
             "restarts": self.restarts,
             "resizes": self.resizes,
+            "rollbacks": self.rollbacks,
+            "lr_scale": self.lr_scale,
             "warm_workers": self.warm_workers,
             "last_checkpoint_step": self.last_checkpoint_step,
             "params_sha256": self.result.get("params_sha256"),

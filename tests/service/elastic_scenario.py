@@ -1,8 +1,10 @@
 """A node is lost mid-run and later comes back, on a real multi-node Ray cluster on this machine.
 
-Run as `python -m tests.service.elastic_scenario OUT.json`; the test reads OUT.json.
+Run as `python -m tests.service.elastic_scenario OUT.json [LAYOUT]`; the test reads OUT.json.
 Nodes: a head with no CPUs (so workers land on worker nodes only) and two nodes of
-2 CPUs. The job wants 4 workers and may shrink to 2.
+2 CPUs. The job wants 4 workers and may shrink to 2. LAYOUT picks the parallel layout
+on 4 workers: `dp` (dp=4), `pp` (pp=2 x dp=2) or `tp` (tp=2 x dp=2); the re-planner keeps
+pp or tp on the 2 survivors (dp=1) and the same global batch.
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ from service.settings import Settings
 from service.supervisor.run import JobRun
 from tests.helpers import spec_of
 
-SPEC = {"resources.workers": 4, "resources.min_workers": 2, "train.steps": 200,
+BASE = {"resources.workers": 4, "resources.min_workers": 2, "train.steps": 200,
         "checkpoint.every_steps": 5, "checkpoint.keep": 3, "train.global_batch_size": 16}
+# Model-parallel layouts run fewer steps: each step costs more ranks' worth of CPU on this host.
+LAYOUTS = {
+    "dp": {},
+    "pp": {"parallel.pp": 2, "model.n_layers": 2, "train.steps": 60},
+    "tp": {"parallel.tp": 2, "train.steps": 60},
+}
 
 
 class Recorder:
@@ -51,7 +59,8 @@ def wait_for(predicate, timeout_s=180.0):
         time.sleep(0.1)
 
 
-def main(out: Path) -> None:
+def main(out: Path, layout: str = "dp") -> None:
+    spec = {**BASE, **LAYOUTS[layout]}
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     cluster.add_node(num_cpus=2)
     doomed = cluster.add_node(num_cpus=2)
@@ -59,10 +68,10 @@ def main(out: Path) -> None:
     connect(Settings(ray_address=cluster.address, home=out.parent / "home"))
     try:
         reference = Recorder()
-        JobRun(spec_of(**SPEC), out.parent / "reference", "reference", reference).run()
+        JobRun(spec_of(**spec), out.parent / "reference", "reference", reference).run()
 
         elastic = Recorder()
-        run = JobRun(spec_of(**SPEC), out.parent / "elastic", "elastic", elastic)
+        run = JobRun(spec_of(**spec), out.parent / "elastic", "elastic", elastic)
         thread = threading.Thread(target=lambda: setattr(run, "summary_out", run.run()))
         thread.start()
         wait_for(lambda: elastic.step >= 12)
@@ -74,7 +83,8 @@ def main(out: Path) -> None:
         thread.join(300)
         out.write_text(json.dumps({
             "summary": run.summary_out, "states": elastic.states, "events": elastic.events,
-            "losses": elastic.losses, "partial_steps": elastic.partial, "reference_losses": reference.losses, "lost_at": lost_at, "regrow_asked_at": regrow_asked_at,
+            "losses": elastic.losses, "partial_steps": elastic.partial, "reference_losses": reference.losses,
+            "lost_at": lost_at, "regrow_asked_at": regrow_asked_at, "steps": spec["train.steps"],
         }))
     finally:
         ray.shutdown()
@@ -82,4 +92,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), *sys.argv[2:3])

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 
 import pytest
 
+from service.supervisor.replacement import ReplaceStatus, on_slow_rank, slots_off
 from service.supervisor.run import JobRun
 from service.supervisor.stragglers import StragglerDetector, rebalanced_shares
 from tests.helpers import Events, spec_of
@@ -76,3 +81,51 @@ def test_slow_rank_is_rebalanced_and_throughput_recovers(ray_cluster, tmp_path):
     # x1.3-2 when the host is quiet; a loaded host (the full suite) has shown x1.04, so only
     # "it got faster" is gated here and the size of the gain is left to bench/recovery.py.
     assert speedup > 1.0, f"throughput x{speedup:.2f} after rebalancing"
+
+
+def _status(**overrides):
+    base = dict(rank=1, node="node-b", step=20, world_size=2, slots_elsewhere=2)
+    return ReplaceStatus(**{**base, **overrides})
+
+
+def test_replace_needs_room_off_the_slow_node_and_waits_out_its_cooldown():
+    assert on_slow_rank(_status()).replace
+    assert not on_slow_rank(_status(slots_elsewhere=1)).replace  # nowhere to go: only reported
+    assert not on_slow_rank(_status(pending=True)).replace  # one replacement at a time
+    cooling = on_slow_rank(_status(last_replace_step=10, cooldown=16))
+    assert not cooling.replace and "next from step 26" in cooling.action
+    assert on_slow_rank(_status(step=26, last_replace_step=10, cooldown=16)).replace
+    # Room off the slow node counts the job's own ranks on the other nodes and free slots there.
+    assert slots_off(["a", "b"], {"a": 0, "b": 0, "c": 1}, {"b"}) == 2
+    assert slots_off(["a", "a"], {"a": 0, "b": 0}, {"a"}) == 0
+
+
+@pytest.mark.slow
+def test_slow_rank_is_replaced_on_another_node_and_throughput_recovers(tmp_path):
+    out = tmp_path / "replace.json"
+    env = {**os.environ, "TRAINYARD_RAY_ADDRESS": ""}
+    proc = subprocess.run([sys.executable, "-m", "tests.service.replace_scenario", str(out)],
+                          capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+
+    clean = result["clean"]
+    assert clean["summary"]["state"] == "SUCCEEDED"
+    assert [e["kind"] for e in clean["events"] if e["kind"].startswith("straggler") or e["kind"] == "replace"] == []
+
+    slow = result["slow"]
+    assert slow["summary"]["state"] == "SUCCEEDED" and slow["summary"]["restarts"] == 0
+    stragglers = [e["data"] for e in slow["events"] if e["kind"] == "straggler"]
+    assert [s["rank"] for s in stragglers] == [1]  # flagged once, never again on the new node
+    assert stragglers[0]["step"] <= 5 + 5 + 3 and stragglers[0]["action"].startswith("replacing rank 1")
+    [move] = [e["data"] for e in slow["events"] if e["kind"] == "replace"]
+    assert move["rank"] == 1 and move["from_node"] == slow["slow_node"]
+    assert move["to_node"] in result["nodes"] and move["to_node"] != move["from_node"]
+    assert move["from_node"] not in move["nodes"]  # no rank went back to the degraded node
+
+    rate = {s["step"]: s["samples_per_s"] for s in slow["steps"] if not s["partial"]}
+    slow_phase = [rate[s] for s in range(6, move["step"] + 1) if s in rate]
+    replaced = [rate[s] for s in range(move["step"] + 6, 61) if s in rate]
+    speedup = statistics.median(replaced) / statistics.median(slow_phase)
+    # x2-3 on a quiet host; gate only on a gain (a loaded host shrinks it), as for rebalance.
+    assert speedup > 1.0, f"throughput x{speedup:.2f} after replacing the slow rank"

@@ -36,10 +36,12 @@ def test_a_nan_step_is_skipped_and_training_goes_on(clean, tmp_path):
 
 def test_too_many_nan_steps_roll_back_to_the_last_checkpoint(clean, tmp_path):
     summary, rec = run(tmp_path, "rollback", [{"at_step": 7, "rank": 0, "kind": "nan"}],
-                       **{"fault_tolerance.max_skipped_steps": 0})
+                       **{"fault_tolerance.max_skipped_steps": 0, "fault_tolerance.skip_data_on_rollback": False})
     assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 1
     [restart] = [d for k, d in rec.events if k == "restart"]
     assert restart["cause"] == "non_finite" and restart["resume_step"] == 5
+    [rollback] = [d for k, d in rec.events if k == "rollback"]
+    assert (rollback["from_step"], rollback["to_step"], rollback["data_window"]) == (7, 5, None)
     # The poisoned step was replayed from the checkpoint without the fault: bit-identical result.
     assert summary["params_sha256"] == clean["params_sha256"]
 

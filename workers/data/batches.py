@@ -4,6 +4,11 @@ It does not depend on the world size: sample position p = s * G + i walks
 through seeded per-epoch permutations of the dataset, and rank r takes the
 contiguous slice [r * G/dp, (r+1) * G/dp). Resuming at step s therefore needs
 nothing but s, and resharding to another dp keeps the same global batch.
+
+After a rollback the batches of the steps that went bad can be skipped: `skip`
+lists windows [a, b) of batch numbers never to draw, and step s draws the s-th
+batch that is not skipped, so steps from a on draw batches b, b+1, ... That is
+still a pure function of (seed, s, skip), which the checkpoint records.
 """
 
 from __future__ import annotations
@@ -15,10 +20,34 @@ from torch.utils.data import Dataset
 
 
 class GlobalBatches:
-    def __init__(self, dataset: Dataset, global_batch_size: int, seed: int):
+    def __init__(self, dataset: Dataset, global_batch_size: int, seed: int,
+                 skip: list[tuple[int, int]] | None = None):
         if len(dataset) == 0:
             raise ValueError("data: the dataset is empty")
         self.dataset, self.global_batch_size, self.seed = dataset, global_batch_size, seed
+        self.skip: list[tuple[int, int]] = []
+        for a, b in skip or []:
+            self.skip_window(a, b)
+
+    def skip_window(self, start: int, end: int) -> None:
+        """Never draw batches [start, end) (batch numbers, not steps); kept merged and sorted."""
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted(self.skip + [(start, end)]):
+            if b <= a:
+                continue
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self.skip = merged
+
+    def batch_of(self, step: int) -> int:
+        """The batch number that 0-based `step` draws: the step-th one outside the skipped windows."""
+        batch = step
+        for a, b in self.skip:  # disjoint and sorted: each window passed pushes the step past it
+            if batch >= a:
+                batch += b - a
+        return batch
 
     @lru_cache(maxsize=2)
     def _permutation(self, epoch: int) -> torch.Tensor:
@@ -29,8 +58,9 @@ class GlobalBatches:
         """Dataset indices of global-batch positions [start, start+count) at `step` (0-based)."""
         n = len(self.dataset)
         out = []
+        batch = self.batch_of(step)
         for i in range(start, start + count):
-            p = step * self.global_batch_size + i
+            p = batch * self.global_batch_size + i
             out.append(int(self._permutation(p // n)[p % n]))
         return out
 
