@@ -5,12 +5,15 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 import anyio.to_thread
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
+from api.audit import AuditMiddleware
+from api.deps import require, require_by_method
 from api.errors import install_error_handlers
 from api.limits import BodyLimitMiddleware
+from api.ratelimit import TokenBuckets
 from api.request_metrics import RequestMetricsMiddleware
-from api.routers import artifacts, jobs, plans, system
+from api.routers import artifacts, audit, jobs, plans, system, tenants, tokens
 from service.control import ControlPlane
 from service.settings import Settings, get_settings
 
@@ -33,7 +36,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="Trainyard", version="0.1.0", lifespan=lifespan,
                   description="Cluster training service: submit JobSpecs, follow them, fetch what they produce.")
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if settings.rate_limit_per_s > 0:
+        app.state.rate_limiter = TokenBuckets(settings.rate_limit_per_s, settings.rate_limit_burst)
+    app.add_middleware(AuditMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       read_timeout_s=settings.body_read_timeout_s)
 
     def observe(method: str, route: str, status: int, seconds: float) -> None:
         plane = getattr(app.state, "plane", None)
@@ -41,8 +48,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             plane.live.http(method, route, status, seconds)
 
     app.add_middleware(RequestMetricsMiddleware, observe=observe)  # outermost: times the 413s too
+    # Every /v1 route's scope, in one place: job reads need read, submit and cancel need submit,
+    # administration needs admin (tests/api/test_tenancy_scopes.py checks every route).
     app.include_router(system.router)
-    app.include_router(jobs.router)
-    app.include_router(artifacts.router)
-    app.include_router(plans.router)
+    app.include_router(jobs.router, dependencies=[Depends(require_by_method)])
+    app.include_router(artifacts.router, dependencies=[Depends(require("read"))])
+    app.include_router(plans.router, dependencies=[Depends(require("read"))])
+    for admin_router in (tenants.router, tokens.router, audit.router):
+        app.include_router(admin_router, dependencies=[Depends(require("admin"))])
     return app

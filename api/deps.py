@@ -1,9 +1,17 @@
-"""Annotated dependencies: the control plane, a DB session and the calling principal."""
+"""Annotated dependencies: the control plane, a DB session, the calling principal and its scopes.
+
+A presented token is looked up by its hash and trusted for `auth_cache_s` (a short time:
+that bounds how late another replica sees a revocation; on the replica that revokes, the
+cache is cleared at once). Expiry is checked on every request, cached or not.
+"""
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -13,14 +21,20 @@ from sqlalchemy.orm import Session
 from api.errors import ApiError
 from service.control import ControlPlane
 from service.db import repository as repo
-
-TOKEN_CACHE_TTL_S = 30.0
+from service.db.models import utcnow
 
 
 @dataclass(frozen=True)
 class Principal:
     tenant_id: str
-    is_admin: bool
+    token_id: int
+    token_name: str
+    scopes: frozenset[str]
+    expires_at: datetime | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.scopes
 
 
 def get_plane(request: Request) -> ControlPlane:
@@ -37,13 +51,43 @@ def get_session(plane: PlaneDep):
 
 SessionDep = Annotated[Session, Depends(get_session)]
 
-_token_cache: dict[str, tuple[Principal, float]] = {}
+
+class TokenCache:
+    """Token hash -> (principal, monotonic deadline). Never holds a plain token."""
+
+    def __init__(self):
+        self._entries: dict[str, tuple[Principal, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Principal | None:
+        entry = self._entries.get(key)
+        return entry[0] if entry and entry[1] > time.monotonic() else None
+
+    def put(self, key: str, principal: Principal, ttl_s: float) -> None:
+        with self._lock:
+            if len(self._entries) > 10_000:  # bounded: forged tokens are never cached, but be safe
+                self._entries.clear()
+            self._entries[key] = (principal, time.monotonic() + ttl_s)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
 
 
-def _lookup(plane: ControlPlane, token: str) -> Principal | None:
+token_cache = TokenCache()
+UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
+
+
+def _lookup(plane: ControlPlane, token: str) -> Principal | str:
+    """The principal, or why the token is refused."""
     with plane.sessions() as s:
-        found = repo.lookup_token(s, token)
-    return Principal(*found) if found else None
+        row = repo.token_row(s, token)
+    if row is None or row.revoked_at is not None:
+        return "authorization: unknown or revoked token"
+    if not repo.token_usable(row):
+        return f"authorization: token expired at {repo.aware(row.expires_at).isoformat()}"
+    return Principal(row.tenant_id, row.id, row.name, frozenset(row.scopes.split(",")) - {""},
+                     repo.aware(row.expires_at))
 
 
 async def get_principal(request: Request, plane: PlaneDep) -> Principal:
@@ -51,31 +95,53 @@ async def get_principal(request: Request, plane: PlaneDep) -> Principal:
     scheme, _, token = header.partition(" ")
     if not header:
         raise ApiError(401, "authorization: missing bearer token (send 'Authorization: Bearer <token>')",
-                       headers={"WWW-Authenticate": "Bearer"})
+                       headers=UNAUTHORIZED)
     if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "authorization: must be 'Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+        raise ApiError(401, "authorization: must be 'Bearer <token>'", headers=UNAUTHORIZED)
     token = token.strip()
-    key = repo.hash_token(token)  # the cache never holds a plain token
-    cached = _token_cache.get(key)
-    if cached and cached[1] > time.monotonic():
-        return cached[0]
-    principal = await run_in_threadpool(_lookup, plane, token)
+    key = repo.hash_token(token)
+    principal = token_cache.get(key)
     if principal is None:
-        raise ApiError(401, "authorization: unknown or revoked token", headers={"WWW-Authenticate": "Bearer"})
-    _token_cache[key] = (principal, time.monotonic() + TOKEN_CACHE_TTL_S)
+        found = await run_in_threadpool(_lookup, plane, token)
+        if isinstance(found, str):
+            raise ApiError(401, found, headers=UNAUTHORIZED)
+        principal = found
+        token_cache.put(key, principal, plane.settings.auth_cache_s)
+    if principal.expires_at is not None and principal.expires_at <= utcnow():
+        raise ApiError(401, f"authorization: token expired at {principal.expires_at.isoformat()}", headers=UNAUTHORIZED)
+    limiter = getattr(request.app.state, "rate_limiter", None)
+    if limiter is not None and (wait := limiter.take(principal.token_id)) is not None:
+        request.state.rate_limited = True  # not audited: a flood must not become a flood of writes
+        raise ApiError(429, f"rate limit: this token may send {limiter.rate:g} requests per second "
+                            f"(bursts of {limiter.burst}); retry in {wait:.2f} s",
+                       headers={"Retry-After": str(max(1, math.ceil(wait)))})
+    request.state.principal = principal  # for the audit log
     return principal
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def require_admin(principal: PrincipalDep) -> Principal:
-    if not principal.is_admin:
-        raise ApiError(403, "forbidden: this call needs the admin scope")
-    return principal
+def require(scope: str):
+    """A dependency that lets the call through only with a token holding `scope`."""
+
+    def check(principal: PrincipalDep) -> Principal:
+        if scope not in principal.scopes:
+            msg = (f"forbidden: this call needs the '{scope}' scope; this token has "
+                   f"{sorted(principal.scopes) or 'none'}")
+            raise ApiError(403, msg, [{"field": "scope", "message": msg}])
+        return principal
+
+    check.__name__ = f"require_{scope}"
+    return check
 
 
-AdminDep = Annotated[Principal, Depends(require_admin)]
+def require_by_method(request: Request, principal: PrincipalDep) -> Principal:
+    """Reads need `read`; anything that changes a job (submit, cancel) needs `submit`."""
+    return require("read" if request.method in ("GET", "HEAD") else "submit")(principal)
+
+
+AdminDep = Annotated[Principal, Depends(require("admin"))]
 
 
 def job_or_404(s: Session, job_id: str, principal: Principal):

@@ -1,4 +1,4 @@
-"""`trainyard serve | submit | list | get | cancel | events | logs | tenant-create`: the service side of the CLI."""
+"""`trainyard serve | submit | list | get | cancel | events | logs`: the service side of the CLI."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def serve(
     settings = get_settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port,
-                access_log=settings.access_log, log_level="info", timeout_graceful_shutdown=5)
+                access_log=settings.access_log, log_level="info", timeout_graceful_shutdown=5,
+                timeout_keep_alive=settings.keep_alive_timeout_s)  # type: ignore[arg-type]
 
 
 def submit(
@@ -172,15 +173,6 @@ def logs(job_id: Annotated[str, typer.Argument(metavar="ID")],
         raise _fail(exc)
 
 
-def tenant_create(name: Annotated[str, typer.Argument(help="lower-case tenant name")]) -> None:
-    """Create a tenant and print its first API token (admin only; shown once)."""
-    try:
-        tenant = Client().request("POST", "/v1/tenants", json={"name": name}).json()
-    except ApiFailure as exc:
-        raise _fail(exc)
-    out.print(f"tenant {tenant['name']} ({tenant['id']}) token: {tenant['token']}")
-
-
 def register(app: typer.Typer) -> None:
     app.command()(serve)
     app.command()(submit)
@@ -189,4 +181,6 @@ def register(app: typer.Typer) -> None:
     app.command()(cancel)
     app.command()(events)
     app.command()(logs)
-    app.command("tenant-create")(tenant_create)
+    from api.admin_cli import register_admin  # it uses this module's helpers
+
+    register_admin(app)

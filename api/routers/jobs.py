@@ -11,11 +11,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
+from api import gates
 from api.deps import PlaneDep, Principal, PrincipalDep, SessionDep, job_or_404
 from api.errors import ApiError
 from api.schemas import job_out
 from service.control import ControlPlane
+from service import quotas
 from service.db import repository as repo
+from service.db.models import Tenant
 from service.lifecycle import JobState
 from service.scheduler import demand_of, never_fits
 from workers.spec import JobSpec, parse_spec
@@ -41,14 +44,17 @@ async def submit_job(
     priority: Annotated[int, Query(ge=-1000, le=1000, description="higher starts first")] = 0,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128)] = None,
 ) -> JSONResponse:
-    """Validate a JobSpec and queue it. The same Idempotency-Key and body return the same job."""
+    """Validate a JobSpec and queue it. The same Idempotency-Key and body return the same job.
+    403: user code or fault injection the tenant or token may not use; 429: over a quota."""
     data = _decode(await request.body())
+    gates.check_fault_injection_scope(data, principal.scopes)
     spec = parse_spec(data, allow_fault_injection=plane.settings.allow_fault_injection)  # 422 on any rule
     if plane.capacity is not None and (why := never_fits(demand_of(spec), *plane.capacity)):
         raise ApiError(422, f"the job can never run on this cluster: {why}", [{"field": "resources", "message": why}])
     canonical = json.dumps({"spec": spec.model_dump(mode="json"), "priority": priority}, sort_keys=True)
     body_sha = hashlib.sha256(canonical.encode()).hexdigest()
     job, created = await run_in_threadpool(_store, plane, principal, spec, priority, body_sha, idempotency_key)
+    request.state.audit_target = job["id"]
     if created:
         plane.wake.set()
     return JSONResponse(job, status_code=201, headers={"Location": f"/v1/jobs/{job['id']}",
@@ -66,12 +72,22 @@ def _store(plane: ControlPlane, principal: Principal, spec: JobSpec, priority: i
                     raise repo.IdempotencyConflict(
                         "idempotency-key: already used for a different job spec or priority; use a new key")
                 return job_out(existing), False
-            if repo.count_open_jobs(s, principal.tenant_id) >= limit:
-                raise repo.QuotaExceeded(repo.quota_message(limit))
+            tenant = s.get(Tenant, principal.tenant_id)
+            gates.check_user_code(spec, tenant)
+            spec = gates.confine_paths(spec, plane.settings.storage_root,
+                                       lambda job_id: repo.get_job(s, job_id, tenant_id=tenant.id) is not None)
         try:
             with plane.sessions.begin() as s:
-                job = repo.create_job(s, principal.tenant_id, spec, priority, body_sha, key, max_open_jobs=None)
+                # Quotas are checked under the tenant's row lock, so concurrent submits (on any
+                # replica) cannot both take the last place.
+                tenant = repo.lock_tenant(s, principal.tenant_id)
+                if repo.count_open_jobs(s, tenant.id) >= limit:
+                    raise repo.QuotaExceeded(repo.quota_message(limit))
+                quotas.check_submit(s, tenant, spec.world_size)
+                job = repo.create_job(s, tenant.id, spec, priority, body_sha, key, max_open_jobs=None)
                 return job_out(job), True
+        except quotas.NeverWithinQuota as exc:
+            raise ApiError(422, str(exc), [{"field": "resources.workers", "message": str(exc)}]) from None
         except IntegrityError:  # the unique (tenant, key) constraint: never two jobs for one key
             if key is None:
                 raise

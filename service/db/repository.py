@@ -123,9 +123,14 @@ def token_usable(row: ApiToken, now: datetime | None = None) -> bool:
     return row.revoked_at is None and (expires is None or expires > (now or utcnow()))
 
 
+def token_row(s: Session, token: str) -> ApiToken | None:
+    """The token row of a presented secret, live or not."""
+    return s.scalar(select(ApiToken).where(ApiToken.token_sha256 == hash_token(token)))
+
+
 def find_token(s: Session, token: str) -> ApiToken | None:
     """The live (not revoked, not expired) token row for a presented secret."""
-    row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == hash_token(token)))
+    row = token_row(s, token)
     return row if row is not None and token_usable(row) else None
 
 

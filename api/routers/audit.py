@@ -1,0 +1,32 @@
+"""The audit log over REST (admin scope)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.deps import AdminDep, SessionDep
+from api.routers.tenants import tenant_or_404
+from api.schemas import iso
+from service.db import repository as repo
+from service.db.models import AuditRecord
+
+router = APIRouter(prefix="/v1/audit", tags=["admin"])
+
+
+def audit_out(r: AuditRecord) -> dict:
+    return {"id": r.id, "ts": iso(r.ts), "tenant_id": r.tenant_id, "token_id": r.token_id, "token_name": r.token_name,
+            "action": r.action, "target": r.target, "target_tenant_id": r.target_tenant_id, "status": r.status,
+            "outcome": r.outcome, "detail": r.detail}
+
+
+@router.get("")
+def audit_log(s: SessionDep, _: AdminDep,
+              tenant: Annotated[str | None, Query(description="calls by this tenant or on it (id or name)")] = None,
+              action: Annotated[str | None, Query(max_length=32, description="e.g. job.submit, token.revoke")] = None,
+              after: Annotated[int, Query(ge=0, description="only records with a larger id")] = 0,
+              limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> dict:
+    """State-changing calls, oldest first: who (tenant, token), what, when, target, outcome."""
+    tenant_id = tenant_or_404(s, tenant).id if tenant else None
+    return {"records": [audit_out(r) for r in repo.list_audit(s, tenant_id, action, after, limit)]}

@@ -1,0 +1,77 @@
+"""API tokens (admin scope): create (the secret is shown once), list (no secrets), revoke."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Body, Query, Request
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+
+from api.deps import AdminDep, PlaneDep, SessionDep, token_cache
+from api.errors import ApiError
+from api.routers.tenants import tenant_or_404
+from api.schemas import iso
+from service.db import repository as repo
+from service.db.models import ApiToken, utcnow
+
+router = APIRouter(prefix="/v1/tokens", tags=["admin"])
+Scope = Literal["read", "submit", "admin"]
+
+
+class TokenIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tenant: str = Field(min_length=1, max_length=64, description="tenant id or name")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9 ._@-]+$", description="what the token is for")
+    scopes: list[Scope] = Field(min_length=1, description="any of read, submit, admin")
+    expires_at: AwareDatetime | None = Field(None, description="when it stops working (with a timezone)")
+    ttl_s: int | None = Field(None, ge=1, le=10 * 365 * 86400, description="or: seconds from now until it expires")
+
+    @model_validator(mode="after")
+    def _one_expiry(self):
+        if self.expires_at is not None and self.ttl_s is not None:
+            raise ValueError("expires_at and ttl_s: give at most one of them")
+        if self.expires_at is not None and self.expires_at <= utcnow():
+            raise ValueError("expires_at: must be in the future")
+        return self
+
+    def expiry(self) -> datetime | None:
+        return utcnow() + timedelta(seconds=self.ttl_s) if self.ttl_s else self.expires_at
+
+
+def token_out(t: ApiToken) -> dict:
+    expires = repo.aware(t.expires_at)
+    return {"id": t.id, "tenant_id": t.tenant_id, "name": t.name, "scopes": t.scopes.split(","),
+            "created_at": iso(t.created_at), "expires_at": iso(expires), "revoked_at": iso(t.revoked_at),
+            "active": repo.token_usable(t)}
+
+
+@router.post("", status_code=201)
+def create_token(body: Annotated[TokenIn, Body()], request: Request, plane: PlaneDep, _: AdminDep) -> dict:
+    """A new token for a tenant. The secret is in this answer only; the service keeps its hash."""
+    with plane.sessions.begin() as s:
+        tenant = tenant_or_404(s, body.tenant)
+        row, secret = repo.create_token(s, tenant, body.name, body.scopes, body.expiry())
+        request.state.audit_target, request.state.audit_target_tenant = str(row.id), tenant.id
+        return {**token_out(row), "token": secret}
+
+
+@router.get("")
+def list_tokens(s: SessionDep, _: AdminDep,
+                tenant: Annotated[str | None, Query(description="only this tenant's (id or name)")] = None) -> dict:
+    tenant_id = tenant_or_404(s, tenant).id if tenant else None
+    return {"tokens": [token_out(t) for t in repo.list_tokens(s, tenant_id)]}
+
+
+@router.delete("/{token_id}")
+def revoke_token(token_id: int, request: Request, plane: PlaneDep, _: AdminDep) -> dict:
+    """Revoke a token: refused at once on this replica, within TRAINYARD_AUTH_CACHE_S on others."""
+    try:
+        with plane.sessions.begin() as s:
+            row = repo.revoke_token(s, token_id)
+            request.state.audit_target_tenant = row.tenant_id
+            out = token_out(row)
+    except repo.NotFound as exc:
+        raise ApiError(404, str(exc)) from None
+    token_cache.clear()  # this replica forgets every cached token: the revoked one is looked up again
+    return out
