@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.db.repository import IdempotencyConflict, QuotaExceeded
@@ -45,6 +46,9 @@ def _spec_validation(_: Request, exc: ValidationError) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    from api.error_schema import install_error_schema
+
+    install_error_schema(app)  # the OpenAPI document declares these answers
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(ValidationError, _spec_validation)
 
@@ -63,6 +67,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(IdempotencyConflict)
     def _conflict(_: Request, exc: IdempotencyConflict) -> JSONResponse:
         return error_response(409, str(exc))
+
+    @app.exception_handler(DataError)
+    def _data(_: Request, exc: DataError) -> JSONResponse:
+        # The database refused a value the request carried (a NUL character in a string, a number
+        # out of its range): bad input, never a 500. Nothing was written (the transaction rolled back).
+        reason = str(exc.orig).splitlines()[0] if exc.orig is not None else "invalid value"
+        msg = f"input: a value cannot be stored ({reason}); remove NUL characters and keep numbers in range"
+        return error_response(422, msg, [{"field": "body", "message": msg}])
 
     @app.exception_handler(StarletteHTTPException)
     def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
