@@ -76,7 +76,7 @@ class AuditMiddleware:
         record = dict(
             tenant_id=principal.tenant_id, token_id=principal.token_id, token_name=principal.token_name,
             action=ACTIONS.get((scope["method"], route), f"{scope['method']} {route or scope['path']}")[:32],
-            target=(state.get("audit_target") or next(iter(params.values()), None)),
+            target=str(state.get("audit_target") or next(iter(params.values()), ""))[:128] or None,
             target_tenant_id=state.get("audit_target_tenant",
                                        principal.tenant_id if (route or "").startswith("/v1/jobs") else None),
             status=status, outcome=outcome_of(status), detail=detail)

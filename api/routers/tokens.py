@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, Path, Query, Request
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from api.deps import AdminDep, PlaneDep, SessionDep, token_cache
@@ -17,6 +17,7 @@ from service.db.models import ApiToken, utcnow
 
 router = APIRouter(prefix="/v1/tokens", tags=["admin"])
 Scope = Literal["read", "submit", "admin"]
+MAX_LIFETIME = timedelta(days=10 * 365)
 
 
 class TokenIn(BaseModel):
@@ -25,18 +26,21 @@ class TokenIn(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9 ._@-]+$", description="what the token is for")
     scopes: list[Scope] = Field(min_length=1, description="any of read, submit, admin")
     expires_at: AwareDatetime | None = Field(None, description="when it stops working (with a timezone)")
-    ttl_s: int | None = Field(None, ge=1, le=10 * 365 * 86400, description="or: seconds from now until it expires")
+    ttl_s: int | None = Field(None, ge=1, le=int(MAX_LIFETIME.total_seconds()),
+                              description="or: seconds from now until it expires")
 
     @model_validator(mode="after")
     def _one_expiry(self):
         if self.expires_at is not None and self.ttl_s is not None:
             raise ValueError("expires_at and ttl_s: give at most one of them")
-        if self.expires_at is not None and self.expires_at <= utcnow():
-            raise ValueError("expires_at: must be in the future")
+        if self.expires_at is not None and not utcnow() < self.expires_at < utcnow() + MAX_LIFETIME:
+            raise ValueError("expires_at: must be in the future and at most 10 years away")
         return self
 
     def expiry(self) -> datetime | None:
-        return utcnow() + timedelta(seconds=self.ttl_s) if self.ttl_s else self.expires_at
+        if self.ttl_s:
+            return utcnow() + timedelta(seconds=self.ttl_s)
+        return self.expires_at.astimezone(timezone.utc) if self.expires_at else None  # stored as UTC
 
 
 def token_out(t: ApiToken) -> dict:
@@ -64,7 +68,8 @@ def list_tokens(s: SessionDep, _: AdminDep,
 
 
 @router.delete("/{token_id}")
-def revoke_token(token_id: int, request: Request, plane: PlaneDep, _: AdminDep) -> dict:
+def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**31 - 1)], request: Request, plane: PlaneDep,
+                 _: AdminDep) -> dict:
     """Revoke a token: refused at once on this replica, within TRAINYARD_AUTH_CACHE_S on others."""
     try:
         with plane.sessions.begin() as s:

@@ -130,6 +130,23 @@ def test_token_expires(queue_server):
         assert listed[row["id"]]["active"] is False and listed[row["id"]]["revoked_at"] is None
 
 
+def test_expiry_with_a_time_zone_is_kept_as_the_same_instant(queue_server):
+    from datetime import datetime, timedelta, timezone
+
+    tenant, _ = new_tenant(queue_server)
+    when = (datetime.now(timezone(timedelta(hours=5))) + timedelta(hours=1)).replace(microsecond=0)
+    row, secret = new_token(queue_server, tenant["id"], ["read"], expires_at=when.isoformat())
+    assert datetime.fromisoformat(row["expires_at"]) == when
+    with queue_server.client() as admin:
+        listed = {t["id"]: t for t in admin.get("/v1/tokens", params={"tenant": tenant["id"]}).json()["tokens"]}
+        assert datetime.fromisoformat(listed[row["id"]]["expires_at"]) == when and listed[row["id"]]["active"]
+        _fails(admin.post("/v1/tokens", json={"tenant": tenant["id"], "name": "x", "scopes": ["read"],
+                                              "expires_at": "9999-12-31T23:59:59-05:00"}), 422, "10 years")
+        _fails(admin.delete(f"/v1/tokens/{2**40}"), 422, "token_id")
+    with queue_server.client(secret) as client:
+        assert client.get("/v1/jobs").status_code == 200
+
+
 def test_tenants_listed_read_and_patched(queue_server, counts):
     tenant, _ = new_tenant(queue_server, max_workers=4, max_queued_jobs=3, quota_mode="queue")
     with queue_server.client() as admin:
