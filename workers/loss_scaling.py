@@ -61,9 +61,13 @@ class LossScaler:
         return True
 
     def state_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k in ("scale", "clean_steps", "overflows")}
+        """Flat keys, recorded in a checkpoint's progress beside the step."""
+        return {f"loss_scale_{k}": v for k, v in asdict(self).items() if k in PERSISTED}
 
     def load_state_dict(self, state: dict) -> None:
-        for key in ("scale", "clean_steps", "overflows"):
-            if key in state:
-                setattr(self, key, type(getattr(self, key))(state[key]))
+        for key in PERSISTED:
+            if state.get(f"loss_scale_{key}") is not None:
+                setattr(self, key, type(getattr(self, key))(state[f"loss_scale_{key}"]))
+
+
+PERSISTED = ("scale", "clean_steps", "overflows")

@@ -211,7 +211,7 @@ class ParallelSpec(_Strict):
     activation_checkpointing: bool = Field(False, description="recompute each transformer block in backward")
     mixed_precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="bf16: autocast with fp32 master weights (FSDP: bf16 gathers, fp32 reduction); "
-                            "fp16 (GPU, loss scaler) is not available yet")
+                            "fp16: the same in fp16, with a dynamic loss scaler")
     compression: CompressionSpec | None = Field(None, description="zero 0, tp 1: compress DDP gradient all-reduces")
     local_sgd: LocalSGDSpec | None = Field(None, description="zero 0, tp 1: average parameters every `period` steps")
     sdp: SDPSpec | None = Field(None, description="subnetwork data parallelism over the dp workers (tp 1, pp 1, "
@@ -383,10 +383,9 @@ def _sharding_errors(spec: JobSpec):
         yield f"parallel.offload_optimizer needs parallel.zero 1 or 2 (zero={p.zero})"
     if p.activation_checkpointing and not gpt:
         yield f"parallel.activation_checkpointing needs the built-in gpt model (blocks to recompute)"
-    if p.mixed_precision == "fp16":
-        yield ("parallel.mixed_precision 'fp16' is not available yet: it needs GPU workers and a loss scaler "
-               "in the training step, so use 'bf16' (fp32 master weights, no scaler) "
-               f"(gpus_per_worker={spec.resources.gpus_per_worker})")
+    if p.mixed_precision != "fp32" and p.pp > 1:
+        yield (f"parallel.mixed_precision must be 'fp32' with pipeline parallelism: the stages exchange fp32 "
+               f"activations (mixed_precision={p.mixed_precision!r}, pp={p.pp})")
     for name, option in (("compression", p.compression), ("local_sgd", p.local_sgd)):
         if option is not None and (p.zero or p.tp > 1 or p.pp > 1):
             yield (f"parallel.{name} applies to plain data parallelism (zero 0, tp 1, pp 1) "
@@ -518,7 +517,7 @@ def _sdp_errors(spec: JobSpec):
                f"and checkpoints are per worker (min_workers={r.min_workers}, workers={r.workers}, "
                f"max_workers={r.max_workers})")
     if spec.supervisor.straggler.policy == "rebalance":
-        yield ("supervisor.straggler.policy 'rebalance' is not available with parallel.sdp; use 'report' "
+        yield ("supervisor.straggler.policy 'rebalance' is not available with parallel.sdp, use 'report' "
                "(gradients are averaged per holder set, not weighted by data shares)")
     if p.zero == 3 and (p.dp_shard is None or spec.dp % p.dp_shard):
         return

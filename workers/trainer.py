@@ -24,6 +24,7 @@ from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
 from workers.faults import FaultInjector
 from workers.layout import Layout
+from workers.loss_scaling import LossScaler
 from workers.losses import LOSSES
 from workers.models import build_model
 from workers.recovery import LossSpikeDetector, RecoveryState
@@ -52,6 +53,7 @@ class Trainer:
         # Rollbacks so far: data windows never to draw again and the LR factor (workers/recovery.py).
         self.recovery = RecoveryState.load(job_dir)
         self.spikes = LossSpikeDetector(spec.fault_tolerance.loss_spike)
+        self.scaler = LossScaler(enabled=spec.parallel.mixed_precision == "fp16")
         self.shares = shares  # uneven data-parallel slices (straggler rebalance); None = even
         self.model_state_bytes: int | None = None
 
@@ -77,6 +79,7 @@ class Trainer:
         if latest is not None:
             progress = checkpointing.load_state(latest[1], self.model, self.optimizer)
             self.step = int(progress["step"])
+            self.scaler.load_state_dict(progress)
             if self.recovery is None:  # no ledger in this job directory: what the checkpoint recorded
                 self.recovery = RecoveryState.from_progress(progress)
                 for a, b in self.recovery.data_skips:
@@ -92,7 +95,7 @@ class Trainer:
         torch.manual_seed(spec.train.seed * 1_000_003 + s * 4099 + self.rank)
         self.model.train()
         self.comm.reset()
-        t0, cpu0 = time.perf_counter(), time.process_time()
+        t0, cpu0 = time.perf_counter(), _cpu_clock()
         micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size,
                                                     self.shares))
         loss_fn = self._step_loss(len(micro))
@@ -100,7 +103,12 @@ class Trainer:
             loss_fn = _poisoned(loss_fn)
         if (spike := self.faults.spike_factor(s + 1)) > 1.0:
             loss_fn = _scaled(loss_fn, spike)
+        if self.scaler.enabled:
+            loss_fn = _scaled(loss_fn, self.scaler.scale)
         fb = self.strategy.forward_backward(self.model, micro, loss_fn, self.ctx)
+        if fb.loss is not None:
+            fb.loss /= self.scaler.factor  # a power of two: exact
+        self.scaler.unscale_(self.model)
         backward_done = time.perf_counter()
         # Time blocked after the last gradient was ready is exposed communication.
         comm_time = max(0.0, backward_done - self.comm.last_launch) if self.comm.last_launch else 0.0
@@ -113,16 +121,21 @@ class Trainer:
             group["lr"] = lr
         # Gradients are synchronised, so every rank sees the same norm and takes the same decision.
         non_finite = grad_norm is not None and not math.isfinite(grad_norm)
-        self.skip_reason = "non_finite" if non_finite else "loss_spike" if self._loss_spiked(fb.loss) else None
+        if self.scaler.overflowed(grads_finite=not non_finite):
+            self.skip_reason = "fp16_overflow"  # skipped with the scale halved: no fault, not counted
+        else:
+            self.skip_reason = "non_finite" if non_finite else "loss_spike" if self._loss_spiked(fb.loss) else None
         skipped = self.skip_reason is not None
-        if skipped:
+        if self.skip_reason in ("non_finite", "loss_spike"):
             self.skipped_in_a_row += 1
             if self.skipped_in_a_row > spec.fault_tolerance.max_skipped_steps:
                 raise self._roll_back(s + 1)
-        else:
+        elif not skipped:
             self.skipped_in_a_row = 0
             self.spikes.observe(fb.loss)
             self.optimizer.step()
+        if self.scaler.enabled:  # checkpoints carry the scale, so a resumed run continues identically
+            self.checkpointer.progress.update(self.scaler.state_dict())
         self._inject_slowness(s + 1, time.perf_counter() - t0 - comm_time)
         if self.model_state_bytes is None:  # measured once, while grads and optimiser state exist
             self.model_state_bytes = model_state_bytes(self.model, self.optimizer)["total"]
@@ -136,7 +149,7 @@ class Trainer:
         self._check_replicas_agree()
         record = StepRecord(
             step=self.step, rank=self.rank, loss=fb.loss, step_time_s=step_time,
-            compute_time_s=self._compute_time(step_time - comm_time, time.process_time() - cpu0),
+            compute_time_s=self._compute_time(step_time - comm_time, _cpu_clock() - cpu0),
             comm_time_s=comm_time,
             samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
             comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
@@ -200,7 +213,7 @@ class Trainer:
         return lambda outputs, targets: self.loss_fn(outputs, targets) * (targets.shape[0] * scale)
 
     def _compute_time(self, wall_busy: float, cpu: float) -> float:
-        """Time this rank spent computing, not waiting. On CPU that is the process's CPU time:
+        """Time this rank spent computing, not waiting. On CPU that is CPU time (_cpu_clock):
         unlike wall time it does not grow when other processes take the cores (a busy host is
         not a slow rank). On GPU, wall time outside communication."""
         return wall_busy if self.device.type == "cuda" else min(cpu, wall_busy) if wall_busy > 0 else cpu
@@ -306,6 +319,13 @@ def _poisoned(loss_fn):
 
 def _scaled(loss_fn, factor: float):
     return lambda outputs, targets: loss_fn(outputs, targets) * factor
+
+
+def _cpu_clock() -> float:
+    """CPU seconds of the computing thread: the training thread alone when torch computes on one
+    thread (Ray's RPC threads, gloo's communication and async checkpoint threads are not compute,
+    and on a busy host their share made a clean rank look slow); the whole process otherwise."""
+    return time.thread_time() if torch.get_num_threads() == 1 else time.process_time()
 
 
 def _busy_wait(seconds: float) -> None:

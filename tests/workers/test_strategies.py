@@ -45,6 +45,8 @@ LAYOUTS = {
     "local_sgd4": {"resources.workers": 4, "parallel.local_sgd": {"period": 4}},
     "ddp2_bf16": {"resources.workers": 2, "parallel.mixed_precision": "bf16"},
     "fsdp2_bf16": {"resources.workers": 2, "parallel.zero": 3, "parallel.mixed_precision": "bf16"},
+    "ddp2_amp16": {"resources.workers": 2, "parallel.mixed_precision": "fp16"},
+    "fsdp2_amp16": {"resources.workers": 2, "parallel.zero": 3, "parallel.mixed_precision": "fp16"},
 }
 # name -> relative tolerance of the loss after 10 and 20 steps, and why it is not 1e-4.
 APPROX = {
@@ -57,11 +59,14 @@ APPROX = {
     # bf16 keeps 8 significant bits in matmuls/activations (fp32 master weights and reductions).
     "ddp2_bf16": 1e-2,
     "fsdp2_bf16": 1e-2,
+    # fp16 autocast keeps 11 significant bits (loss-scaled gradients, fp32 master weights); bf16's bound holds.
+    "ddp2_amp16": 1e-2,
+    "fsdp2_amp16": 1e-2,
 }
 STRATEGY = {"ddp4": "ddp", "zero1": "zero", "zero2": "zero", "zero2_offload": "zero", "fsdp": "fsdp",
             "fsdp_keep": "fsdp", "hsdp": "fsdp", "tp2": "tp", "tp4_sp": "tp", "dp2xtp2": "tp", "fsdp2xtp2": "fsdp",
             "ddp2_ac": "ddp", "ddp4_fp16": "ddp", "ddp4_powersgd": "ddp", "local_sgd4": "local_sgd",
-            "ddp2_bf16": "ddp", "fsdp2_bf16": "fsdp"}
+            "ddp2_bf16": "ddp", "fsdp2_bf16": "fsdp", "ddp2_amp16": "ddp", "fsdp2_amp16": "fsdp"}
 
 
 def spec_for(name: str, **extra):
@@ -205,3 +210,13 @@ def test_planner_predicts_measured_bytes_within_10_percent(runs):
         if name == "local_sgd4":  # the planner predicts the mean: one average every `period` steps
             measured = sum(s["comm_bytes"] for s in steps) / len(steps)
         assert predicted.comm_bytes_per_step == pytest.approx(measured, rel=0.10, abs=1), name
+
+
+def test_fp16_overflow_skips_the_step_halves_the_scale_and_is_not_a_fault(ray_cluster, tmp_path):
+    # A loss 1e6 times too large at step 5: its scaled gradients overflow fp16. The step is skipped,
+    # the loss scale halves, training goes on: no rollback, no restart, and the run still learns.
+    spec = spec_for("ddp2_amp16", **{"fault_injection": [{"at_step": 5, "rank": 0, "kind": "spike", "factor": 1e6}]})
+    summary, steps = train(spec, tmp_path / "overflow")
+    skipped = [(s["step"], s.get("skip_reason")) for s in steps if s["skipped"]]
+    assert skipped == [(5, "fp16_overflow")]
+    assert summary["restarts"] == 0 and summary["final_loss"] < summary["initial_loss"] - 0.5

@@ -50,11 +50,14 @@ def global_grad_norm_clip(model: nn.Module, max_norm: float) -> float | None:
     return norm
 
 
+HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def precision(ctx):
-    """bf16 autocast for the forward when `parallel.mixed_precision` is bf16 (weights stay fp32)."""
-    if ctx.spec.parallel.mixed_precision == "bf16":
-        return torch.autocast(ctx.device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    """16-bit autocast for the forward when `parallel.mixed_precision` asks for it (weights stay fp32;
+    fp16's loss scaling is the trainer's, workers/loss_scaling.py)."""
+    half = HALF.get(ctx.spec.parallel.mixed_precision)
+    return torch.autocast(ctx.device.type, dtype=half) if half else contextlib.nullcontext()
 
 
 def apply_activation_checkpointing(model: nn.Module, ctx) -> None:

@@ -28,6 +28,7 @@ from workers.strategies.base import (
     adamw,
 )
 from workers.strategies.common import (
+    HALF,
     apply_activation_checkpointing,
     global_grad_norm_clip,
 )
@@ -56,12 +57,14 @@ class FSDPStrategy:
         if p.tp > 1:
             apply_tensor_parallel(model, tp_mesh, p.sequence_parallel)
         apply_activation_checkpointing(model, ctx)
-        mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-              if p.mixed_precision == "bf16" else MixedPrecisionPolicy())
+        half = HALF.get(p.mixed_precision)
+        mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
         options = {"mesh": dp_mesh, "reshard_after_forward": p.reshard_after_forward, "mp_policy": mp}
         for block in getattr(model, "blocks", []):
             fully_shard(block, **options)
-        return fully_shard(model, **options)
+        # fp32 logits: the loss (and fp16's scaled loss, far above 65504) is computed in fp32
+        root_mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32, output_dtype=torch.float32)
+        return fully_shard(model, **{**options, "mp_policy": root_mp if half else mp})
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)
