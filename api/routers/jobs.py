@@ -15,8 +15,8 @@ from api import gates
 from api.deps import PlaneDep, Principal, PrincipalDep, SessionDep, job_or_404
 from api.errors import ApiError
 from api.schemas import job_out
-from service.control import ControlPlane
 from service import quotas
+from service.control import ControlPlane
 from service.db import repository as repo
 from service.db.models import Tenant
 from service.lifecycle import JobState
@@ -75,7 +75,7 @@ def _store(plane: ControlPlane, principal: Principal, spec: JobSpec, priority: i
             tenant = s.get(Tenant, principal.tenant_id)
             gates.check_user_code(spec, tenant)
             spec = gates.confine_paths(spec, plane.settings.storage_root,
-                                       lambda job_id: repo.get_job(s, job_id, tenant_id=tenant.id) is not None)
+                                       lambda job_id, s=s, t=tenant.id: repo.get_job(s, job_id, tenant_id=t) is not None)
         try:
             with plane.sessions.begin() as s:
                 # Quotas are checked under the tenant's row lock, so concurrent submits (on any

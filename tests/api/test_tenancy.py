@@ -10,7 +10,6 @@ import time
 import uuid
 
 import httpx
-import pytest
 
 from tests.api.test_bad_input import _fails
 from tests.helpers import tiny_spec

@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 
 from tests.helpers import tiny_spec
-from tests.live import Server, TERMINAL, wait_for
+from tests.live import TERMINAL, Server, wait_for
 
 pytestmark = pytest.mark.slow
 
