@@ -95,7 +95,7 @@ class Trainer:
         torch.manual_seed(spec.train.seed * 1_000_003 + s * 4099 + self.rank)
         self.model.train()
         self.comm.reset()
-        t0, cpu0 = time.perf_counter(), _cpu_clock()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size,
                                                     self.shares))
         loss_fn = self._step_loss(len(micro))
@@ -149,7 +149,7 @@ class Trainer:
         self._check_replicas_agree()
         record = StepRecord(
             step=self.step, rank=self.rank, loss=fb.loss, step_time_s=step_time,
-            compute_time_s=self._compute_time(step_time - comm_time, _cpu_clock() - cpu0),
+            compute_time_s=self._compute_time(step_time - comm_time, time.process_time() - cpu0),
             comm_time_s=comm_time,
             samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
             comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
@@ -213,7 +213,7 @@ class Trainer:
         return lambda outputs, targets: self.loss_fn(outputs, targets) * (targets.shape[0] * scale)
 
     def _compute_time(self, wall_busy: float, cpu: float) -> float:
-        """Time this rank spent computing, not waiting. On CPU that is CPU time (_cpu_clock):
+        """Time this rank spent computing, not waiting. On CPU that is the process's CPU time:
         unlike wall time it does not grow when other processes take the cores (a busy host is
         not a slow rank). On GPU, wall time outside communication."""
         return wall_busy if self.device.type == "cuda" else min(cpu, wall_busy) if wall_busy > 0 else cpu
@@ -319,13 +319,6 @@ def _poisoned(loss_fn):
 
 def _scaled(loss_fn, factor: float):
     return lambda outputs, targets: loss_fn(outputs, targets) * factor
-
-
-def _cpu_clock() -> float:
-    """CPU seconds of the computing thread: the training thread alone when torch computes on one
-    thread (Ray's RPC threads, gloo's communication and async checkpoint threads are not compute,
-    and on a busy host their share made a clean rank look slow); the whole process otherwise."""
-    return time.thread_time() if torch.get_num_threads() == 1 else time.process_time()
 
 
 def _busy_wait(seconds: float) -> None:
