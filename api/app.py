@@ -40,7 +40,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.rate_limiter = TokenBuckets(settings.rate_limit_per_s, settings.rate_limit_burst)
     app.add_middleware(AuditMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
-                       read_timeout_s=settings.body_read_timeout_s)
+                       read_timeout_s=settings.request_read_timeout_s)
 
     def observe(method: str, route: str, status: int, seconds: float) -> None:
         plane = getattr(app.state, "plane", None)

@@ -41,13 +41,15 @@ def serve(
     import uvicorn
 
     from api.app import create_app
+    from api.slow_clients import bounded_h11
     from service.settings import get_settings
 
     settings = get_settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port,
                 access_log=settings.access_log, log_level="info", timeout_graceful_shutdown=5,
-                timeout_keep_alive=settings.keep_alive_timeout_s)  # type: ignore[arg-type]
+                timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
+                http=bounded_h11(settings.request_read_timeout_s))
 
 
 def submit(

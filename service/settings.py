@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     auth_cache_s: float = 2.0  # a token checked this recently is trusted: bounds how late other replicas see a revocation
     rate_limit_per_s: float = 0.0  # requests per second per token (token bucket); 0 = no limit
     rate_limit_burst: int = 20  # bucket size: requests a token may send at once before 429s
-    body_read_timeout_s: float = 10.0  # a request body not fully received by then gets 408
+    request_read_timeout_s: float = 10.0  # a request head not received by then: hang up; a body: 408
     keep_alive_timeout_s: float = 5.0  # idle keep-alive connections are closed after this
 
     @property

@@ -1,5 +1,5 @@
-"""Abuse limits of a live service: per-token rate limit, slow clients (a stalled body gets 408,
-idle keep-alive connections are closed, others are served meanwhile), revocation seen by a
+"""Abuse limits of a live service: per-token rate limit, slow clients (a stalled head is hung up
+on, a stalled body gets 408, idle keep-alive connections are closed, others are served meanwhile), revocation seen by a
 second replica within TRAINYARD_AUTH_CACHE_S, fault injection refused when the server forbids it."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from tests.api.test_bad_input import _fails
 from tests.helpers import tiny_spec
 from tests.live import ADMIN_TOKEN, Server
 
-RATE, BURST, BODY_TIMEOUT, KEEP_ALIVE, AUTH_CACHE = 1, 5, 2.0, 1.0, 1.0
+RATE, BURST, REQUEST_TIMEOUT, KEEP_ALIVE, AUTH_CACHE = 1, 5, 3.0, 1.0, 1.0
 LIMITS = dict(TRAINYARD_RATE_LIMIT_PER_S=str(RATE), TRAINYARD_RATE_LIMIT_BURST=str(BURST),
-              TRAINYARD_BODY_READ_TIMEOUT_S=str(BODY_TIMEOUT), TRAINYARD_KEEP_ALIVE_TIMEOUT_S=str(KEEP_ALIVE),
+              TRAINYARD_REQUEST_READ_TIMEOUT_S=str(REQUEST_TIMEOUT), TRAINYARD_KEEP_ALIVE_TIMEOUT_S=str(KEEP_ALIVE),
               TRAINYARD_AUTH_CACHE_S=str(AUTH_CACHE), TRAINYARD_ALLOW_FAULT_INJECTION="0",
               TRAINYARD_SCHEDULER_ENABLED="false", TRAINYARD_STANDBY_SUPERVISORS="0")
 
@@ -79,9 +79,22 @@ def test_stalled_body_gets_408_within_the_bound_and_others_are_served(limited):
             answer += chunk
         waited = time.monotonic() - started
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
-    assert b"not received within 2 s" in answer
-    assert BODY_TIMEOUT * 0.75 <= waited < BODY_TIMEOUT + 30, waited
+    assert b"not received within 3 s" in answer
+    assert REQUEST_TIMEOUT * 0.75 <= waited < REQUEST_TIMEOUT + 30, waited
     assert call(limited, "GET", "/v1/jobs", token).json()["jobs"] == []  # nothing was stored
+
+
+def test_stalled_request_head_is_hung_up_on_within_the_bound(limited):
+    with socket.create_connection(("127.0.0.1", limited.port)) as slow:
+        slow.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthoriza")  # ...and nothing more
+        started = time.monotonic()
+        time.sleep(KEEP_ALIVE * 1.5)
+        slow.sendall(b"tion: Bearer x")  # a trickle does not restart the bound
+        assert httpx.get(f"{limited.url}/healthz", timeout=10).status_code == 200  # served meanwhile
+        slow.settimeout(60)
+        assert slow.recv(65536) == b""  # closed by the server without an answer
+        waited = time.monotonic() - started
+    assert REQUEST_TIMEOUT * 0.75 <= waited < REQUEST_TIMEOUT + 30, waited
 
 
 def test_idle_keep_alive_connection_is_closed(limited):
