@@ -64,7 +64,7 @@ def feasibility_error(n: int, workers: int, coverage: float, what: str) -> str |
         return None
     k_min = next(j for j in range(k, n + 1) if window_problem(n, workers, j) is None)
     return (f"each worker holds round(coverage x {n}) = {k} of {n} {what}s, which with {workers} workers "
-            f"{problem}; the lowest feasible coverage is {k_min}/{n} = {k_min / n:.4g}")
+            f"{problem}, and the lowest feasible coverage is {k_min}/{n} = {k_min / n:.4g}")
 
 
 @dataclass(frozen=True)
@@ -95,14 +95,12 @@ class Assignment:
 
     def shared_counts(self) -> torch.Tensor:
         """K x K matrix: components held by both workers (diagonal zeroed)."""
-        a = torch.zeros(self.workers, self.workers, dtype=torch.float64)
+        incidence = torch.zeros(self.workers, self.layers * self.n, dtype=torch.float64)
         for layer in range(self.layers):
-            for hs in self._holders[layer]:
-                for u in hs:
-                    for v in hs:
-                        if u != v:
-                            a[u, v] += 1
-        return a
+            for w in range(self.workers):
+                incidence[w, [layer * self.n + c for c in self.held[layer][w]]] = 1.0
+        a = incidence @ incidence.T
+        return a.fill_diagonal_(0.0)
 
     def is_connected(self) -> bool:
         """Worker-component bipartite graph connected (every component held, workers linked)."""
@@ -119,7 +117,11 @@ class Assignment:
 
     @cached_property
     def spectral_gap(self) -> float:
-        """Second-smallest eigenvalue of I - D^-1/2 A D^-1/2 of the worker graph (1 worker: 1.0)."""
+        """Second-smallest eigenvalue of I - D^-1/2 A D^-1/2 of the worker graph (1 worker: 1.0).
+
+        0 when the worker-component graph is disconnected, unheld components included."""
+        if any(not hs for layer in self._holders for hs in layer):
+            return 0.0
         if self.workers == 1:
             return 1.0
         a = self.shared_counts()
