@@ -95,7 +95,7 @@ class Trainer:
         torch.manual_seed(spec.train.seed * 1_000_003 + s * 4099 + self.rank)
         self.model.train()
         self.comm.reset()
-        t0, cpu0 = time.perf_counter(), time.process_time()
+        t0, cpu0 = time.perf_counter(), _cpu_clock()
         micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size,
                                                     self.shares))
         loss_fn = self._step_loss(len(micro))
@@ -136,7 +136,7 @@ class Trainer:
             self.optimizer.step()
         if self.scaler.enabled:  # checkpoints carry the scale, so a resumed run continues identically
             self.checkpointer.progress.update(self.scaler.state_dict())
-        self._inject_slowness(s + 1, time.perf_counter() - t0 - comm_time)
+        self._inject_slowness(s + 1, time.perf_counter() - t0 - comm_time, _cpu_clock() - cpu0)
         if self.model_state_bytes is None:  # measured once, while grads and optimiser state exist
             self.model_state_bytes = model_state_bytes(self.model, self.optimizer)["total"]
         self.optimizer.zero_grad(set_to_none=True)
@@ -149,7 +149,7 @@ class Trainer:
         self._check_replicas_agree()
         record = StepRecord(
             step=self.step, rank=self.rank, loss=fb.loss, step_time_s=step_time,
-            compute_time_s=self._compute_time(step_time - comm_time, time.process_time() - cpu0),
+            compute_time_s=self._compute_time(step_time - comm_time, _cpu_clock() - cpu0),
             comm_time_s=comm_time,
             samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
             comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
@@ -213,7 +213,7 @@ class Trainer:
         return lambda outputs, targets: self.loss_fn(outputs, targets) * (targets.shape[0] * scale)
 
     def _compute_time(self, wall_busy: float, cpu: float) -> float:
-        """Time this rank spent computing, not waiting. On CPU that is the process's CPU time:
+        """Time this rank spent computing, not waiting. On CPU that is CPU time (_cpu_clock):
         unlike wall time it does not grow when other processes take the cores (a busy host is
         not a slow rank). On GPU, wall time outside communication."""
         return wall_busy if self.device.type == "cuda" else min(cpu, wall_busy) if wall_busy > 0 else cpu
@@ -222,10 +222,14 @@ class Trainer:
         max_norm = self.spec.train.grad_clip if self.spec.train.grad_clip is not None else math.inf
         return self.strategy.clip_grad_norm(self.model, max_norm)
 
-    def _inject_slowness(self, step: int, compute_time: float) -> None:
+    def _inject_slowness(self, step: int, wall_compute: float, cpu_compute: float) -> None:
         factor = self.faults.slow_factor(step)
-        if factor > 1.0:
-            _busy_wait((factor - 1.0) * compute_time)
+        if factor > 1.0 and self.device.type == "cuda":
+            _busy_wait((factor - 1.0) * wall_compute)
+        elif factor > 1.0:
+            # A slower CPU: factor x the CPU work. Measured in CPU time, not wall time, which a busy
+            # host inflates (a wall-time slowdown fed back on itself once both ranks competed for cores).
+            _burn_cpu((factor - 1.0) * cpu_compute)
 
     def evaluate(self) -> float:
         # An SDP rank holds a subnetwork: its strategy assembles the whole model to evaluate (collective).
@@ -319,6 +323,19 @@ def _poisoned(loss_fn):
 
 def _scaled(loss_fn, factor: float):
     return lambda outputs, targets: loss_fn(outputs, targets) * factor
+
+
+def _cpu_clock() -> float:
+    """CPU seconds of the computing thread: the training thread alone when torch computes on one
+    thread (Ray's RPC threads, gloo's communication and async checkpoint threads are not compute,
+    and on a busy host their share made clean ranks look slow); the whole process otherwise."""
+    return time.thread_time() if torch.get_num_threads() == 1 else time.process_time()
+
+
+def _burn_cpu(seconds: float) -> None:
+    end = _cpu_clock() + seconds
+    while _cpu_clock() < end:
+        pass
 
 
 def _busy_wait(seconds: float) -> None:

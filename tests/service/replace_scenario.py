@@ -20,8 +20,9 @@ from service.settings import Settings
 from service.supervisor.run import JobRun
 from tests.helpers import spec_of
 
-SPEC = {"resources.workers": 2, "train.steps": 60, "train.global_batch_size": 32, "model.d_model": 64,
-        "checkpoint.every_steps": 5, "supervisor.straggler.policy": "replace", "supervisor.straggler.window": 5}
+SPEC = {"resources.workers": 2, "train.steps": 60, "train.global_batch_size": 32, "model.d_model": 128,
+        "model.n_layers": 2, "checkpoint.every_steps": 5, "supervisor.straggler.policy": "replace",
+        "supervisor.straggler.window": 6}
 SLOW = [{"at_step": 5, "rank": 1, "kind": "slow", "factor": 3.0}]
 
 
@@ -33,11 +34,14 @@ class Recorder:
         pass
 
     def on_event(self, kind, message, data):
-        self.events.append({"kind": kind, "message": message, "data": data})
+        # `after`: how many step records came before it (steps replayed after a restart repeat numbers).
+        self.events.append({"kind": kind, "message": message, "data": data, "after": len(self.steps)})
 
     def on_step(self, record):
         self.steps.append({"step": record["step"], "samples_per_s": record["samples_per_s"],
-                           "partial": record.get("partial", False)})
+                           "partial": record.get("partial", False),
+                           "compute_s": [r["compute_time_s"] for r in record["ranks"]],
+                           "scores": [r.get("straggler_score") for r in record["ranks"]]})
 
 
 def main(out: Path) -> None:
