@@ -69,8 +69,12 @@ def list_tokens(s: SessionDep, _: AdminDep,
 
 @router.delete("/{token_id}")
 def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**31 - 1)], request: Request, plane: PlaneDep,
-                 _: AdminDep) -> dict:
-    """Revoke a token: refused at once on this replica, within TRAINYARD_AUTH_CACHE_S on others."""
+                 principal: AdminDep) -> dict:
+    """Revoke a token: refused at once on this replica, within TRAINYARD_AUTH_CACHE_S on others.
+    Not the token of this very call (409): an admin cannot lock itself out by mistake."""
+    if token_id == principal.token_id:
+        raise ApiError(409, f"token_id: token {token_id} is the one this request uses; revoke it with another "
+                            "admin token", [{"field": "token_id", "message": "the calling token cannot revoke itself"}])
     try:
         with plane.sessions.begin() as s:
             row = repo.revoke_token(s, token_id)

@@ -142,6 +142,9 @@ def test_expiry_with_a_time_zone_is_kept_as_the_same_instant(queue_server):
         _fails(admin.post("/v1/tokens", json={"tenant": tenant["id"], "name": "x", "scopes": ["read"],
                                               "expires_at": "9999-12-31T23:59:59-05:00"}), 422, "10 years")
         _fails(admin.delete(f"/v1/tokens/{2**40}"), 422, "token_id")
+        me = next(t for t in admin.get("/v1/tokens").json()["tokens"] if t["name"] == "bootstrap admin")
+        _fails(admin.delete(f"/v1/tokens/{me['id']}"), 409, "the one this request uses")
+        assert admin.get("/v1/tokens").status_code == 200  # still in
     with queue_server.client(secret) as client:
         assert client.get("/v1/jobs").status_code == 200
 
