@@ -36,27 +36,60 @@ def read_spec_or_exit(path: Path, allow_fault_injection: bool | None = None) -> 
 def run(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec")],
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON summary object")] = False,
+    warm_workers: Annotated[int, typer.Option(
+        "--warm-workers", min=0, help="keep this many rank workers with torch imported in a warm pool, so that "
+                                      "restarts (and the start, once they are ready) skip the cold start; 0: none")] = 0,
 ) -> None:
     """Train SPEC directly on a local Ray (or TRAINYARD_RAY_ADDRESS), without the server."""
     from service.ray_client import connect
     from service.settings import get_settings
-    from service.supervisor.run import JobRun
 
     settings = get_settings()
     spec = read_spec_or_exit(spec_path, allow_fault_injection=settings.allow_fault_injection)
     job_id = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     connect(settings)
-    if as_json:
-        summary = JobRun(spec, settings.job_dir(job_id), job_id).run()
-        print(json.dumps(summary))
-    else:
-        from api.progress import RunProgress
-
-        console = Console()
-        with RunProgress(spec.train.steps, console) as progress:
-            summary = JobRun(spec, settings.job_dir(job_id), job_id, listener=progress).run()
-        print_summary(console, summary)
+    pool = _start_warm_pool(warm_workers)
+    try:
+        summary = _run_job(spec, settings.job_dir(job_id), job_id, as_json)
+    finally:
+        if pool is not None:  # a pool this command started; a cluster's own pool stays
+            _stop_warm_pool(pool)
     raise typer.Exit(0 if summary["state"] == "SUCCEEDED" else 1)
+
+
+def _start_warm_pool(size: int):
+    """The pool of pre-imported rank workers for `run --warm-workers`, if this command creates it."""
+    from workers.pool import find_pool, start_pool
+
+    if size <= 0 or find_pool() is not None:
+        return None
+    return start_pool(size)
+
+
+def _stop_warm_pool(pool) -> None:
+    import ray
+
+    try:
+        ray.get(pool.shutdown.remote(), timeout=30)
+        ray.kill(pool)
+    except Exception:  # the local Ray is going away anyway
+        pass
+
+
+def _run_job(spec: JobSpec, job_dir: Path, job_id: str, as_json: bool) -> dict:
+    from service.supervisor.run import JobRun
+
+    if as_json:
+        summary = JobRun(spec, job_dir, job_id).run()
+        print(json.dumps(summary))
+        return summary
+    from api.progress import RunProgress
+
+    console = Console()
+    with RunProgress(spec.train.steps, console) as progress:
+        summary = JobRun(spec, job_dir, job_id, listener=progress).run()
+    print_summary(console, summary)
+    return summary
 
 
 def print_summary(console: Console, summary: dict) -> None:

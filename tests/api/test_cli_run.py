@@ -74,3 +74,14 @@ def test_run_refuses_fault_injection_unless_allowed(tmp_path):
     spec = tiny_spec(fault_injection=[{"at_step": 2, "kind": "crash"}])
     out = trainyard(tmp_path, "run", write_spec(tmp_path, "f", spec))
     assert out.returncode == 2 and "fault_injection is refused" in out.stderr
+
+
+@pytest.mark.slow
+def test_run_warm_workers_serve_the_restart(tmp_path):
+    spec = tiny_spec(**{"resources.workers": 2, "checkpoint.every_steps": 10, "train.steps": 80})
+    spec["fault_injection"] = [{"at_step": 70, "rank": 0, "kind": "crash"}]
+    summary = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "warm", spec), "--json",
+                                     "--warm-workers", "4", allow_faults=True))
+    assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 1
+    # The pool had imported torch long before the crash: the restarted group is all warm workers.
+    assert summary["warm_workers"] == 2
