@@ -267,10 +267,12 @@ def test_storage_paths_stay_under_the_storage_root(queue_server, tenant, counts)
 
 def test_state_changing_calls_are_audited(queue_server):
     tenant, token = new_tenant(queue_server, max_queued_jobs=1)
-    row, _ = new_token(queue_server, tenant["id"], ["read"])
+    row, reader = new_token(queue_server, tenant["id"], ["read"])
     with queue_server.client(token) as client:
         job = client.post("/v1/jobs", json=tiny_spec()).json()
         assert client.post("/v1/jobs", json=tiny_spec()).status_code == 429
+        with queue_server.client(reader) as read_only:
+            assert read_only.post(f"/v1/jobs/{job['id']}/cancel").status_code == 403
         client.post(f"/v1/jobs/{job['id']}/cancel")
         assert client.get("/v1/jobs").status_code == 200  # reads are not audited
         _fails(client.get("/v1/audit"), 403, "admin")
@@ -284,12 +286,14 @@ def test_state_changing_calls_are_audited(queue_server):
         ("token.create", str(row["id"]), 201, "ok"),
         ("job.submit", job["id"], 201, "ok"),
         ("job.submit", None, 429, "rejected"),
+        ("job.cancel", job["id"], 403, "denied"),
         ("job.cancel", job["id"], 202, "ok"),
         ("tenant.update", tenant["id"], 200, "ok"),
         ("token.revoke", str(row["id"]), 200, "ok"),
     ], seen
     by_tenant = [r for r in records if r["action"].startswith("job.")]
-    assert {(r["tenant_id"], r["token_name"]) for r in by_tenant} == {(tenant["id"], "default")}
+    assert {(r["tenant_id"], r["token_name"]) for r in by_tenant} == {(tenant["id"], "default"), (tenant["id"], "test")}
+    assert records[4]["token_id"] == row["id"] and "needs the 'submit' scope" in records[4]["detail"]
     assert "max_queued_jobs" in records[3]["detail"] and records[0]["token_name"] == "bootstrap admin"
     assert all(r["ts"].endswith("+00:00") for r in records)
 
