@@ -92,7 +92,7 @@ CATALOGUE: tuple[Metric, ...] = (
        ["job", "dim"]),
     _m("trainyard_job_bubble_fraction", "gauge", "Pipeline bubble at the last step (mean over stages)", ["job"]),
     _m("trainyard_job_bubble_fraction_theoretical", "gauge", "The schedule's ideal pipeline bubble", ["job"]),
-    _m("trainyard_skipped_steps", "counter", "Updates skipped for non-finite gradients", ["job"]),
+    _m("trainyard_skipped_steps", "counter", "Updates skipped for non-finite gradients or loss spikes", ["job"]),
     _m("trainyard_job_mfu_ratio", "gauge",
        "Model FLOPs utilisation (6 x params x tokens/s over the workers' peak); only when the peak is known",
        ["job"]),
@@ -129,7 +129,8 @@ CATALOGUE: tuple[Metric, ...] = (
        "Restores of the last checkpoint for numerics or integrity (non-finite, corruption)", ["job", "cause"]),
     _m("trainyard_resizes", "counter", "Elastic resizes by reason (shrink, grow, relayout)", ["job", "reason"]),
     _m("trainyard_straggler_actions", "counter",
-       "Straggler decisions: reported, rebalance_planned, rebalanced, recovered", ["job", "action"]),
+       "Straggler decisions: reported, rebalance_planned, rebalanced, replace_planned, replaced, recovered",
+       ["job", "action"]),
     _m("trainyard_checkpoints", "counter", "Durable checkpoints written", ["job"]),
     _m("trainyard_checkpoint_duration_seconds", "histogram", "Time from starting a checkpoint save to durable",
        ["job"], buckets=CHECKPOINT_BUCKETS),
@@ -175,7 +176,7 @@ def _u(name: str, op: str, value, **labels) -> Update:
 ROLLBACK_CAUSES = frozenset({"non_finite", "corruption"})
 RESTART_CAUSES = ("worker_lost", "hang", "start", "non_finite", "corruption", "error", "supervisor_lost")
 RESIZE_REASONS = ("shrink", "grow", "relayout")
-STRAGGLER_ACTIONS = ("reported", "rebalance_planned", "rebalanced", "recovered")
+STRAGGLER_ACTIONS = ("reported", "rebalance_planned", "rebalanced", "replace_planned", "replaced", "recovered")
 
 
 def zero_counters(job: str) -> list[Update]:
@@ -193,6 +194,8 @@ def straggler_action(text: str) -> str:
     """The supervisor's free-text straggler action, as a bounded label."""
     if text.startswith("rebalancing"):
         return "rebalance_planned"
+    if text.startswith("replacing"):
+        return "replace_planned"
     return "reported"
 
 
@@ -255,6 +258,8 @@ def event_updates(job: str, kind: str, data: dict) -> list[Update]:
         return [_u("trainyard_straggler_actions", "inc", 1, job=job, action="recovered")]
     if kind == "rebalance":
         return [_u("trainyard_straggler_actions", "inc", 1, job=job, action="rebalanced")]
+    if kind == "replace":
+        return [_u("trainyard_straggler_actions", "inc", 1, job=job, action="replaced")]
     if kind == "checkpoint":
         out = [_u("trainyard_checkpoints", "inc", 1, job=job),
                _u("trainyard_job_last_checkpoint_step", "set", data["step"], job=job)]

@@ -88,6 +88,9 @@ def test_events_map_to_bounded_counters():
         "action"] == "reported"
     assert one("straggler_recovered", {})[0][1]["action"] == "recovered"
     assert one("rebalance", {"shares": [10, 6]})[0][1]["action"] == "rebalanced"
+    assert one("straggler", {"action": "replacing rank 1 off node 0a1b2c3d4e5f at the next checkpoint"})[0][1][
+        "action"] == "replace_planned"
+    assert one("replace", {"rank": 1, "from_node": "a", "to_node": "b"})[0][1]["action"] == "replaced"
     names = [n for n, _ in one("checkpoint", {"step": 50, "duration_s": 1.2, "bytes": 123})]
     assert names == ["trainyard_checkpoints", "trainyard_job_last_checkpoint_step",
                      "trainyard_checkpoint_duration_seconds", "trainyard_checkpoint_bytes"]
