@@ -402,7 +402,7 @@ class JobRun:
     def _append_step(self, record: dict) -> None:
         if record.get("skipped") and not record.get("partial"):
             reason = record.get("skip_reason") or "non_finite"
-            what = "non-finite gradients" if reason == "non_finite" else "loss spike"
+            what = SKIP_REASONS.get(reason, reason)
             self.listener.on_event("skipped_step", f"step {record['step']}: {what}, update skipped",
                                    {"step": record["step"], "loss": record["loss"], "reason": reason})
         self.steps = [s for s in self.steps if s["step"] < record["step"]]  # replayed after a restart
@@ -460,6 +460,10 @@ class JobRun:
         p = spec.parallel
         return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy_name(spec),
                 "world_size": spec.world_size}
+
+
+SKIP_REASONS = {"non_finite": "non-finite gradients", "loss_spike": "loss spike",
+                "fp16_overflow": "fp16 overflow (loss scale halved)"}
 
 
 def failure_cause(reason: str) -> str:
