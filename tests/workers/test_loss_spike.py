@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed.checkpoint as dcp
+from pydantic import ValidationError
 
 from service.supervisor.run import JobRun
 from tests.api.test_cli_run import json_summary, trainyard, write_spec
@@ -16,7 +17,7 @@ from workers.checkpointing import latest_checkpoint
 from workers.data.batches import GlobalBatches
 from workers.recovery import LossSpikeDetector
 from workers.schedule import lr_at
-from workers.spec import LossSpikeSpec
+from workers.spec import LossSpikeSpec, format_validation_error
 
 BASE = {"resources.workers": 2, "train.steps": 24, "checkpoint.every_steps": 5,
         "fault_tolerance.loss_spike": {"factor": 3.0, "window": 4}}
@@ -104,3 +105,16 @@ def test_run_json_rolls_back_an_injected_nan_and_skips_its_data(tmp_path):
     ledger = json.loads((Path(summary["job_dir"]) / "recovery.json").read_text())
     assert ledger["data_skips"] == [[7, 8]] and ledger["rollbacks"][0]["bad_steps"] == [8, 8]
     assert ledger["rollbacks"][0]["reason"] == "non_finite"
+
+
+@pytest.mark.parametrize("overrides,faults,field,rule", [
+    ({"fault_tolerance.loss_spike": {"factor": 1.0}}, [], "fault_tolerance.loss_spike.factor", "greater than 1"),
+    ({"fault_tolerance.lr_backoff": 1.5}, [], "fault_tolerance.lr_backoff", "less than or equal to 1"),
+    ({}, [{"at_step": 19, "kind": "spike", "steps": 3}], "fault_injection[0].steps", "must end by train.steps"),
+    ({}, [{"at_step": 2, "kind": "crash", "steps": 2}], "fault_injection[0].steps", "kinds 'nan' and 'spike' only"),
+])
+def test_bad_numerics_settings_are_refused_naming_the_field(overrides, faults, field, rule):
+    with pytest.raises(ValidationError) as exc:
+        spec_of(**overrides, fault_injection=faults)
+    [error] = format_validation_error(exc.value)
+    assert error["field"] == field and rule in error["message"]
