@@ -34,6 +34,11 @@ test-fast: install prometheus
 bench: install
 	$(PY) bench/ddp_overhead.py
 
+# Subnetwork data parallelism vs DDP (docs/sdp.md): memory, comm, throughput, loss at matched steps/FLOPs.
+.PHONY: bench-sdp
+bench-sdp: install
+	$(PY) bench/sdp.py
+
 # PNG plots of the dashboards' queries from a real Prometheus scraping a live service (docs/img/).
 .PHONY: dashboards-preview
 dashboards-preview: install prometheus

@@ -134,6 +134,10 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
             tp_comm = accum * f.layers * 6 * _ring(tp) * a
 
     comm = dp_comm + tp_comm
+    if p.sdp is not None:  # subnetworks: bytes from the mask assignment itself
+        from workers.sdp.plan import sdp_bytes
+
+        state, comm = sdp_bytes(spec)
     gpu = spec.resources.gpus_per_worker > 0
     flops_rate = GPU_FLOPS * spec.resources.gpus_per_worker if gpu else CPU_FLOPS_PER_CORE * spec.resources.cpus_per_worker
     bandwidth, latency = GPU_LINK if gpu else CPU_LINK
