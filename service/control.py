@@ -48,7 +48,7 @@ class ControlPlane:
         self.bootstrap_admin()
         if self.settings.control_loops:
             self.lease = LeaderLease(self.sessions, self.settings.lease_ttl_s)
-            if self.engine.dialect.name == "sqlite" and not self.lease.try_acquire():
+            if self.engine.dialect.name == "sqlite" and not self._wait_for_lease():
                 raise LeaseHeld(
                     f"another trainyard serve ({self.lease.current_holder}) runs the control loops on "
                     f"{self.settings.db_url}: SQLite supports one control-plane replica. Stop that one, "
@@ -71,6 +71,16 @@ class ControlPlane:
 
             ray.shutdown()
         self.engine.dispose()
+
+    def _wait_for_lease(self) -> bool:
+        """SQLite: the lease, once a previous process's has expired (a restart on another host or
+        pod); False if its holder keeps renewing it, i.e. another replica is alive."""
+        deadline = time.monotonic() + self.settings.lease_ttl_s + 1.0
+        while not self.lease.try_acquire():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
 
     @property
     def leading(self) -> bool:

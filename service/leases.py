@@ -62,12 +62,15 @@ def _db_now(s: Session) -> float:
     return time.time()
 
 
-def _dead_here(holder: str) -> bool:
-    """The holder was a process on this host that no longer runs."""
+def _dead_here(holder: str, me: str) -> bool:
+    """The holder was a process on this host that no longer runs (our own pid under another
+    name: an earlier process that had it, e.g. PID 1 of a restarted container)."""
     host, _, rest = holder.partition(":")
     pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+    if host != socket.gethostname() or not pid.isdigit():
         return False
+    if int(pid) == os.getpid():
+        return holder != me
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
@@ -102,7 +105,7 @@ class LeaderLease:
                     s.flush()
                 elif row.holder == self.holder and row.token == self.token:
                     row.expires_at = now + self.ttl_s
-                elif row.expires_at <= now or (self.sessions.engine.dialect.name == "sqlite" and _dead_here(row.holder)):
+                elif row.expires_at <= now or (self.sessions.engine.dialect.name == "sqlite" and _dead_here(row.holder, self.holder)):
                     log.warning("taking the control lease from %s (token %d -> %d)", row.holder, row.token,
                                 row.token + 1)
                     row.holder, row.token, row.expires_at = self.holder, row.token + 1, now + self.ttl_s

@@ -112,8 +112,8 @@ def _assert_once(c: httpx.Client, job: dict, events: list[dict], storage) -> Non
 
 def test_a_second_replica_on_one_sqlite_file_is_refused(tmp_path, ray_address):
     url = f"sqlite:///{tmp_path}/ty.db"
-    first = Server(tmp_path / "home-0", url, ray_address, TRAINYARD_WARM_WORKERS="0").start()
-    second = Server(tmp_path / "home-1", url, ray_address, TRAINYARD_WARM_WORKERS="0")
+    first = Server(tmp_path / "home-0", url, ray_address, TRAINYARD_WARM_WORKERS="0", TRAINYARD_LEASE_TTL_S="2").start()
+    second = Server(tmp_path / "home-1", url, ray_address, TRAINYARD_WARM_WORKERS="0", TRAINYARD_LEASE_TTL_S="2")
     try:
         with pytest.raises(RuntimeError, match="SQLite supports one control-plane replica"):
             second.start()

@@ -72,3 +72,24 @@ def test_a_queued_row_locked_elsewhere_is_skipped_not_waited_for(sessions):
         assert time.monotonic() - started < 2.0
     with sessions.begin() as s:
         assert Scheduler._claim(s, job_id) is not None  # released with the first transaction
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_on_sqlite_a_holder_that_died_on_this_host_is_replaced_at_once(sessions):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    host = socket.gethostname()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert LeaderLease(sessions, ttl_s=60, holder=f"{host}:{gone.stdout.strip()}:old").try_acquire()
+    restarted = LeaderLease(sessions, ttl_s=60)  # this process, e.g. a restart after a crash
+    assert restarted.try_acquire() and restarted.token == 2
+    # A holder with our pid but another name can only be an earlier process (PID 1 of a restarted container).
+    again = LeaderLease(sessions, ttl_s=60, holder=f"{host}:{os.getpid()}:next")
+    assert again.try_acquire() and again.token == 3
+    # A live process on this host (our parent, say) keeps it until it expires.
+    with sessions.begin() as s:
+        s.scalar(select(LeaseRow)).holder = f"{host}:{os.getppid()}:live"
+    assert not LeaderLease(sessions, ttl_s=60).try_acquire()
