@@ -24,8 +24,10 @@ TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.QUEUED: frozenset({JobState.STARTING, JobState.CANCELLED, JobState.FAILED}),
     JobState.STARTING: frozenset({JobState.RUNNING, JobState.RECOVERING, JobState.FAILED, JobState.CANCELLED}),
-    JobState.RUNNING: frozenset({JobState.RECOVERING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
-    JobState.RECOVERING: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
+    # -> QUEUED: preempted (checkpointed and stopped) for a higher-priority job of the same tenant
+    JobState.RUNNING: frozenset({JobState.RECOVERING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
+                                 JobState.QUEUED}),
+    JobState.RECOVERING: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED, JobState.QUEUED}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),

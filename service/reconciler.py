@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from service.db.engine import Sessions
 
+from service import preemption
 from service.db import repository as repo
 from service.lifecycle import TERMINAL, IllegalTransition, JobState
 from service.metric_catalogue import LiveMetrics
@@ -52,7 +53,10 @@ class Reconciler:
 
     def tick(self) -> None:
         with self.sessions() as s:
-            jobs = [(j.id, j.drained_seq, j.cancel_requested, j.supervisor_name) for j in repo.active_jobs(s)]
+            active = repo.active_jobs(s)
+            jobs = [(j.id, j.drained_seq, j.cancel_requested, j.supervisor_name) for j in active]
+            epochs = {j.id: j.supervisor_epoch for j in active}
+            preempts = preemption.pending(s, active)  # asked by the scheduler, resent until requeued
         refs = {}
         for job_id, ack, cancel, name in jobs:
             handle = self.handles.get(job_id)
@@ -65,6 +69,8 @@ class Reconciler:
                 self._note_reattach(job_id)
             if cancel:
                 handle.cancel.remote()
+            elif job_id in preempts:
+                handle.preempt.remote(preempts[job_id], epochs[job_id])
             refs[job_id] = handle.drain.remote(ack)
         for job_id, ref in refs.items():
             try:
@@ -130,7 +136,10 @@ class Reconciler:
                 spec = job.spec
                 job.layout = drained["layout"]
                 summary = drained["summary"]
-                if drained["done"] and summary is not None:
+                if job.state == JobState.QUEUED:  # preempted: its next supervisor resumes from the checkpoint
+                    job.restarts_base = job.restarts  # a preemption is not a failure: restarts carry over
+                    finished = True  # this supervisor's work is over
+                elif drained["done"] and summary is not None:
                     job.summary = self._complete_summary(s, job, summary)
                     job.error = summary.get("error")
                     self._apply_state(s, job, JobState(summary["state"]), job.error or "run finished")
@@ -151,6 +160,7 @@ class Reconciler:
         if summary.get("final_loss") is None:
             summary["final_loss"] = job.loss
         summary["restarts"] = job.restarts
+        summary["preemptions"] = preemption.count(s, job.id)
         return summary
 
     def _apply_state(self, s: Session, job, target: JobState, message: str) -> None:

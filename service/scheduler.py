@@ -10,6 +10,10 @@ With several control-plane replicas only the lease holder schedules (service/lea
 its writes fenced by the lease token; on top of that a job is claimed with
 `SELECT ... FOR UPDATE SKIP LOCKED` (PostgreSQL), so a row another transaction holds
 (a second scheduler, a cancel in flight) is passed over this tick, never admitted twice.
+
+With TRAINYARD_PREEMPTION a tenant's first queued job that waits (on the cluster or on its
+tenant's max_workers quota) asks the same tenant's lower-priority running jobs to checkpoint
+and requeue (service/preemption.py), once per head job and tick.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from sqlalchemy import select
 from service.db.engine import Sessions
 
 from service.db import repository as repo
+from service import preemption
 from service.db.models import Job, utcnow
 from service.lifecycle import JobState
 from service.metric_catalogue import LiveMetrics
+from service.preemption import Shortfall, choose_victims, row_of
 from service.quotas import admissible
 from service.settings import Settings
 from service.supervisor.launch import Launcher
@@ -83,9 +89,12 @@ class Scheduler:
     def tick(self) -> list[str]:
         """Admit what fits now; returns the admitted job ids."""
         with self.sessions() as s:
-            queue = admissible(s, repo.queued_jobs(s))  # per-tenant max_workers quotas
+            waiting = repo.queued_jobs(s)
+            queue = admissible(s, waiting)  # per-tenant max_workers quotas
             reserved = self._reserved_not_held(repo.active_jobs(s)) if queue else {}
+            heads = self._quota_blocked(s, waiting, queue) if self.settings.preemption and waiting else []
         if not queue:
+            self._preempt_for(heads)
             return []
         free = ray.available_resources()
         free = {k: free.get(k, 0.0) - reserved.get(k, 0.0) for k in ("CPU", "GPU")}
@@ -100,6 +109,8 @@ class Scheduler:
                 if (why := never_fits(demand, *capacity)) and self._fail(job.id, why):
                     continue
                 self.metrics.decision("deferred")
+                if self.settings.preemption:
+                    heads.append((row_of(job), Shortfall(cpus=job.cpus - free["CPU"], gpus=job.gpus - free["GPU"])))
                 break  # strict order: nothing jumps the queue
             outcome = self._admit(job.id, free)
             if outcome is None:
@@ -109,7 +120,43 @@ class Scheduler:
                 free["GPU"] -= job.gpus
                 admitted.append(job.id)
                 self.metrics.decision("admitted")
+        self._preempt_for(heads)
         return admitted
+
+    @staticmethod
+    def _quota_blocked(s, waiting: list[Job], queue: list[Job]) -> list[tuple]:
+        """Each tenant's first queued job when its max_workers quota holds it back, with the workers it lacks."""
+        caps = {t.id: t.max_workers for t in repo.list_tenants(s) if t.max_workers is not None}
+        held = repo.active_workers_by_tenant(s)
+        passed, seen, heads = {j.id for j in queue}, set(), []
+        for job in waiting:
+            if job.tenant_id in seen:
+                continue
+            seen.add(job.tenant_id)
+            if job.id not in passed and job.tenant_id in caps:
+                lack = held.get(job.tenant_id, 0) + job.world_size - caps[job.tenant_id]
+                heads.append((row_of(job), Shortfall(workers=lack)))
+        return heads
+
+    def _preempt_for(self, heads: list[tuple]) -> None:
+        """Ask victims to make room for each waiting head job, in one fenced transaction."""
+        if not heads:
+            return
+        with self.sessions.begin() as s:  # fenced: a replica that lost the lease asks nothing
+            active = repo.active_jobs(s)
+            asked = preemption.pending(s, active)  # in flight: never asked twice
+            by_id = {j.id: j for j in active}
+            rows = [row_of(j) for j in active if j.id not in asked]
+            for head, short in heads:
+                if head.id in asked.values():
+                    continue  # its victims are still checkpointing
+                for victim in choose_victims(head, rows, short):
+                    preemption.request(s, by_id[victim.id], head)
+                    asked[victim.id] = head.id
+                    rows.remove(victim)
+                    self.metrics.decision("preempted")
+                    log.info("preempting %s (priority %d) for %s (priority %d)",
+                             victim.id, victim.priority, head.id, head.priority)
 
     def _reserved_not_held(self, active) -> dict[str, float]:
         """Resources of STARTING/RECOVERING jobs whose placement group is not created yet."""

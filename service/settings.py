@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     standby_supervisors: int = 1  # idle supervisors kept ready (torch imported) so a job starts at once
     api_threads: int = 4  # threads for the API's blocking database calls
     metrics_retention_s: float = 600.0  # a finished job's live series (per rank, stage, event) are kept this long
+    # true = a tenant's queued job that cannot be admitted checkpoints and requeues the tenant's
+    # lower-priority running jobs (never another tenant's)
+    preemption: bool = False
     peak_flops_per_worker: float = 0.0  # hardware peak FLOP/s of one worker; > 0 exports trainyard_job_mfu_ratio
 
     # --- auth and abuse limits ---

@@ -241,7 +241,7 @@ class Trainer:
     def run(self, emit: Callable[[dict], None], stop: threading.Event) -> dict:
         spec = self.spec
         every = spec.checkpoint.every_steps
-        while self.step < spec.train.steps and not stop.is_set():
+        while self.step < spec.train.steps:
             try:
                 record = self.train_step().to_dict()
                 if record["skipped"]:
@@ -256,9 +256,20 @@ class Trainer:
             if every and self.step % every == 0 and self.step < spec.train.steps:
                 self._report_durable(emit, self.checkpointer.wait())  # at most one save in flight
                 self.checkpointer.save(self.model, self.optimizer, self.step)
+                if self._stop_agreed(stop):  # preempted: stop after this checkpoint, which finish() makes durable
+                    emit({"kind": "step", **record})
+                    break
             emit({"kind": "step", **record})
             self._report_durable(emit, self.checkpointer.completed())
         return self.finish(emit)
+
+    def _stop_agreed(self, stop: threading.Event) -> bool:
+        """Whether any rank was asked to stop. Asked at checkpoint steps only, so every rank stops
+        at the same step (a rank stopping alone would hang its peers' next collective) and no
+        collective is added to the other steps."""
+        flag = torch.tensor([1 if stop.is_set() else 0], dtype=torch.int32, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
     def _report_durable(self, emit: Callable[[dict], None], step: int | None) -> None:
         if step is not None:

@@ -119,6 +119,14 @@ class JobSupervisor:
             self._run.cancel()
         return True
 
+    def preempt(self, by: str, epoch: int) -> bool:
+        """Checkpoint and stop for job `by` (service/preemption.py). Fenced by the epoch: a request
+        meant for an earlier supervisor of this job is ignored."""
+        if self._run is None or epoch != self.epoch:
+            return False
+        self._run.preempt(by)
+        return True
+
 
 def create_supervisor(name: str):
     """An idle supervisor that outlives the control plane that created it."""

@@ -54,6 +54,9 @@ class Resize:
     move: tuple[int, str] | None = None  # (rank, node): restart with that node excluded (straggler replace)
 
 
+PREEMPTED = "preempted"  # an attempt's outcome: every rank stopped at a checkpoint step, asked to
+
+
 class JobRun:
     settle_s = 2.0  # how long freed resources may take to show up after a teardown
     capacity_timeout_s = 120.0  # how long to wait for min_workers before failing
@@ -77,6 +80,8 @@ class JobRun:
         self.error: str | None = None
         self.result: dict = {}
         self._cancel = threading.Event()
+        self._preempt = threading.Event()
+        self.preempted_by: str | None = None  # the higher-priority job this run makes room for
         self._group: WorkerGroup | None = None
         self._aggregator: StepAggregator | None = None
         self._stragglers: StragglerDetector | None = None
@@ -93,6 +98,13 @@ class JobRun:
 
     def cancel(self) -> None:
         self._cancel.set()
+
+    def preempt(self, by: str) -> None:
+        """Make room for job `by`: every rank stops at its next checkpoint step (written, then the
+        run ends QUEUED); a new supervisor resumes from it when the job is admitted again."""
+        if not self._preempt.is_set():
+            self.preempted_by = by
+            self._preempt.set()
 
     def run(self) -> dict:
         self.job_dir.mkdir(parents=True, exist_ok=True)
@@ -111,6 +123,9 @@ class JobRun:
         while True:
             outcome = self._attempt(attempt)
             attempt += 1
+            if outcome == PREEMPTED:
+                self._requeue()
+                break
             if outcome in (JobState.SUCCEEDED, JobState.CANCELLED):
                 self._set_state(outcome, "training finished" if outcome == JobState.SUCCEEDED else "cancelled by user")
                 break
@@ -148,6 +163,13 @@ class JobRun:
                            f"available for {self.capacity_timeout_s:.0f}s")
                 break
         return self.summary()
+
+    def _requeue(self) -> None:
+        latest = latest_checkpoint(self.job_dir)
+        step, resume = (self.steps[-1]["step"] if self.steps else 0), (latest[0] if latest else 0)
+        message = f"preempted by job {self.preempted_by} at step {step}; resumes from the checkpoint at step {resume}"
+        self.listener.on_event("preempted", message, {"by": self.preempted_by, "step": step, "checkpoint_step": resume})
+        self._set_state(JobState.QUEUED, message)
 
     def _fail(self, reason: str) -> None:
         self.error = reason
@@ -229,6 +251,8 @@ class JobRun:
         try:
             if self._cancel.is_set():
                 return JobState.CANCELLED
+            if self._preempt.is_set():
+                return PREEMPTED
             setups = group.start(self.start_timeout_s, self.shares)
             self.rendezvous.append(group.master)
             start_step = setups[0]["start_step"]
@@ -260,10 +284,13 @@ class JobRun:
         last_progress = last_growth_check = time.monotonic()
         hang_timeout = self.spec.fault_tolerance.hang_timeout_s
         grow_to: JobSpec | None = None
-        trained = False
+        trained = stop_sent = False
         while True:
             if self._cancel.is_set():
                 return JobState.CANCELLED
+            if self._preempt.is_set() and not stop_sent:
+                group.request_stop()  # the ranks agree at their next checkpoint step (workers/trainer.py)
+                stop_sent = True
             durable = None
             for event in group.poll():
                 if self._handle(event, aggregator):
@@ -280,6 +307,8 @@ class JobRun:
             if group.check():
                 for event in group.poll():
                     self._handle(event, aggregator)
+                if "stopped_at" in group.results[0]:
+                    return PREEMPTED
                 self.result = dict(group.results[0])
                 self.result["val_loss"] = statistics.fmean(r["val_loss"] for r in group.results)
                 return JobState.SUCCEEDED

@@ -78,8 +78,8 @@ def test_transitions_follow_the_table_and_are_recorded(sessions):
         job = _job(s, repo.ensure_tenant(s, "t").id)
         repo.transition(s, job, JobState.STARTING, "admitted")
         repo.transition(s, job, JobState.RUNNING, "training")
-        with pytest.raises(IllegalTransition, match="RUNNING to QUEUED"):
-            repo.transition(s, job, JobState.QUEUED, "back")
+        with pytest.raises(IllegalTransition, match="RUNNING to STARTING"):  # (-> QUEUED is a preemption)
+            repo.transition(s, job, JobState.STARTING, "back")
         repo.transition(s, job, JobState.SUCCEEDED, "done")
     with sessions() as s:
         events = repo.list_events(s, job.id, 0, 10)
