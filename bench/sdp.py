@@ -1,8 +1,8 @@
 """Subnetwork data parallelism against DDP on the same model and data, measured in one run.
 
-Run from the repository root (about 25 minutes on a loaded 2-core machine with the defaults):
+Run from the repository root (about 30 minutes on a loaded 2-core machine with the defaults):
 
-    .venv/bin/python bench/sdp.py [--workers 4] [--steps 30] [--d-model 32] [--n-layers 8] [--seq-len 64]
+    .venv/bin/python bench/sdp.py [--workers 4] [--steps 20] [--d-model 32] [--n-layers 8] [--seq-len 64]
         [--global-batch 32] [--micro-batch-size 8] [--coverages 0.75,0.5,0.375] [--json OUT]
 
 Rows: DDP, then B-SDP and N-SDP at each coverage C with forward and backward masking
@@ -106,7 +106,7 @@ def fmt_mib(n: float | None) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--d-model", type=int, default=32)
     ap.add_argument("--n-layers", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=64)
