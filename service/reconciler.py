@@ -113,6 +113,8 @@ class Reconciler:
                 for rec in drained["records"]:
                     if rec["seq"] <= job.drained_seq:
                         continue
+                    if rec["type"] == "state" and JobState(rec["state"]).terminal and not drained["done"]:
+                        break  # the run's summary follows at once: store the end with it (next drain)
                     stored.append(rec)
                     if rec["type"] == "state":
                         self._apply_state(s, job, JobState(rec["state"]), rec["message"])
