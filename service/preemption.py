@@ -36,6 +36,7 @@ class Row:
     workers: int
     cpus: float
     gpus: float
+    checkpoints: bool = True  # checkpoint.every_steps > 0: the only point where its ranks can stop early
 
 
 @dataclass(frozen=True)
@@ -52,16 +53,19 @@ class Shortfall:
 
 
 def row_of(job: Job) -> Row:
-    return Row(job.id, job.tenant_id, job.priority, job.created_at, job.state, job.world_size, job.cpus, job.gpus)
+    every = (job.spec or {}).get("checkpoint", {}).get("every_steps", 0)
+    return Row(job.id, job.tenant_id, job.priority, job.created_at, job.state, job.world_size, job.cpus, job.gpus,
+               bool(every))
 
 
 def choose_victims(head: Row, running: list[Row], short: Shortfall) -> list[Row]:
     """The fewest of the head's tenant's RUNNING, strictly lower-priority jobs, lowest priority then
-    newest first, whose freed workers cover `short`; [] if nothing to free or all of them would not do."""
+    newest first, whose freed workers cover `short`; [] if nothing to free or all of them would not do.
+    A job without periodic checkpoints is never chosen: it could only stop at its end."""
     if short.none:
         return []
     candidates = sorted((r for r in running if r.tenant_id == head.tenant_id and r.state == JobState.RUNNING
-                         and r.priority < head.priority and r.id != head.id),
+                         and r.priority < head.priority and r.id != head.id and r.checkpoints),
                         key=lambda r: (r.priority, _neg_time(r.created_at), r.id))
     chosen, cpus, gpus, workers = [], 0.0, 0.0, 0
     for row in candidates:

@@ -9,8 +9,8 @@ from service.preemption import Row, Shortfall, choose_victims
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def row(id, priority, minute=0, tenant="a", state="RUNNING", workers=2, cpus=2.0, gpus=0.0):
-    return Row(id, tenant, priority, T0 + timedelta(minutes=minute), state, workers, cpus, gpus)
+def row(id, priority, minute=0, tenant="a", state="RUNNING", workers=2, cpus=2.0, gpus=0.0, checkpoints=True):
+    return Row(id, tenant, priority, T0 + timedelta(minutes=minute), state, workers, cpus, gpus, checkpoints)
 
 
 HEAD = row("head", 5, minute=10, state="QUEUED")
@@ -27,9 +27,9 @@ def test_lowest_priority_then_newest_first_and_only_as_many_as_needed():
     assert ids(choose_victims(HEAD, running, Shortfall(cpus=5.0))) == ["p0", "p1-new", "p1-old"]
 
 
-def test_never_another_tenant_equal_priority_or_a_job_that_is_not_running():
+def test_never_another_tenant_equal_priority_a_job_not_running_or_one_without_checkpoints():
     running = [row("other", 0, tenant="b"), row("equal", 5), row("higher", 9), row("starting", 0, state="STARTING"),
-               row("recovering", 0, state="RECOVERING")]
+               row("recovering", 0, state="RECOVERING"), row("no-checkpoints", 0, checkpoints=False)]
     assert choose_victims(HEAD, running, Shortfall(workers=1)) == []
 
 
