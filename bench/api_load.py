@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -118,7 +119,7 @@ def load_config(name: str, backend: str, replicas: int, ray_address: str, args) 
     servers = [Server(root / f"home-{i}", url, ray_address, **QUIET, **RAY_ENV) for i in range(replicas)]
     try:
         for server in servers:
-            server.start()
+            server.start(timeout=args.step_timeout_s)  # a busy host can take minutes to import and migrate
         ports = [server.port for server in servers]
         with servers[0].client() as admin:
             tokens = [admin.post("/v1/tenants", json={"name": f"bench-{uuid.uuid4().hex[:6]}"}).json()["token"]
@@ -193,7 +194,7 @@ def first_step_service(ray_address: str, args) -> list[dict]:
                     TRAINYARD_RATE_LIMIT_PER_S="0", **RAY_ENV)
     out = []
     try:
-        server.start()
+        server.start(timeout=args.step_timeout_s)
         with server.client() as c:
             for run in range(args.start_runs):
                 if run:
@@ -296,7 +297,11 @@ class RayHead:
     def __enter__(self) -> "RayHead":
         cmd = [str(ROOT / ".venv/bin/ray"), "start", "--head", "--block", "--num-cpus=8", f"--port={self.port}",
                "--include-dashboard=true", f"--dashboard-port={self.dash}", "--disable-usage-stats",
-               f"--temp-dir={self.temp_dir}"]
+               f"--temp-dir={self.temp_dir}",
+               # Ray's agents default to fixed ports (52365, ...): another Ray on this host would hold
+               # them and the head would come up without a job agent ("No available agent").
+               f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+               f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}"]
         env = {**os.environ, **RAY_ENV, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
@@ -336,6 +341,7 @@ class RayHead:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def _pids_naming(text: str) -> list[int]:
