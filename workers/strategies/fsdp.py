@@ -70,17 +70,21 @@ class FSDPStrategy:
         return adamw(wrapped.parameters(), ctx.spec)
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
-        @contextlib.contextmanager
-        def no_sync():
-            # Accumulate unsharded gradients locally; reduce-scatter once, on the last micro-batch.
-            wrapped.set_requires_gradient_sync(False)
-            try:
-                yield
-            finally:
-                wrapped.set_requires_gradient_sync(True)
-
-        with metered(ctx.comm):
-            return accumulate(wrapped, micro, loss_fn, ctx.device, no_sync)
+        return fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         return global_grad_norm_clip(wrapped, max_norm)
+
+
+def fsdp_forward_backward(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    """Accumulate unsharded gradients locally; reduce-scatter once, on the last micro-batch."""
+    @contextlib.contextmanager
+    def no_sync():
+        wrapped.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            wrapped.set_requires_gradient_sync(True)
+
+    with metered(ctx.comm):
+        return accumulate(wrapped, micro, loss_fn, ctx.device, no_sync)

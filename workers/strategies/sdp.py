@@ -32,9 +32,16 @@ from workers.sdp.masks import Assignment, assign
 from workers.sdp.subnetwork import build_subnetwork, mask_tensor
 from workers.sdp.sync import HolderSync
 from workers.spec import JobSpec, sdp_components, sdp_workers
-from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, accumulate, adamw, local_clip_grad_norm
+from workers.strategies.base import (
+    ForwardBackward,
+    LossFn,
+    StrategyContext,
+    accumulate,
+    adamw,
+    local_clip_grad_norm,
+)
 from workers.strategies.common import apply_activation_checkpointing, precision
-from workers.strategies.metering import metered
+from workers.strategies.fsdp import fsdp_forward_backward
 
 
 def assignment_of(spec: JobSpec) -> Assignment:
@@ -118,16 +125,7 @@ class SDPStrategy:
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
         if self.shards > 1:
-            @contextlib.contextmanager
-            def no_sync():  # FSDP reduce-scatters once, on the last micro-batch
-                wrapped.set_requires_gradient_sync(False)
-                try:
-                    yield
-                finally:
-                    wrapped.set_requires_gradient_sync(True)
-
-            with metered(ctx.comm):
-                fb = accumulate(wrapped, micro, loss_fn, ctx.device, no_sync)
+            fb = fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
         else:
             with precision(ctx):
                 fb = accumulate(wrapped, micro, loss_fn, ctx.device, contextlib.nullcontext)
