@@ -28,7 +28,8 @@ BASE = {"resources.workers": 4, "resources.min_workers": 2, "train.steps": 200,
 # Model-parallel layouts run fewer steps: each step costs more ranks' worth of CPU on this host.
 LAYOUTS = {
     "dp": {},
-    "pp": {"parallel.pp": 2, "model.n_layers": 2, "train.steps": 60},
+    # pp steps are quick on a quiet host: 60 ended before the returned node could be used (no regrow)
+    "pp": {"parallel.pp": 2, "model.n_layers": 2, "train.steps": 150},
     "tp": {"parallel.tp": 2, "train.steps": 60},
 }
 
