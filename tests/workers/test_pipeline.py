@@ -9,7 +9,7 @@ import pytest
 from safetensors.torch import load_file
 
 from service.supervisor.run import JobRun
-from tests.helpers import spec_of
+from tests.helpers import Events, spec_of
 from workers.models import build_model
 
 pytestmark = pytest.mark.slow
@@ -18,19 +18,8 @@ BASE = {"model.n_layers": 4, "train.steps": 10}
 REL = 1e-5  # the tolerance; observed differences are ~5e-8
 
 
-class Steps:
-    def __init__(self):
-        self.steps = []
-
-    def on_state(self, state, message): pass
-    def on_event(self, kind, message, data): pass
-
-    def on_step(self, record):
-        self.steps.append(record)
-
-
 def run(spec, tmp_path, name):
-    rec = Steps()
+    rec = Events()
     summary = JobRun(spec, tmp_path / name, name, listener=rec).run()
     assert summary["state"] == "SUCCEEDED", summary["error"]
     return summary, rec.steps
@@ -154,15 +143,6 @@ def test_zero_bubble_measures_lower_than_1f1b(ray_cluster, tmp_path):
     zbv, theory = measured_bubble(tmp_path, "zbv", "zbv_zero_bubble", m)
     assert theory == 0.0
     assert zbv < one_f_one_b
-
-
-class Events(Steps):
-    def __init__(self):
-        super().__init__()
-        self.events = []
-
-    def on_event(self, kind, message, data):
-        self.events.append((kind, data))
 
 
 def test_unbalanced_split_shows_a_higher_bubble_and_rebalancing_reduces_it(ray_cluster, tmp_path):

@@ -8,11 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
 from tests.api.test_cli_run import json_summary, trainyard, write_spec
-from tests.helpers import alive_actors, spec_of, tiny_spec
+from tests.helpers import Events, alive_actors, spec_of, tiny_spec
 from workers.checkpointing import state_sha256
 from workers.models import build_model
 
@@ -39,21 +38,10 @@ LAYOUTS = {
 }
 
 
-class Steps:
-    def __init__(self):
-        self.steps = []
-
-    def on_state(self, state, message): pass
-    def on_event(self, kind, message, data): pass
-
-    def on_step(self, record):
-        self.steps.append(record)
-
-
 def train(spec, job_dir: Path, ok: bool = True) -> tuple[dict, list[dict]]:
     from service.supervisor.run import JobRun
 
-    rec = Steps()
+    rec = Events()
     summary = JobRun(spec, job_dir, job_dir.name, listener=rec).run()
     if ok:
         assert summary["state"] == "SUCCEEDED", summary["error"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from service.supervisor.run import JobRun
-from tests.helpers import alive_actors, spec_of
+from tests.helpers import Events, alive_actors, spec_of
 from workers.models import build_model
 
 pytestmark = pytest.mark.slow
@@ -73,19 +73,8 @@ def spec_for(name: str, **extra):
     return spec_of(**{**BASE, **LAYOUTS[name], **extra})
 
 
-class Steps:
-    def __init__(self):
-        self.steps = []
-
-    def on_state(self, state, message): pass
-    def on_event(self, kind, message, data): pass
-
-    def on_step(self, record):
-        self.steps.append(record)
-
-
 def train(spec, job_dir: Path) -> tuple[dict, list[dict]]:
-    rec = Steps()
+    rec = Events()
     summary = JobRun(spec, job_dir, job_dir.name, listener=rec).run()
     assert summary["state"] == "SUCCEEDED", summary["error"]
     return summary, rec.steps
@@ -215,7 +204,7 @@ def test_planner_predicts_measured_bytes_within_10_percent(runs):
 def test_fp16_overflow_skips_the_step_halves_the_scale_and_is_not_a_fault(ray_cluster, tmp_path):
     # A loss 1e6 times too large at step 5: its scaled gradients overflow fp16. The step is skipped,
     # the loss scale halves, training goes on: no rollback, no restart, and the run still learns.
-    spec = spec_for("ddp2_amp16", **{"fault_injection": [{"at_step": 5, "rank": 0, "kind": "spike", "factor": 1e6}]})
+    spec = spec_for("ddp2_amp16", fault_injection=[{"at_step": 5, "rank": 0, "kind": "spike", "factor": 1e6}])
     summary, steps = train(spec, tmp_path / "overflow")
     skipped = [(s["step"], s.get("skip_reason")) for s in steps if s["skipped"]]
     assert skipped == [(5, "fp16_overflow")]
