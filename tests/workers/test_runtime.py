@@ -11,7 +11,13 @@ import torch
 from safetensors.torch import load_file
 
 from service.supervisor.run import JobRun
-from tests.helpers import alive_actors, live_placement_groups, spec_of, wait_until
+from tests.helpers import (
+    Events,
+    alive_actors,
+    live_placement_groups,
+    spec_of,
+    wait_until,
+)
 from workers.checkpointing import complete_checkpoints, state_sha256
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
@@ -22,20 +28,16 @@ from workers.trainer import validation_loss
 pytestmark = pytest.mark.slow
 
 
-class Recorder:
+class Recorder(Events):
+    """Events that can also signal when a run reaches a given step."""
+
     def __init__(self):
-        self.states, self.events, self.steps = [], [], []
+        super().__init__()
         self.reached = threading.Event()
         self.wait_for_step = None
 
-    def on_state(self, state, message):
-        self.states.append(str(state))
-
-    def on_event(self, kind, message, data):
-        self.events.append((kind, data))
-
     def on_step(self, record):
-        self.steps.append(record)
+        super().on_step(record)
         if self.wait_for_step and record["step"] >= self.wait_for_step:
             self.reached.set()
 

@@ -88,16 +88,12 @@ class HolderSync:
             tensors = [self._tensor(p, grad) for p in pieces]
             if any(t is None for t in tensors):
                 raise RuntimeError(f"SDP: a held piece has no gradient ({pieces[0].global_name})")
-            flat = torch.cat([_select(t, p).reshape(-1) for t, p in zip(tensors, pieces)])
+            flat = _pack(tensors, pieces)
             flat.div_(len(holders))  # divide first, as DDP does: identical numerics at C = 1
             self.comm.launched(ring_allreduce_bytes(flat.numel() * flat.element_size(), len(holders)))
             dist.all_reduce(flat, group=self.groups[holders])
             self.comm.finished()
-            offset = 0
-            for t, p in zip(tensors, pieces):
-                n = _select(t, p).numel()
-                _write(t, p, flat[offset:offset + n])
-                offset += n
+            _unpack(flat, tensors, pieces)
 
     @torch.no_grad()
     def refresh_unheld(self) -> None:
@@ -106,15 +102,11 @@ class HolderSync:
             if len(holders) == len(self.sets[-1]) or not pieces:
                 continue  # held by every worker: already identical
             tensors = [self._tensor(p, grad=False) for p in pieces]
-            flat = torch.cat([_select(t, p).reshape(-1) for t, p in zip(tensors, pieces)])
+            flat = _pack(tensors, pieces)
             self.comm.launched(flat.numel() * flat.element_size())
             dist.broadcast(flat, src=holders[0] * self.shards + self.shard)
             self.comm.finished()
-            offset = 0
-            for t, p in zip(tensors, pieces):
-                n = _select(t, p).numel()
-                _write(t, p, flat[offset:offset + n])
-                offset += n
+            _unpack(flat, tensors, pieces)
 
     @torch.no_grad()
     def grad_norm_clip(self, max_norm: float) -> float | None:
@@ -160,3 +152,16 @@ class HolderSync:
             t.copy_(flat[offset:offset + t.numel()].view_as(t))
             offset += t.numel()
         return full
+
+
+def _pack(tensors: list, pieces: list) -> torch.Tensor:
+    """One flat buffer of the pieces' slices: one collective per holder set, not one per tensor."""
+    return torch.cat([_select(t, p).reshape(-1) for t, p in zip(tensors, pieces)])
+
+
+def _unpack(flat: torch.Tensor, tensors: list, pieces: list) -> None:
+    offset = 0
+    for t, p in zip(tensors, pieces):
+        n = _select(t, p).numel()
+        _write(t, p, flat[offset:offset + n])
+        offset += n
