@@ -16,21 +16,28 @@ from api.request_metrics import RequestMetricsMiddleware
 from api.routers import artifacts, audit, jobs, plans, system, tenants, tokens
 from service.control import ControlPlane
 from service.settings import Settings, get_settings
+from service.shared_state import SharedState
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, shared: SharedState | None = None, api_only: bool = False,
+               on_started=None) -> FastAPI:
+    """shared/api_only: one process of `trainyard serve --workers N` (api/processes.py);
+    on_started(plane) runs once the control plane is up (the primary starts its API workers then)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # Few threads for blocking DB work: more only queue on the GIL and stretch the latency tail.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
-        plane = ControlPlane(settings)
+        plane = ControlPlane(settings, shared, api_only)
         plane.start()
         app.state.plane = plane
+        stop_extra = on_started(plane) if on_started else None
         try:
             yield
         finally:
+            if stop_extra:
+                stop_extra()
             plane.stop()
 
     app = FastAPI(title="Trainyard", version="0.1.0", lifespan=lifespan,
@@ -45,7 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def observe(method: str, route: str, status: int, seconds: float) -> None:
         plane = getattr(app.state, "plane", None)
         if plane is not None:
-            plane.live.http(method, route, status, seconds)
+            plane.observe_http(method, route, status, seconds)
 
     app.add_middleware(RequestMetricsMiddleware, observe=observe)  # outermost: times the 413s too
     # Every /v1 route's scope, in one place: job reads need read, submit and cancel need submit,

@@ -10,10 +10,9 @@ would turn a flood of requests into a flood of writes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-
-import anyio.to_thread
 
 from service.db import repository as repo
 
@@ -81,12 +80,7 @@ class AuditMiddleware:
                                        principal.tenant_id if (route or "").startswith("/v1/jobs") else None),
             status=status, outcome=outcome_of(status), detail=detail)
         plane = scope["app"].state.plane
-        try:
-            await anyio.to_thread.run_sync(_write, plane, record)
+        try:  # committed with other requests' records and submits (service/db/group_commit.py)
+            await asyncio.wrap_future(plane.writes.submit(lambda s: repo.add_audit(s, **record)))
         except Exception:  # the call itself is done; a lost audit record is logged, not a failed request
             log.exception("writing the audit record %s failed", record)
-
-
-def _write(plane, record: dict) -> None:
-    with plane.sessions.begin() as s:
-        repo.add_audit(s, **record)

@@ -37,7 +37,9 @@ class Principal:
         return "admin" in self.scopes
 
 
-def get_plane(request: Request) -> ControlPlane:
+# The cheap dependencies are `async def`: FastAPI runs a plain `def` dependency in the thread
+# pool, and that hop costs more than the work.
+async def get_plane(request: Request) -> ControlPlane:
     return request.app.state.plane
 
 
@@ -125,7 +127,7 @@ PrincipalDep = Annotated[Principal, Depends(get_principal)]
 def require(scope: str):
     """A dependency that lets the call through only with a token holding `scope`."""
 
-    def check(principal: PrincipalDep) -> Principal:
+    async def check(principal: PrincipalDep) -> Principal:
         if scope not in principal.scopes:
             msg = (f"forbidden: this call needs the '{scope}' scope; this token has "
                    f"{sorted(principal.scopes) or 'none'}")
@@ -136,9 +138,12 @@ def require(scope: str):
     return check
 
 
-def require_by_method(request: Request, principal: PrincipalDep) -> Principal:
+_READ, _SUBMIT = require("read"), require("submit")
+
+
+async def require_by_method(request: Request, principal: PrincipalDep) -> Principal:
     """Reads need `read`; anything that changes a job (submit, cancel) needs `submit`."""
-    return require("read" if request.method in ("GET", "HEAD") else "submit")(principal)
+    return await (_READ if request.method in ("GET", "HEAD") else _SUBMIT)(principal)
 
 
 AdminDep = Annotated[Principal, Depends(require("admin"))]
@@ -148,5 +153,9 @@ def job_or_404(s: Session, job_id: str, principal: Principal):
     """Another tenant's job is indistinguishable from a missing one."""
     job = repo.get_job(s, job_id, tenant_id=principal.tenant_id)
     if job is None:
-        raise ApiError(404, f"job {job_id!r} not found")
+        raise job_not_found(job_id)
     return job
+
+
+def job_not_found(job_id: str) -> ApiError:
+    return ApiError(404, f"job {job_id!r} not found")

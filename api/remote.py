@@ -34,22 +34,24 @@ def _num(value, fmt=".4g") -> str:
 def serve(
     host: Annotated[str | None, typer.Option(help="bind address (default TRAINYARD_HOST, 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default TRAINYARD_PORT, 8600)")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="processes answering the API (default "
+                                                            "TRAINYARD_API_WORKERS, 1); about one per core")] = None,
 ) -> None:
     """Run the control plane (REST API, scheduler, reconciler) in the foreground."""
     import logging
 
-    import uvicorn
-
     from api.app import create_app
-    from api.slow_clients import bounded_h11
+    from api.processes import LOG_FORMAT, run_uvicorn, serve_processes, uvicorn_options
     from service.settings import get_settings
 
     settings = get_settings()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port,
-                access_log=settings.access_log, log_level="info", timeout_graceful_shutdown=5,
-                timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
-                http=bounded_h11(settings.request_read_timeout_s))
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    host, port, workers = host or settings.host, port or settings.port, workers or settings.api_workers
+    if workers > 1:
+        serve_processes(settings, host, port, workers)
+    else:
+        run_uvicorn(create_app(settings), uvicorn_options(settings), settings.request_read_timeout_s,
+                    host=host, port=port)
 
 
 def submit(

@@ -13,37 +13,74 @@ import os
 import threading
 import time
 
-
 from service.db import repository as repo
 from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
+from service.db.group_commit import GroupCommit
 from service.leases import FencedSessions, LeaderLease, LeaseHeld, LeaseLost
 from service.metric_catalogue import LiveMetrics
 from service.metrics import make_registry
 from service.settings import Settings
+from service.shared_state import SharedState
 
 log = logging.getLogger("trainyard.control")
+WAKE_GAP_S = 0.02
 
 
 class ControlPlane:
-    def __init__(self, settings: Settings):
+    """`shared`: this process is one of several `trainyard serve --workers` processes. The primary
+    (api_only=False) is the whole control plane; an API worker (api_only=True) answers requests from
+    the database and the shared state only: no Ray, no loops, no migrations (the primary ran them)."""
+
+    def __init__(self, settings: Settings, shared: SharedState | None = None, api_only: bool = False):
         self.settings = settings
+        self.shared, self.api_only = shared, api_only
         self.engine = make_engine(settings.db_url)
         self.sessions: Sessions = make_sessionmaker(self.engine)
+        self.writes = GroupCommit(self.sessions)  # the API's small write transactions, batched
         self.registry = make_registry(self.sessions)
         self.live = LiveMetrics(self.registry, settings.metrics_retention_s, settings.peak_flops_per_worker)
-        self.ray_ready = threading.Event()
-        self.ray_error: str | None = None
-        self.capacity: tuple[dict, dict] | None = None  # (cluster total, largest node), refreshed by the loop
+        self.ray_ready = shared.ray_ready if shared else threading.Event()
+        self._ray_error: str | None = None
+        self._capacity: tuple[dict, dict] | None = None  # (cluster total, largest node), refreshed by the loop
         self._stop = threading.Event()
-        self.wake = threading.Event()  # set by a submit: schedule now rather than at the next tick
+        self.wake = shared.wake if shared else threading.Event()  # a submit: schedule now, not at the next tick
         self._thread: threading.Thread | None = None
         self.pool = None
         self.lease: LeaderLease | None = None
+
+    @property
+    def capacity(self) -> tuple[dict, dict] | None:
+        return self.shared.capacity if self.shared else self._capacity
+
+    @capacity.setter
+    def capacity(self, value: tuple[dict, dict] | None) -> None:
+        if self.shared:
+            self.shared.capacity = value
+        self._capacity = value
+
+    @property
+    def ray_error(self) -> str | None:
+        return self.shared.ray_error if self.shared else self._ray_error
+
+    @ray_error.setter
+    def ray_error(self, value: str | None) -> None:
+        if self.shared:
+            self.shared.ray_error = value
+        self._ray_error = value
+
+    def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
+        if self.api_only:
+            self.shared.observe_http(method, route, status, seconds)  # the primary's /metrics counts it
+        else:
+            self.live.http(method, route, status, seconds)
 
     # --- lifecycle -----------------------------------------------------------
 
     def start(self) -> None:
         self.settings.home.mkdir(parents=True, exist_ok=True)
+        if self.api_only:
+            gc.freeze()  # as the primary does once it is up: no full GC passes over the imports
+            return
         migrate(self.engine)
         self.bootstrap_admin()
         if self.settings.control_loops:
@@ -58,6 +95,10 @@ class ControlPlane:
         self._thread.start()
 
     def stop(self) -> None:
+        self.writes.close()
+        if self.api_only:
+            self.engine.dispose()
+            return
         self._stop.set()
         self.wake.set()
         if self._thread is not None:
@@ -127,9 +168,10 @@ class ControlPlane:
         if not self.settings.control_loops:
             return
         loops: _Loops | None = None
-        last_try = 0.0
+        last_try = next_full = 0.0
         while not self._stop.is_set():
             started = time.monotonic()
+            full = started >= next_full  # else a submit woke us: only the scheduler has work
             self.wake.clear()
             try:
                 # Only the lease holder schedules and reconciles; the others serve the API and try
@@ -139,7 +181,7 @@ class ControlPlane:
                     self.lease.try_acquire()
                 if self.lease.held():
                     loops = loops or _Loops(self)
-                    loops.tick()
+                    loops.tick(full)
                 elif loops is not None:
                     loops = self._step_down(loops)
             except LeaseLost as exc:
@@ -147,7 +189,11 @@ class ControlPlane:
                 loops = self._step_down(loops)
             except Exception:
                 log.exception("control loop tick failed; retrying")
-            self.wake.wait(max(0.0, self.settings.loop_interval_s - (time.monotonic() - started)))
+            if full:
+                next_full = started + self.settings.loop_interval_s
+            # A burst of submits wakes the scheduler once per gap, not once per submit.
+            self._stop.wait(WAKE_GAP_S)
+            self.wake.wait(max(0.0, next_full - time.monotonic()))
 
     def _step_down(self, loops: _Loops | None) -> None:
         """Lost the lease: forget the supervisors' handles (the new leader re-attaches by name)."""
@@ -209,11 +255,15 @@ class _Loops:
         self.count = 0
         plane.sweep_orphans()
 
-    def tick(self) -> None:
+    def tick(self, full: bool = True) -> None:
+        """full: reconcile, schedule, refill the standbys; else (woken by a submit) only schedule."""
         settings = self.plane.settings
-        self.reconciler.tick()
+        if full:
+            self.reconciler.tick()
         if settings.scheduler_enabled:
             self.scheduler.tick()
+        if not full:
+            return
         self.pool.refill()
         self.count += 1
         if self.count % 20 == 0:

@@ -32,7 +32,8 @@ class Settings(BaseSettings):
     access_log: bool = False
     warm_workers: int = 4  # size of the cluster's warm pool of rank workers (0 = none); CPU jobs take from it
     standby_supervisors: int = 1  # idle supervisors kept ready (torch imported) so a job starts at once
-    api_threads: int = 4  # threads for the API's blocking database calls
+    api_threads: int = 4  # threads for the API's blocking database calls (per process)
+    api_workers: int = 1  # processes answering the API (`trainyard serve --workers`); about one per core
     metrics_retention_s: float = 600.0  # a finished job's live series (per rank, stage, event) are kept this long
     # true = a tenant's queued job that cannot be admitted checkpoints and requeues the tenant's
     # lower-priority running jobs (never another tenant's)

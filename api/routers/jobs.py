@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from api import gates
-from api.deps import PlaneDep, Principal, PrincipalDep, SessionDep, job_or_404
+from api.deps import (
+    PlaneDep,
+    Principal,
+    PrincipalDep,
+    SessionDep,
+    job_not_found,
+    job_or_404,
+)
 from api.errors import ApiError
+from api.responses import FastJSONResponse
 from api.schemas import job_out
 from service import quotas
 from service.control import ControlPlane
 from service.db import repository as repo
-from service.db.models import Tenant
 from service.lifecycle import JobState
 from service.scheduler import demand_of, never_fits
 from workers.spec import JobSpec, parse_spec
@@ -43,7 +52,7 @@ async def submit_job(
     request: Request, plane: PlaneDep, principal: PrincipalDep,
     priority: Annotated[int, Query(ge=-1000, le=1000, description="higher starts first")] = 0,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128)] = None,
-) -> JSONResponse:
+) -> FastJSONResponse:
     """Validate a JobSpec and queue it. The same Idempotency-Key and body return the same job.
     403: user code or fault injection the tenant or token may not use; 429: over a quota."""
     data = _decode(await request.body())
@@ -53,45 +62,51 @@ async def submit_job(
         raise ApiError(422, f"the job can never run on this cluster: {why}", [{"field": "resources", "message": why}])
     canonical = json.dumps({"spec": spec.model_dump(mode="json"), "priority": priority}, sort_keys=True)
     body_sha = hashlib.sha256(canonical.encode()).hexdigest()
-    job, created = await run_in_threadpool(_store, plane, principal, spec, priority, body_sha, idempotency_key)
+    write = _store(plane, principal, spec, priority, body_sha, idempotency_key)
+    for _ in range(2):
+        try:
+            job, created = await asyncio.wrap_future(plane.writes.submit(write))
+            break
+        except IntegrityError:  # the same key, committed meanwhile by another process: read its job
+            if idempotency_key is None:
+                raise
+    else:
+        raise ApiError(409, "idempotency-key: concurrent submits with this key; retry")
     request.state.audit_target = job["id"]
     if created:
         plane.wake.set()
-    return JSONResponse(job, status_code=201, headers={"Location": f"/v1/jobs/{job['id']}",
-                                                       "Idempotent-Replayed": "false" if created else "true"})
+    return FastJSONResponse(job, status_code=201, headers={"Location": f"/v1/jobs/{job['id']}",
+                                                           "Idempotent-Replayed": "false" if created else "true"})
 
 
 def _store(plane: ControlPlane, principal: Principal, spec: JobSpec, priority: int, body_sha: str,
-           key: str | None) -> tuple[dict, bool]:
+           key: str | None) -> Callable[[Session], tuple[dict, bool]]:
+    """The submit's write, run with other submits in one transaction (service/db/group_commit.py):
+    every check first, then the insert."""
     limit = plane.settings.max_active_jobs_per_tenant
-    for _ in range(2):  # a concurrent submit with the same key may win the insert: then read its job
-        # Reads first, outside the write transaction, so writers hold SQLite's single write slot briefly.
-        with plane.sessions() as s:
-            if key is not None and (existing := repo.find_by_idempotency_key(s, principal.tenant_id, key)):
-                if existing.body_sha256 != body_sha:
-                    raise repo.IdempotencyConflict(
-                        "idempotency-key: already used for a different job spec or priority; use a new key")
-                return job_out(existing), False
-            tenant = s.get(Tenant, principal.tenant_id)
-            gates.check_user_code(spec, tenant)
-            spec = gates.confine_paths(spec, plane.settings.storage_root,
-                                       lambda job_id, s=s, t=tenant.id: repo.get_job(s, job_id, tenant_id=t) is not None)
+
+    def write(s: Session) -> tuple[dict, bool]:
+        if key is not None and (existing := repo.find_by_idempotency_key(s, principal.tenant_id, key)):
+            if existing.body_sha256 != body_sha:
+                raise repo.IdempotencyConflict(
+                    "idempotency-key: already used for a different job spec or priority; use a new key")
+            return job_out(existing), False
+        # Quotas are checked under the tenant's row lock, so concurrent submits (on any replica)
+        # cannot both take the last place.
+        tenant = repo.lock_tenant(s, principal.tenant_id)
+        gates.check_user_code(spec, tenant)
+        confined = gates.confine_paths(spec, plane.settings.storage_root,
+                                       lambda job_id: repo.get_job(s, job_id, tenant_id=tenant.id) is not None)
+        if repo.count_open_jobs(s, tenant.id) >= limit:
+            raise repo.QuotaExceeded(repo.quota_message(limit))
         try:
-            with plane.sessions.begin() as s:
-                # Quotas are checked under the tenant's row lock, so concurrent submits (on any
-                # replica) cannot both take the last place.
-                tenant = repo.lock_tenant(s, principal.tenant_id)
-                if repo.count_open_jobs(s, tenant.id) >= limit:
-                    raise repo.QuotaExceeded(repo.quota_message(limit))
-                quotas.check_submit(s, tenant, spec.world_size)
-                job = repo.create_job(s, tenant.id, spec, priority, body_sha, key, max_open_jobs=None)
-                return job_out(job), True
+            quotas.check_submit(s, tenant, confined.world_size)
         except quotas.NeverWithinQuota as exc:
             raise ApiError(422, str(exc), [{"field": "resources.workers", "message": str(exc)}]) from None
-        except IntegrityError:  # the unique (tenant, key) constraint: never two jobs for one key
-            if key is None:
-                raise
-    raise ApiError(409, "idempotency-key: concurrent submits with this key; retry")
+        job = repo.create_job(s, tenant.id, confined, priority, body_sha, key, max_open_jobs=None)
+        return job_out(job), True
+
+    return write
 
 
 @router.get("")
@@ -105,13 +120,16 @@ def list_jobs(
 
 
 @router.get("/{job_id}")
-async def get_job(job_id: str, plane: PlaneDep, principal: PrincipalDep) -> JSONResponse:
-    return JSONResponse(await run_in_threadpool(_read_job, plane, job_id, principal))
+async def get_job(job_id: str, plane: PlaneDep, principal: PrincipalDep) -> FastJSONResponse:
+    return FastJSONResponse(await run_in_threadpool(_read_job, plane, job_id, principal))
 
 
 def _read_job(plane: ControlPlane, job_id: str, principal: Principal) -> dict:
-    with plane.sessions() as s:
-        return job_out(job_or_404(s, job_id, principal))
+    with plane.sessions() as s:  # a plain row, not an ORM object: this is the API's hottest read
+        row = repo.job_row(s, job_id, principal.tenant_id)
+    if row is None:
+        raise job_not_found(job_id)
+    return job_out(row)
 
 
 @router.post("/{job_id}/cancel", status_code=202)
@@ -122,7 +140,8 @@ def cancel_job(job_id: str, plane: PlaneDep, principal: PrincipalDep) -> dict:
         job = repo.get_job(s, job.id, lock=True)
         repo.request_cancel(s, job)  # 409 if the job already ended
         out = job_out(job)
-    if out["cancel_requested"] and plane.ray_ready.is_set():
+    # The supervisor hears it from the reconciler's next tick anyway; the primary tells it now.
+    if out["cancel_requested"] and not plane.api_only and plane.ray_ready.is_set():
         from service.supervisor.actor import find_supervisor
 
         handle = find_supervisor(out["supervisor"])

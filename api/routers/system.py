@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -34,4 +35,10 @@ def readyz(plane: PlaneDep) -> JSONResponse:
 
 @router.get("/metrics", response_class=Response)
 def prometheus(plane: PlaneDep) -> Response:
+    if plane.api_only:  # an API worker: the primary holds the live series (and counts ours)
+        try:
+            upstream = httpx.get(f"{plane.shared.primary_url}/metrics", timeout=10)
+        except httpx.TransportError as exc:
+            return Response(f"the primary process did not answer: {type(exc).__name__}\n", status_code=503)
+        return Response(upstream.content, status_code=upstream.status_code, media_type=CONTENT_TYPE_LATEST)
     return Response(render(plane.registry), media_type=CONTENT_TYPE_LATEST)

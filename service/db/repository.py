@@ -219,6 +219,12 @@ def get_job(s: Session, job_id: str, tenant_id: str | None = None, lock: bool = 
     return s.scalar(q)
 
 
+def job_row(s: Session, job_id: str, tenant_id: str):
+    """A tenant's job as a plain row (attribute access like a Job), or None."""
+    t = Job.__table__
+    return s.execute(select(t).where(t.c.id == job_id, t.c.tenant_id == tenant_id)).first()
+
+
 def list_jobs(s: Session, tenant_id: str, state: str | None, limit: int, offset: int) -> list[Job]:
     q = select(Job).where(Job.tenant_id == tenant_id)
     if state:

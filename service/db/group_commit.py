@@ -1,0 +1,92 @@
+"""Group commit: the small write transactions of concurrent requests (job submits, audit records)
+run together, one transaction per batch, on one writer thread.
+
+Under load most of a small transaction's cost is fixed (the write lock, BEGIN, COMMIT, the
+session): a batch pays it once. Each write is a function of the open session that checks first
+and then writes, so an exception it raises (a quota, a conflict) has written nothing: it goes to
+its own caller and the batch goes on. A failure at flush or commit (e.g. a unique key another
+process took meanwhile) rolls the batch back, and its writes are retried one per transaction,
+so each caller gets its own outcome. A caller is answered only after its write is committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from service.db.engine import Sessions
+
+log = logging.getLogger("trainyard.db")
+MAX_BATCH = 64
+
+
+class GroupCommit:
+    def __init__(self, sessions: Sessions, name: str = "trainyard-writer"):
+        self.sessions = sessions
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, write: Callable[[Any], Any]) -> Future:
+        """write(session) -> result, run in a batch transaction; the future resolves after commit."""
+        future: Future = Future()
+        self._queue.put((write, future))
+        return future
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)  # finish this batch, then stop
+                    break
+                batch.append(item)
+            try:
+                self._commit(batch)
+            except Exception as exc:  # noqa: BLE001 - the batch failed as a whole: one by one
+                if len(batch) == 1:
+                    _fail(batch[0][1], exc)
+                    continue
+                log.info("a batch of %d writes failed at commit (%s); retrying each alone", len(batch), exc)
+                for one in batch:
+                    try:
+                        self._commit([one])
+                    except Exception as exc_one:  # noqa: BLE001
+                        _fail(one[1], exc_one)
+
+    def _commit(self, batch: list) -> None:
+        done: list[tuple[Future, Any]] = []
+        with self.sessions.begin() as s:
+            for write, future in batch:
+                if future.done():  # answered by an earlier try of this batch
+                    continue
+                try:
+                    done.append((future, write(s)))
+                except SQLAlchemyError:  # the session may hold half a write: the batch as a whole fails
+                    raise
+                except Exception as exc:  # the write's own refusal: it wrote nothing
+                    _fail(future, exc)
+        for future, result in done:  # committed
+            future.set_result(result)
+
+
+def _fail(future: Future, exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
