@@ -1,6 +1,7 @@
 """API load and start-latency benchmark against the live service (not a test; prints tables).
 
-1. SQLite with one replica, PostgreSQL with one and with two replicas (`trainyard serve`
+1. SQLite and PostgreSQL, each with one process and with `--workers 2` (two API processes on
+   one socket, one per core here), and PostgreSQL with two replicas (`trainyard serve`
    processes with their scheduler paused, so jobs stay QUEUED; the connections are spread
    over the replicas, the submissions over four tenants): concurrent submissions (each with
    its own Idempotency-Key), then concurrent reads. One table: submits/s, reads/s, p50/p99
@@ -101,14 +102,16 @@ def pct(values: list[float], q: float) -> float:
 # --- part 1: submits and reads ----------------------------------------------------
 
 
-CONFIGS = [("SQLite, 1 replica", "sqlite", 1), ("PostgreSQL, 1 replica", "postgresql", 1),
-           ("PostgreSQL, 2 replicas", "postgresql", 2)]
+# (label, database, replicas, API processes per replica: `trainyard serve --workers`)
+CONFIGS = [("SQLite, 1 process", "sqlite", 1, 1), ("SQLite, --workers 2", "sqlite", 1, 2),
+           ("PostgreSQL, 1 process", "postgresql", 1, 1), ("PostgreSQL, --workers 2", "postgresql", 1, 2),
+           ("PostgreSQL, 2 replicas", "postgresql", 2, 1)]
 TENANTS = 4
 QUIET = {"TRAINYARD_SCHEDULER_ENABLED": "false", "TRAINYARD_MAX_ACTIVE_JOBS_PER_TENANT": "1000000",
          "TRAINYARD_WARM_WORKERS": "0", "TRAINYARD_STANDBY_SUPERVISORS": "0", "TRAINYARD_RATE_LIMIT_PER_S": "0"}
 
 
-def load_config(name: str, backend: str, replicas: int, ray_address: str, args) -> dict:
+def load_config(name: str, backend: str, replicas: int, workers: int, ray_address: str, args) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"ty-bench-{backend}-{replicas}-"))
     schema = None
     if backend == "sqlite":
@@ -116,7 +119,8 @@ def load_config(name: str, backend: str, replicas: int, ray_address: str, args) 
     else:
         schema = create_pg_schema()
         url = pg_schema_url(schema)
-    servers = [Server(root / f"home-{i}", url, ray_address, **QUIET, **RAY_ENV) for i in range(replicas)]
+    servers = [Server(root / f"home-{i}", url, ray_address, TRAINYARD_API_WORKERS=str(workers), **QUIET, **RAY_ENV)
+               for i in range(replicas)]
     try:
         for server in servers:
             server.start(timeout=args.step_timeout_s)  # a busy host can take minutes to import and migrate
@@ -367,6 +371,7 @@ def main() -> None:
     parser.add_argument("--budget-s", type=int, default=1800, help="the whole run; then clean up and exit")
     parser.add_argument("--skip-start", action="store_true", help="only the API load part")
     parser.add_argument("--skip-load", action="store_true", help="only the start-latency part")
+    parser.add_argument("--only", default="", help="only the load configurations whose label contains this")
     args = parser.parse_args()
 
     def out_of_time(*_):
@@ -387,7 +392,8 @@ def main() -> None:
 
 
 def load_tables(head: RayHead, args) -> None:
-    rows = [load_config(name, backend, replicas, head.address, args) for name, backend, replicas in CONFIGS]
+    rows = [load_config(name, backend, replicas, workers, head.address, args)
+            for name, backend, replicas, workers in CONFIGS if not args.only or args.only.lower() in name.lower()]
     table = Table(title=f"API load: {args.submits} submits then {args.reads} reads, {args.concurrency} connections "
                         f"(spread over the replicas), {TENANTS} tenants, scheduler paused")
     for col in ("configuration", "submits/s", "submit p50 ms", "submit p99 ms", "reads/s", "read p50 ms",

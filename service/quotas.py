@@ -22,20 +22,29 @@ class NeverWithinQuota(Exception):
     """The job alone asks for more workers than the tenant may ever hold."""
 
 
-def check_submit(s: Session, tenant: Tenant, workers: int) -> None:
+def locked_usage(s: Session, tenant_id: str) -> tuple[Tenant, repo.Usage]:
+    """The tenant, row-locked, and its usage: read once per transaction. The submits that share a
+    transaction (service/db/group_commit.py) then count each other through `Usage.add_queued`."""
+    cache = s.info.setdefault("tenant_usage", {})
+    if tenant_id not in cache:
+        cache[tenant_id] = (repo.lock_tenant(s, tenant_id), repo.tenant_usage(s, tenant_id))
+    return cache[tenant_id]
+
+
+def check_submit(tenant: Tenant, usage: repo.Usage, workers: int) -> None:
     """Raise QuotaExceeded (429) or NeverWithinQuota (422) if this tenant may not queue a job of `workers`."""
     cap = tenant.max_workers
     if cap is not None and workers > cap:
         raise NeverWithinQuota(f"resources.workers: the job needs {workers} workers but tenant {tenant.name!r} "
                                f"may hold at most {cap} at once (its max_workers quota)")
-    queued, active_workers, queued_workers = repo.tenant_usage(s, tenant.id)
-    if tenant.max_queued_jobs is not None and queued >= tenant.max_queued_jobs:
-        raise repo.QuotaExceeded(f"quota: tenant {tenant.name!r} has {queued} queued jobs, its max_queued_jobs "
-                                 f"quota; wait for some to start or cancel them")
-    if cap is not None and tenant.quota_mode == "reject" and active_workers + queued_workers + workers > cap:
+    if tenant.max_queued_jobs is not None and usage.queued >= tenant.max_queued_jobs:
+        raise repo.QuotaExceeded(f"quota: tenant {tenant.name!r} has {usage.queued} queued jobs, its "
+                                 f"max_queued_jobs quota; wait for some to start or cancel them")
+    held = usage.active_workers + usage.queued_workers
+    if cap is not None and tenant.quota_mode == "reject" and held + workers > cap:
         raise repo.QuotaExceeded(
-            f"quota: tenant {tenant.name!r} has {active_workers} workers running and {queued_workers} queued; "
-            f"{workers} more would pass its max_workers quota of {cap} (quota_mode reject)")
+            f"quota: tenant {tenant.name!r} has {usage.active_workers} workers running and {usage.queued_workers} "
+            f"queued; {workers} more would pass its max_workers quota of {cap} (quota_mode reject)")
 
 
 def admissible(s: Session, queue: list[Job]) -> list[Job]:

@@ -93,17 +93,18 @@ def _store(plane: ControlPlane, principal: Principal, spec: JobSpec, priority: i
             return job_out(existing), False
         # Quotas are checked under the tenant's row lock, so concurrent submits (on any replica)
         # cannot both take the last place.
-        tenant = repo.lock_tenant(s, principal.tenant_id)
+        tenant, usage = quotas.locked_usage(s, principal.tenant_id)
         gates.check_user_code(spec, tenant)
         confined = gates.confine_paths(spec, plane.settings.storage_root,
                                        lambda job_id: repo.get_job(s, job_id, tenant_id=tenant.id) is not None)
-        if repo.count_open_jobs(s, tenant.id) >= limit:
+        if usage.open_jobs >= limit:
             raise repo.QuotaExceeded(repo.quota_message(limit))
         try:
-            quotas.check_submit(s, tenant, confined.world_size)
+            quotas.check_submit(tenant, usage, confined.world_size)
         except quotas.NeverWithinQuota as exc:
             raise ApiError(422, str(exc), [{"field": "resources.workers", "message": str(exc)}]) from None
         job = repo.create_job(s, tenant.id, confined, priority, body_sha, key, max_open_jobs=None)
+        usage.add_queued(confined.world_size)
         return job_out(job), True
 
     return write

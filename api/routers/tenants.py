@@ -63,9 +63,9 @@ def list_tenants(s: SessionDep, _: AdminDep) -> dict:
 def get_tenant(tenant_id: str, s: SessionDep, _: AdminDep) -> dict:
     """A tenant (by id or name) with what it uses now against its quotas."""
     tenant = tenant_or_404(s, tenant_id)
-    queued, active_workers, queued_workers = repo.tenant_usage(s, tenant.id)
-    return {**tenant_out(tenant), "usage": {"queued_jobs": queued, "running_workers": active_workers,
-                                            "queued_workers": queued_workers}}
+    usage = repo.tenant_usage(s, tenant.id)
+    return {**tenant_out(tenant), "usage": {"queued_jobs": usage.queued, "running_workers": usage.active_workers,
+                                            "queued_workers": usage.queued_workers}}
 
 
 @router.patch("/{tenant_id}")

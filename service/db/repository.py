@@ -10,6 +10,7 @@ import hashlib
 import secrets
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from sqlalchemy import delete, func, select
@@ -169,15 +170,36 @@ def count_open_jobs(s: Session, tenant_id: str) -> int:
                     .where(Job.tenant_id == tenant_id, Job.state.in_(open_states))) or 0
 
 
-def tenant_usage(s: Session, tenant_id: str) -> tuple[int, int, int]:
-    """(queued jobs, workers of running jobs, workers of queued jobs) of one tenant."""
+@dataclass
+class Usage:
+    """What one tenant holds now: its queued jobs and their workers, its running ones' workers."""
+
+    queued: int
+    active: int
+    queued_workers: int
+    active_workers: int
+
+    @property
+    def open_jobs(self) -> int:
+        return self.queued + self.active
+
+    def add_queued(self, workers: int) -> None:
+        self.queued += 1
+        self.queued_workers += workers
+
+
+def tenant_usage(s: Session, tenant_id: str) -> Usage:
     rows = s.execute(select(Job.state, func.count(), func.coalesce(func.sum(Job.world_size), 0))
                      .where(Job.tenant_id == tenant_id, Job.state.in_([JobState.QUEUED, *ACTIVE]))
                      .group_by(Job.state)).all()
-    queued = sum(n for state, n, _ in rows if state == JobState.QUEUED)
-    queued_workers = sum(int(w) for state, _, w in rows if state == JobState.QUEUED)
-    active_workers = sum(int(w) for state, _, w in rows if state != JobState.QUEUED)
-    return queued, active_workers, queued_workers
+    usage = Usage(0, 0, 0, 0)
+    for state, n, workers in rows:
+        if state == JobState.QUEUED:
+            usage.queued, usage.queued_workers = n, int(workers)
+        else:
+            usage.active += n
+            usage.active_workers += int(workers)
+    return usage
 
 
 def active_workers_by_tenant(s: Session) -> dict[str, int]:
