@@ -1,9 +1,10 @@
 """`trainyard serve --workers N`: N processes answer the API on one listening socket.
 
 One Python process tops out at one core: the GIL serialises request handling. With N > 1 the
-`trainyard serve` process (the primary) binds the socket, runs the whole control plane (Ray,
-scheduler, reconciler, leader lease) and answers requests, and spawns N - 1 API workers that
-accept on the same socket (the kernel hands each new connection to one of them). API workers
+`trainyard serve` process (the primary) runs the whole control plane (Ray, scheduler,
+reconciler, leader lease) and answers requests, and spawns N - 1 API workers. Each process
+listens on the port with SO_REUSEPORT, so the kernel spreads new connections evenly over them
+(one shared socket would not: an event loop that wakes first accepts a whole burst). API workers
 answer from the shared database and a little shared state (service/shared_state.py); they never
 connect to Ray. Their HTTP timings go to the primary, and a /metrics request that reaches a worker
 is answered by the primary (over a private loopback port), so every scrape sees the whole server.
@@ -41,13 +42,14 @@ def run_uvicorn(app, options: dict, read_timeout_s: float, sockets: list[socket.
     uvicorn.Server(config).run(sockets=sockets)
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     sock.listen(2048)
-    sock.set_inheritable(True)
     return sock
 
 
@@ -57,11 +59,12 @@ def serve_processes(settings, host: str, port: int, workers: int) -> None:
     from service.shared_state import SharedState
 
     ctx = mp.get_context("spawn")  # never fork a process that holds threads and a Ray connection
-    public = listen(host, port)
+    public = listen(host, port, reuse_port=True)
+    port = public.getsockname()[1]  # the real one, if port 0 asked for any
     private = listen("127.0.0.1", 0)  # the workers' way to the primary's /metrics
-    shared = SharedState(ctx, f"http://127.0.0.1:{private.getsockname()[1]}")
+    shared = SharedState(ctx, f"http://127.0.0.1:{private.getsockname()[1]}", workers - 1)
     options = uvicorn_options(settings)
-    group = ApiWorkers(ctx, workers - 1, public, shared, options, settings.request_read_timeout_s)
+    group = ApiWorkers(ctx, workers - 1, (host, port), shared, options, settings.request_read_timeout_s)
 
     def started(plane) -> Callable[[], None]:
         drain = threading.Thread(target=_drain_http, args=(shared, plane), name="trainyard-http-timings", daemon=True)
@@ -84,8 +87,8 @@ class ApiWorkers:
     """The primary's API worker processes: started once the control plane is up (the database is
     migrated, the admin token exists), restarted when one dies, stopped with the primary."""
 
-    def __init__(self, ctx, n: int, sock: socket.socket, shared, options: dict, read_timeout_s: float):
-        self.ctx, self.n, self.sock, self.shared = ctx, n, sock, shared
+    def __init__(self, ctx, n: int, address: tuple[str, int], shared, options: dict, read_timeout_s: float):
+        self.ctx, self.n, self.address, self.shared = ctx, n, address, shared
         self.options, self.read_timeout_s = options, read_timeout_s
         self.procs: list = []
         self._stopping = threading.Event()
@@ -93,7 +96,7 @@ class ApiWorkers:
 
     def _spawn(self):
         proc = self.ctx.Process(target=api_worker_main, name="trainyard-api-worker", daemon=False,
-                                args=(self.sock, self.shared, self.options, self.read_timeout_s))
+                                args=(self.address, self.shared, self.options, self.read_timeout_s))
         proc.start()
         return proc
 
@@ -109,6 +112,7 @@ class ApiWorkers:
                 if not proc.is_alive() and proc.exitcode not in (0, None) and not self._stopping.is_set():
                     log.warning("API worker %d (pid %s) died with exit code %s; starting another",
                                 i, proc.pid, proc.exitcode)
+                    self.shared.worker_up(-1)  # it could not count itself out
                     self.procs[i] = self._spawn()
 
     def stop(self) -> None:
@@ -123,9 +127,10 @@ class ApiWorkers:
                 proc.join(5)
 
 
-def api_worker_main(sock: socket.socket, shared, options: dict, read_timeout_s: float) -> None:
+def api_worker_main(address: tuple[str, int], shared, options: dict, read_timeout_s: float) -> None:
     from api.app import create_app
     from service.settings import get_settings
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    sock = listen(*address, reuse_port=True)
     run_uvicorn(create_app(get_settings(), shared, api_only=True), options, read_timeout_s, sockets=[sock])

@@ -80,6 +80,7 @@ class ControlPlane:
         self.settings.home.mkdir(parents=True, exist_ok=True)
         if self.api_only:
             gc.freeze()  # as the primary does once it is up: no full GC passes over the imports
+            self.shared.worker_up(+1)
             return
         migrate(self.engine)
         self.bootstrap_admin()
@@ -97,6 +98,7 @@ class ControlPlane:
     def stop(self) -> None:
         self.writes.close()
         if self.api_only:
+            self.shared.worker_up(-1)
             self.engine.dispose()
             return
         self._stop.set()

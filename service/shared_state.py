@@ -13,7 +13,9 @@ from multiprocessing.context import SpawnContext
 
 
 class SharedState:
-    def __init__(self, ctx: SpawnContext, primary_url: str):
+    def __init__(self, ctx: SpawnContext, primary_url: str, api_workers: int):
+        self.api_workers = api_workers  # spawned beside the primary
+        self.api_workers_up = ctx.Value(ctypes.c_int, 0)  # counted by each worker once it serves
         self.ray_ready = ctx.Event()
         self.wake = ctx.Event()
         self.http = ctx.Queue(maxsize=50_000)
@@ -44,3 +46,11 @@ class SharedState:
             self.http.put_nowait((method, route, status, seconds))
         except queue.Full:  # the primary is behind: a lost timing, never a slower request
             pass
+
+    def worker_up(self, delta: int) -> None:
+        with self.api_workers_up.get_lock():
+            self.api_workers_up.value += delta
+
+    def workers_check(self) -> str:
+        up = self.api_workers_up.value
+        return "ok" if up >= self.api_workers else f"{up} of {self.api_workers} API worker processes serving"

@@ -28,6 +28,7 @@ from api.schemas import job_out
 from service import quotas
 from service.control import ControlPlane
 from service.db import repository as repo
+from service.db.models import Job
 from service.lifecycle import JobState
 from service.scheduler import demand_of, never_fits
 from workers.spec import JobSpec, parse_spec
@@ -65,13 +66,14 @@ async def submit_job(
     write = _store(plane, principal, spec, priority, body_sha, idempotency_key)
     for _ in range(2):
         try:
-            job, created = await asyncio.wrap_future(plane.writes.submit(write))
+            job, created = await asyncio.wrap_future(plane.writes.submit(write, lock_order=principal.tenant_id))
             break
         except IntegrityError:  # the same key, committed meanwhile by another process: read its job
             if idempotency_key is None:
                 raise
     else:
         raise ApiError(409, "idempotency-key: concurrent submits with this key; retry")
+    job = job_out(job)  # after commit: the row's defaults are filled in
     request.state.audit_target = job["id"]
     if created:
         plane.wake.set()
@@ -80,17 +82,17 @@ async def submit_job(
 
 
 def _store(plane: ControlPlane, principal: Principal, spec: JobSpec, priority: int, body_sha: str,
-           key: str | None) -> Callable[[Session], tuple[dict, bool]]:
+           key: str | None) -> Callable[[Session], tuple[Job, bool]]:
     """The submit's write, run with other submits in one transaction (service/db/group_commit.py):
     every check first, then the insert."""
     limit = plane.settings.max_active_jobs_per_tenant
 
-    def write(s: Session) -> tuple[dict, bool]:
+    def write(s: Session) -> tuple[Job, bool]:
         if key is not None and (existing := repo.find_by_idempotency_key(s, principal.tenant_id, key)):
             if existing.body_sha256 != body_sha:
                 raise repo.IdempotencyConflict(
                     "idempotency-key: already used for a different job spec or priority; use a new key")
-            return job_out(existing), False
+            return existing, False
         # Quotas are checked under the tenant's row lock, so concurrent submits (on any replica)
         # cannot both take the last place.
         tenant, usage = quotas.locked_usage(s, principal.tenant_id)
@@ -105,7 +107,7 @@ def _store(plane: ControlPlane, principal: Principal, spec: JobSpec, priority: i
             raise ApiError(422, str(exc), [{"field": "resources.workers", "message": str(exc)}]) from None
         job = repo.create_job(s, tenant.id, confined, priority, body_sha, key, max_open_jobs=None)
         usage.add_queued(confined.world_size)
-        return job_out(job), True
+        return job, True
 
     return write
 
@@ -126,8 +128,8 @@ async def get_job(job_id: str, plane: PlaneDep, principal: PrincipalDep) -> Fast
 
 
 def _read_job(plane: ControlPlane, job_id: str, principal: Principal) -> dict:
-    with plane.sessions() as s:  # a plain row, not an ORM object: this is the API's hottest read
-        row = repo.job_row(s, job_id, principal.tenant_id)
+    with plane.sessions.read() as c:  # a plain row, not an ORM object: this is the API's hottest read
+        row = repo.job_row(c, job_id, principal.tenant_id)
     if row is None:
         raise job_not_found(job_id)
     return job_out(row)

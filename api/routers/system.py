@@ -22,8 +22,10 @@ def healthz() -> dict:
 
 @router.get("/readyz")
 def readyz(plane: PlaneDep) -> JSONResponse:
-    """Ready: the database answers and Ray is connected."""
+    """Ready: the database answers, Ray is connected and every API process serves."""
     checks = {"database": "ok", "ray": "ok" if plane.ray_ready.is_set() else (plane.ray_error or "connecting")}
+    if plane.shared is not None:
+        checks["api_workers"] = plane.shared.workers_check()
     try:
         with plane.sessions() as s:
             s.execute(text("SELECT 1"))

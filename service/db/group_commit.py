@@ -33,10 +33,12 @@ class GroupCommit:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, write: Callable[[Any], Any]) -> Future:
-        """write(session) -> result, run in a batch transaction; the future resolves after commit."""
+    def submit(self, write: Callable[[Any], Any], lock_order: str = "") -> Future:
+        """write(session) -> result, run in a batch transaction; the future resolves after commit.
+        A batch runs its writes sorted by `lock_order` (the key of the row lock a write takes, e.g.
+        its tenant), so concurrent batches on other replicas lock in the same order: no deadlock."""
         future: Future = Future()
-        self._queue.put((write, future))
+        self._queue.put((lock_order, write, future))
         return future
 
     def close(self) -> None:
@@ -62,19 +64,19 @@ class GroupCommit:
                 self._commit(batch)
             except Exception as exc:  # noqa: BLE001 - the batch failed as a whole: one by one
                 if len(batch) == 1:
-                    _fail(batch[0][1], exc)
+                    _fail(batch[0][2], exc)
                     continue
                 log.info("a batch of %d writes failed at commit (%s); retrying each alone", len(batch), exc)
                 for one in batch:
                     try:
                         self._commit([one])
                     except Exception as exc_one:  # noqa: BLE001
-                        _fail(one[1], exc_one)
+                        _fail(one[2], exc_one)
 
     def _commit(self, batch: list) -> None:
         done: list[tuple[Future, Any]] = []
         with self.sessions.begin() as s:
-            for write, future in batch:
+            for _, write, future in sorted(batch, key=lambda item: item[0]):  # stable: FIFO per key
                 if future.done():  # answered by an earlier try of this batch
                     continue
                 try:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Connection, delete, func, select
 from sqlalchemy.orm import Session
 
 from service.db.models import ApiToken, AuditRecord, Checkpoint, Job, JobEvent, JobMetric, Tenant, utcnow
@@ -161,7 +161,13 @@ def list_audit(s: Session, tenant_id: str | None, action: str | None, after_id: 
 
 
 def find_by_idempotency_key(s: Session, tenant_id: str, key: str) -> Job | None:
-    return s.scalar(select(Job).where(Job.tenant_id == tenant_id, Job.idempotency_key == key))
+    """Also a job this transaction added and has not flushed yet (an earlier submit of the same
+    group-commit batch): not flushing here lets the batch's inserts go out together at commit."""
+    for obj in s.new:
+        if isinstance(obj, Job) and obj.tenant_id == tenant_id and obj.idempotency_key == key:
+            return obj
+    with s.no_autoflush:
+        return s.scalar(select(Job).where(Job.tenant_id == tenant_id, Job.idempotency_key == key))
 
 
 def count_open_jobs(s: Session, tenant_id: str) -> int:
@@ -208,8 +214,10 @@ def active_workers_by_tenant(s: Session) -> dict[str, int]:
 
 
 def lock_tenant(s: Session, tenant_id: str) -> Tenant | None:
-    """Serialises a tenant's submits (row lock on PostgreSQL; SQLite has one writer anyway)."""
-    return s.get(Tenant, tenant_id, with_for_update=True)
+    """Serialises a tenant's submits (row lock on PostgreSQL; SQLite has one writer anyway).
+    FOR NO KEY UPDATE: other transactions' foreign-key checks on the tenant (their job and audit
+    inserts) do not wait for it."""
+    return s.get(Tenant, tenant_id, with_for_update={"key_share": True})
 
 
 def quota_message(limit: int) -> str:
@@ -222,12 +230,12 @@ def create_job(s: Session, tenant_id: str, spec: JobSpec, priority: int, body_sh
     if max_open_jobs is not None and count_open_jobs(s, tenant_id) >= max_open_jobs:
         raise QuotaExceeded(quota_message(max_open_jobs))
     r = spec.resources
-    job = Job(id=uuid.uuid4().hex[:16], tenant_id=tenant_id, name=spec.name, spec=spec.model_dump(mode="json"),
-              state=JobState.QUEUED, priority=priority, world_size=spec.world_size,
+    now = utcnow()  # at the submit, not at the (possibly later, batched) flush: FIFO order holds
+    job = Job(id=uuid.uuid4().hex[:16], tenant_id=tenant_id, created_at=now, updated_at=now, name=spec.name,
+              spec=spec.model_dump(mode="json"), state=JobState.QUEUED, priority=priority, world_size=spec.world_size,
               cpus=r.cpus_per_worker * spec.world_size, gpus=r.gpus_per_worker * spec.world_size,
               total_steps=spec.train.steps, idempotency_key=idempotency_key, body_sha256=body_sha256)
-    s.add(job)
-    s.flush()
+    s.add(job)  # flushed with the rest of the transaction (its id is already set)
     add_event(s, job.id, "state", "job accepted", state=JobState.QUEUED, data={"to": "QUEUED"})
     return job
 
@@ -241,7 +249,7 @@ def get_job(s: Session, job_id: str, tenant_id: str | None = None, lock: bool = 
     return s.scalar(q)
 
 
-def job_row(s: Session, job_id: str, tenant_id: str):
+def job_row(s: Session | Connection, job_id: str, tenant_id: str):
     """A tenant's job as a plain row (attribute access like a Job), or None."""
     t = Job.__table__
     return s.execute(select(t).where(t.c.id == job_id, t.c.tenant_id == tenant_id)).first()

@@ -55,7 +55,8 @@ def test_two_processes_share_the_load_and_the_metrics(db_url, ray_address, tmp_p
     server = Server(tmp_path / "home", db_url, ray_address, **QUIET).start(timeout=180)
     replacement: list[int] = []
     try:
-        assert wait_until(lambda: len(_api_workers(server.proc.pid)) == 1, 60), "no API worker process started"
+        # ready only once every API process serves
+        assert server.client().get("/readyz").json()["checks"]["api_workers"] == "ok"
         [worker] = _api_workers(server.proc.pid)
         with server.client() as admin:
             token = admin.post("/v1/tenants", json={"name": "acme"}).json()["token"]
@@ -103,6 +104,7 @@ def test_two_processes_share_the_load_and_the_metrics(db_url, ray_address, tmp_p
         assert wait_until(lambda: _api_workers(server.proc.pid) not in ([], [worker]), 60)
         replacement = _api_workers(server.proc.pid)
         with server.client(token) as c:
+            assert wait_until(lambda: c.get("/readyz").json()["checks"]["api_workers"] == "ok", 60)
             assert all(c.get(f"/v1/jobs/{first[0][1]}").status_code == 200 for _ in range(20))
     finally:
         server.stop()
