@@ -27,7 +27,10 @@ def locked_usage(s: Session, tenant_id: str) -> tuple[Tenant, repo.Usage]:
     transaction (service/db/group_commit.py) then count each other through `Usage.add_queued`."""
     cache = s.info.setdefault("tenant_usage", {})
     if tenant_id not in cache:
-        cache[tenant_id] = (repo.lock_tenant(s, tenant_id), repo.tenant_usage(s, tenant_id))
+        # No flush first: what this transaction added so far belongs to other tenants (the batch
+        # runs sorted by tenant), so the batch's inserts still leave together at commit.
+        with s.no_autoflush:
+            cache[tenant_id] = (repo.lock_tenant(s, tenant_id), repo.tenant_usage(s, tenant_id))
     return cache[tenant_id]
 
 

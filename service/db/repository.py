@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sqlalchemy import Connection, delete, func, select
+from sqlalchemy import Connection, bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 from service.db.models import ApiToken, AuditRecord, Checkpoint, Job, JobEvent, JobMetric, Tenant, utcnow
@@ -166,8 +166,12 @@ def find_by_idempotency_key(s: Session, tenant_id: str, key: str) -> Job | None:
     for obj in s.new:
         if isinstance(obj, Job) and obj.tenant_id == tenant_id and obj.idempotency_key == key:
             return obj
-    with s.no_autoflush:
-        return s.scalar(select(Job).where(Job.tenant_id == tenant_id, Job.idempotency_key == key))
+    # A Core query for the id (a miss is the common case and costs no ORM loading), then the job.
+    job_id = s.connection().execute(_JOB_BY_KEY, {"tenant_id": tenant_id, "key": key}).scalar()
+    return s.get(Job, job_id) if job_id is not None else None
+
+
+_JOB_BY_KEY = select(Job.id).where(Job.tenant_id == bindparam("tenant_id"), Job.idempotency_key == bindparam("key"))
 
 
 def count_open_jobs(s: Session, tenant_id: str) -> int:
