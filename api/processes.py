@@ -1,4 +1,4 @@
-"""`trainyard serve --workers N`: N processes answer the API on one listening socket.
+"""`trainyard serve --workers N`: N processes answer the API on one port.
 
 One Python process tops out at one core: the GIL serialises request handling. With N > 1 the
 `trainyard serve` process (the primary) runs the whole control plane (Ray, scheduler,
@@ -59,7 +59,11 @@ def serve_processes(settings, host: str, port: int, workers: int) -> None:
     from service.shared_state import SharedState
 
     ctx = mp.get_context("spawn")  # never fork a process that holds threads and a Ray connection
-    public = listen(host, port, reuse_port=True)
+    try:  # refused if anyone holds the port, even another reuse-port server (which would share it)
+        listen(host, port).close()
+        public = listen(host, port, reuse_port=True)
+    except OSError as exc:
+        raise SystemExit(f"trainyard serve: cannot listen on {host}:{port}: {exc.strerror}") from None
     port = public.getsockname()[1]  # the real one, if port 0 asked for any
     private = listen("127.0.0.1", 0)  # the workers' way to the primary's /metrics
     shared = SharedState(ctx, f"http://127.0.0.1:{private.getsockname()[1]}", workers - 1)

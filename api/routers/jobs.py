@@ -14,14 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api import gates
-from api.deps import (
-    PlaneDep,
-    Principal,
-    PrincipalDep,
-    SessionDep,
-    job_not_found,
-    job_or_404,
-)
+from api.deps import PlaneDep, Principal, PrincipalDep, SessionDep, job_not_found, job_or_404
 from api.errors import ApiError
 from api.responses import FastJSONResponse
 from api.schemas import job_out

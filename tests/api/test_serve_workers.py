@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -103,6 +105,10 @@ def test_two_processes_share_the_load_and_the_metrics(db_url, ray_address, tmp_p
         os.kill(worker, signal.SIGKILL)  # a crashed worker is replaced
         assert wait_until(lambda: _api_workers(server.proc.pid) not in ([], [worker]), 60)
         replacement = _api_workers(server.proc.pid)
+        # A second server on the same port is refused, not silently given half the connections.
+        second = subprocess.run([sys.executable, "-m", "api.cli", "serve"], env=server.env, capture_output=True,
+                                text=True, timeout=120, cwd=Path(__file__).parents[2])
+        assert second.returncode != 0 and "address already in use" in second.stderr.lower(), second.stderr[-2000:]
         with server.client(token) as c:
             assert wait_until(lambda: c.get("/readyz").json()["checks"]["api_workers"] == "ok", 60)
             assert all(c.get(f"/v1/jobs/{first[0][1]}").status_code == 200 for _ in range(20))
