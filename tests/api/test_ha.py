@@ -17,6 +17,7 @@ from tests.live import TERMINAL, Server, create_pg_schema, drop_pg_schema, pg_sc
 pytestmark = pytest.mark.slow
 LEASE_TTL_S = 3
 JOBS = 3
+STEPS = 1000  # long enough that a job that started warm is still running when the last one starts
 
 
 @pytest.fixture
@@ -59,7 +60,7 @@ def test_killing_the_leader_loses_and_duplicates_nothing(replicas):
     leader = _leader(url, pair)
     follower = next(server for server in pair if server is not leader)
     _, token_before = _lease(url)
-    spec = tiny_spec(**{"resources.workers": 2, "train.steps": 240, "checkpoint.every_steps": 40})
+    spec = tiny_spec(**{"resources.workers": 2, "train.steps": STEPS, "checkpoint.every_steps": 100})
     ids = []
     for i in range(JOBS):  # submitted across both replicas
         with pair[i % 2].client() as c:
@@ -84,7 +85,7 @@ def test_killing_the_leader_loses_and_duplicates_nothing(replicas):
         holder, token = _lease(url)
         assert int(holder.split(":")[1]) == follower.proc.pid and token == token_before + 1
         for job in done:
-            assert job["state"] == "SUCCEEDED" and job["step"] == 240 and job["restarts"] == 0, job
+            assert job["state"] == "SUCCEEDED" and job["step"] == STEPS and job["restarts"] == 0, job
             events = c.get(f"/v1/jobs/{job['id']}/events").json()["events"]
             _assert_once(c, job, events, storage)
         assert any("reattach" in [e["kind"] for e in c.get(f"/v1/jobs/{i}/events").json()["events"]] for i in ids)
@@ -102,7 +103,7 @@ def _assert_once(c: httpx.Client, job: dict, events: list[dict], storage) -> Non
     checkpoints = Counter(e["data"]["step"] for e in events if e["kind"] == "checkpoint")
     assert checkpoints and max(checkpoints.values()) == 1, checkpoints
     steps = [p["step"] for p in c.get(f"/v1/jobs/{job['id']}/metrics").json()["points"]]
-    assert steps == list(range(1, 241)), steps[:5]
+    assert steps == list(range(1, STEPS + 1)), steps[:5]
     assert not [e for e in events if e["kind"] in ("ignored_transition", "restart")], events
     # Every supervisor that takes the job logs its way to RUNNING once: exactly one ran it (epoch 1).
     log = (storage / "jobs" / job["id"] / "logs" / "supervisor.log").read_text()
