@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI
 from api.audit import AuditMiddleware
 from api.deps import require, require_by_method
 from api.errors import install_error_handlers
+from api.job_read_fast_path import JobReadFastPath
 from api.limits import BodyLimitMiddleware
 from api.ratelimit import TokenBuckets
 from api.request_metrics import RequestMetricsMiddleware
@@ -48,6 +49,7 @@ def create_app(settings: Settings | None = None, shared: SharedState | None = No
     app.add_middleware(AuditMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
                        read_timeout_s=settings.request_read_timeout_s)
+    app.add_middleware(JobReadFastPath)  # GET /v1/jobs/{id}'s plain success, without the framework
 
     def observe(method: str, route: str, status: int, seconds: float) -> None:
         plane = getattr(app.state, "plane", None)

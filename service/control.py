@@ -16,6 +16,7 @@ import time
 from service.db import repository as repo
 from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
 from service.db.group_commit import GroupCommit
+from service.db.job_reader import JobReader
 from service.leases import FencedSessions, LeaderLease, LeaseHeld, LeaseLost
 from service.metric_catalogue import LiveMetrics
 from service.metrics import make_registry
@@ -37,6 +38,7 @@ class ControlPlane:
         self.engine = make_engine(settings.db_url)
         self.sessions: Sessions = make_sessionmaker(self.engine)
         self.writes = GroupCommit(self.sessions)  # the API's small write transactions, batched
+        self.job_reader = JobReader(self.engine)  # the API's hottest read
         self.registry = make_registry(self.sessions)
         self.live = LiveMetrics(self.registry, settings.metrics_retention_s, settings.peak_flops_per_worker)
         self.ray_ready = shared.ray_ready if shared else threading.Event()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -21,7 +22,7 @@ class Settings(BaseSettings):
 
     # --- control plane (trainyard serve) ---
     host: str = "127.0.0.1"
-    port: int = 8600
+    port: int = Field(8600, ge=0, le=65535)
     max_body_bytes: int = 1_000_000  # larger request bodies get 413
     max_active_jobs_per_tenant: int = 10_000  # QUEUED + running jobs; more get 429
     scheduler_enabled: bool = True  # false = accept jobs but keep them QUEUED (maintenance, benchmarks)
@@ -32,8 +33,8 @@ class Settings(BaseSettings):
     access_log: bool = False
     warm_workers: int = 4  # size of the cluster's warm pool of rank workers (0 = none); CPU jobs take from it
     standby_supervisors: int = 1  # idle supervisors kept ready (torch imported) so a job starts at once
-    api_threads: int = 4  # threads for the API's blocking database calls (per process)
-    api_workers: int = 1  # processes answering the API (`trainyard serve --workers`); about one per core
+    api_threads: int = Field(4, ge=1)  # threads for the API's blocking database calls (per process)
+    api_workers: int = Field(1, ge=1)  # processes answering the API (`trainyard serve --workers`); about one per core
     metrics_retention_s: float = 600.0  # a finished job's live series (per rank, stage, event) are kept this long
     # true = a tenant's queued job that cannot be admitted checkpoints and requeues the tenant's
     # lower-priority running jobs (never another tenant's)
@@ -71,3 +72,9 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+def settings_errors(exc: Exception) -> list[str]:
+    """A settings ValidationError as one line per variable, named as the user sets it."""
+    return [f"{Settings.model_config['env_prefix']}{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}"
+            f" (got {e['input']!r})" for e in getattr(exc, "errors", lambda: [])()]

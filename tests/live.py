@@ -48,8 +48,8 @@ def free_port() -> int:
 class Server:
     """One real `trainyard serve` process (uvicorn) on a free port."""
 
-    def __init__(self, home: Path, database_url: str, ray_address: str = "", **env: str):
-        self.home, self.port = Path(home), free_port()
+    def __init__(self, home: Path, database_url: str, ray_address: str = "", *serve_args: str, **env: str):
+        self.home, self.port, self.serve_args = Path(home), free_port(), serve_args
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "TRAINYARD_HOME": str(home), "TRAINYARD_DATABASE_URL": database_url,
                     "TRAINYARD_RAY_ADDRESS": ray_address, "TRAINYARD_PORT": str(self.port),
@@ -61,7 +61,7 @@ class Server:
     def start(self, timeout: float = 90) -> "Server":
         self.home.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], env=self.env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "api.cli", "serve", *self.serve_args], env=self.env,
                                          stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parent.parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -121,8 +121,9 @@ async def get_job(job_id: str, plane: PlaneDep, principal: PrincipalDep) -> Fast
 
 
 def _read_job(plane: ControlPlane, job_id: str, principal: Principal) -> dict:
-    with plane.sessions.read() as c:  # a plain row, not an ORM object: this is the API's hottest read
-        row = repo.job_row(c, job_id, principal.tenant_id)
+    """Usually answered by api/job_read_fast_path.py; here when it steps aside (a token not yet in
+    the cache, a job that is not the caller's, ...), with the same reader."""
+    row = plane.job_reader.read(job_id, principal.tenant_id)
     if row is None:
         raise job_not_found(job_id)
     return job_out(row)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sqlalchemy import Connection, bindparam, delete, func, select
+from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 from service.db.models import ApiToken, AuditRecord, Checkpoint, Job, JobEvent, JobMetric, Tenant, utcnow
@@ -251,12 +251,6 @@ def get_job(s: Session, job_id: str, tenant_id: str | None = None, lock: bool = 
     if lock:
         q = q.with_for_update()
     return s.scalar(q)
-
-
-def job_row(s: Session | Connection, job_id: str, tenant_id: str):
-    """A tenant's job as a plain row (attribute access like a Job), or None."""
-    t = Job.__table__
-    return s.execute(select(t).where(t.c.id == job_id, t.c.tenant_id == tenant_id)).first()
 
 
 def list_jobs(s: Session, tenant_id: str, state: str | None, limit: int, offset: int) -> list[Job]:

@@ -65,3 +65,17 @@ def test_failures_exit_non_zero_with_the_reason(embedded, tmp_path):
     assert unreadable.returncode == 2
     env_down = cli(Server(embedded.home, ""), "list")  # nothing listens on that port
     assert env_down.returncode == 1 and "cannot reach the service" in env_down.stderr
+
+
+@pytest.mark.parametrize("variable, value, rule", [
+    ("TRAINYARD_API_WORKERS", "0", "greater than or equal to 1"),
+    ("TRAINYARD_API_THREADS", "-2", "greater than or equal to 1"),
+    ("TRAINYARD_PORT", "eighty", "valid integer"),
+])
+def test_serve_refuses_an_invalid_setting_by_name(tmp_path, variable, value, rule):
+    env = {**os.environ, "TRAINYARD_HOME": str(tmp_path), variable: value}
+    r = subprocess.run([sys.executable, "-m", "api.cli", "serve"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"invalid setting {variable}: Input should be" in r.stderr and rule in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "trainyard.db").exists()  # refused before anything was created

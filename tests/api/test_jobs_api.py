@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -88,3 +89,34 @@ def test_health_readiness_and_prometheus(queue_server, tenant):
     text = httpx.get(f"{queue_server.url}/metrics").text
     queued = [line for line in text.splitlines() if line.startswith('trainyard_jobs{state="QUEUED"}')]
     assert queued and float(queued[0].split()[-1]) >= 1
+
+
+def test_a_job_read_is_the_same_on_the_fast_and_the_full_path(queue_server):
+    """A token's first read takes the full route (the token is not cached yet); the next is the
+    fast path's (api/job_read_fast_path.py). Same bytes, same headers, same /metrics route."""
+    import re
+
+    import httpx
+
+    with queue_server.client() as admin:
+        created = admin.post("/v1/tenants", json={"name": f"fast-{uuid.uuid4().hex[:6]}"}).json()
+        reader = admin.post("/v1/tokens", json={"tenant": created["id"], "name": "dash",
+                                                "scopes": ["read"]}).json()["token"]
+    with queue_server.client(created["token"]) as owner:
+        job_id = owner.post("/v1/jobs", json=tiny_spec()).json()["id"]
+
+    def reads_counted() -> float:
+        text = httpx.get(f"{queue_server.url}/metrics").text
+        return sum(float(v) for v in re.findall(
+            r'^trainyard_http_request_duration_seconds_count\{[^}]*method="GET"[^}]*route="/v1/jobs/\{job_id\}"'
+            r'[^}]*status="200"[^}]*\} (\S+)$', text, re.M))
+
+    before = reads_counted()
+    with queue_server.client(reader) as dash:
+        full, fast = dash.get(f"/v1/jobs/{job_id}"), dash.get(f"/v1/jobs/{job_id}")
+        assert dash.get("/v1/jobs/not-a-job").status_code == 404  # and the fast path's misses still 404
+    assert full.status_code == fast.status_code == 200
+    assert fast.content == full.content and json.loads(fast.content)["id"] == job_id
+    assert {k: fast.headers[k] for k in ("content-type", "content-length")} == \
+           {k: full.headers[k] for k in ("content-type", "content-length")}
+    assert reads_counted() - before == 2

@@ -1,4 +1,4 @@
-"""`trainyard serve --workers 2` (TRAINYARD_API_WORKERS): a real primary and a real API worker
+"""`trainyard serve --workers 2` (or TRAINYARD_API_WORKERS=2): a real primary and a real API worker
 process on one socket, on SQLite and on PostgreSQL. Both answer; concurrent submits through
 both are stored exactly once; /metrics counts every process's requests on any connection; a
 killed worker is replaced; stopping the server leaves no process behind."""
@@ -22,8 +22,7 @@ from service.db.models import Job
 from tests.helpers import tiny_spec, wait_until
 from tests.live import Server
 
-QUIET = {"TRAINYARD_SCHEDULER_ENABLED": "false", "TRAINYARD_WARM_WORKERS": "0",
-         "TRAINYARD_STANDBY_SUPERVISORS": "0", "TRAINYARD_API_WORKERS": "2"}
+QUIET = {"TRAINYARD_SCHEDULER_ENABLED": "false", "TRAINYARD_WARM_WORKERS": "0", "TRAINYARD_STANDBY_SUPERVISORS": "0"}
 
 
 def _cpu_s(pid: int) -> float:
@@ -54,7 +53,7 @@ def _posted(metrics: str) -> int:
 
 
 def test_two_processes_share_the_load_and_the_metrics(db_url, ray_address, tmp_path):
-    server = Server(tmp_path / "home", db_url, ray_address, **QUIET).start(timeout=180)
+    server = Server(tmp_path / "home", db_url, ray_address, "--workers", "2", **QUIET).start(timeout=180)
     replacement: list[int] = []
     try:
         # ready only once every API process serves
