@@ -37,6 +37,15 @@ def outcome_of(status: int) -> str:
     return "error" if status >= 500 else "rejected"
 
 
+def audit_record(principal, method: str, route: str, status: int, target: str, detail: str = "",
+                 target_tenant_id: str | None = None) -> dict:
+    """The audit record's columns. A handler that writes its own record in its transaction (the
+    submit does: one commit for the job and its record) sets `request.state.audited`."""
+    return dict(tenant_id=principal.tenant_id, token_id=principal.token_id, token_name=principal.token_name,
+                action=ACTIONS.get((method, route), f"{method} {route}")[:32], target=str(target)[:128] or None,
+                target_tenant_id=target_tenant_id, status=status, outcome=outcome_of(status), detail=detail)
+
+
 class AuditMiddleware:
     def __init__(self, app):
         self.app = app
@@ -63,7 +72,7 @@ class AuditMiddleware:
         state = scope.get("state") or {}
         principal = state.get("principal")
         route = getattr(scope.get("route"), "path", None)
-        if principal is None or state.get("rate_limited") or route in UNAUDITED:
+        if principal is None or state.get("rate_limited") or route in UNAUDITED or state.get("audited"):
             return
         detail = ""
         if status >= 400:
@@ -72,13 +81,9 @@ class AuditMiddleware:
             except (ValueError, AttributeError):
                 detail = body[:200].decode(errors="replace")
         params = scope.get("path_params") or {}
-        record = dict(
-            tenant_id=principal.tenant_id, token_id=principal.token_id, token_name=principal.token_name,
-            action=ACTIONS.get((scope["method"], route), f"{scope['method']} {route or scope['path']}")[:32],
-            target=str(state.get("audit_target") or next(iter(params.values()), ""))[:128] or None,
-            target_tenant_id=state.get("audit_target_tenant",
-                                       principal.tenant_id if (route or "").startswith("/v1/jobs") else None),
-            status=status, outcome=outcome_of(status), detail=detail)
+        record = audit_record(principal, scope["method"], route or scope["path"], status,
+                              state.get("audit_target") or next(iter(params.values()), ""), detail,
+                              state.get("audit_target_tenant", principal.tenant_id if (route or "").startswith("/v1/jobs") else None))
         plane = scope["app"].state.plane
         try:  # committed with other requests' records and submits (service/db/group_commit.py)
             await asyncio.wrap_future(plane.writes.submit(lambda s: repo.add_audit(s, **record)))

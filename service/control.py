@@ -13,6 +13,7 @@ import os
 import threading
 import time
 
+from service import quotas
 from service.db import repository as repo
 from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
 from service.db.group_commit import GroupCommit
@@ -37,7 +38,8 @@ class ControlPlane:
         self.shared, self.api_only = shared, api_only
         self.engine = make_engine(settings.db_url)
         self.sessions: Sessions = make_sessionmaker(self.engine)
-        self.writes = GroupCommit(self.sessions)  # the API's small write transactions, batched
+        # the API's small write transactions, batched; a batch's submits are prepared at once
+        self.writes = GroupCommit(self.sessions, prepare=quotas.prepare_submits)
         self.job_reader = JobReader(self.engine)  # the API's hottest read
         self.registry = make_registry(self.sessions)
         self.live = LiveMetrics(self.registry, settings.metrics_retention_s, settings.peak_flops_per_worker)

@@ -34,6 +34,21 @@ def locked_usage(s: Session, tenant_id: str) -> tuple[Tenant, repo.Usage]:
     return cache[tenant_id]
 
 
+def prepare_submits(s: Session, submits: list[tuple[str, str | None]]) -> None:
+    """A group-commit batch's submits, (tenant id, idempotency key) each, prepared at once: all
+    their tenants locked (in id order, so concurrent batches cannot deadlock) and their usage read
+    in one statement each, and all their keys looked up in one. `locked_usage` and
+    `repo.find_by_idempotency_key` then answer from this transaction's cache."""
+    tenant_ids = sorted({tenant_id for tenant_id, _ in submits})
+    cache = s.info.setdefault("tenant_usage", {})
+    with s.no_autoflush:  # nothing added yet: the batch's inserts leave together at commit
+        tenants = {t.id: t for t in repo.lock_tenants(s, tenant_ids)}
+        usage = repo.tenants_usage(s, tenant_ids)
+        for tenant_id in tenant_ids:
+            cache[tenant_id] = (tenants.get(tenant_id), usage[tenant_id])
+        repo.prefetch_idempotency_keys(s, [(tenant_id, key) for tenant_id, key in submits if key is not None])
+
+
 def check_submit(tenant: Tenant, usage: repo.Usage, workers: int) -> None:
     """Raise QuotaExceeded (429) or NeverWithinQuota (422) if this tenant may not queue a job of `workers`."""
     cap = tenant.max_workers

@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api import gates
+from api.audit import audit_record
 from api.deps import PlaneDep, Principal, PrincipalDep, SessionDep, job_not_found, job_or_404
 from api.errors import ApiError
 from api.responses import FastJSONResponse
@@ -59,7 +60,8 @@ async def submit_job(
     write = _store(plane, principal, spec, priority, body_sha, idempotency_key)
     for _ in range(2):
         try:
-            job, created = await asyncio.wrap_future(plane.writes.submit(write, lock_order=principal.tenant_id))
+            job, created = await asyncio.wrap_future(plane.writes.submit(
+                write, lock_order=principal.tenant_id, hint=(principal.tenant_id, idempotency_key)))
             break
         except IntegrityError:  # the same key, committed meanwhile by another process: read its job
             if idempotency_key is None:
@@ -67,7 +69,7 @@ async def submit_job(
     else:
         raise ApiError(409, "idempotency-key: concurrent submits with this key; retry")
     job = job_out(job)  # after commit: the row's defaults are filled in
-    request.state.audit_target = job["id"]
+    request.state.audited = True  # with the job, in its transaction
     if created:
         plane.wake.set()
     return FastJSONResponse(job, status_code=201, headers={"Location": f"/v1/jobs/{job['id']}",
@@ -77,14 +79,19 @@ async def submit_job(
 def _store(plane: ControlPlane, principal: Principal, spec: JobSpec, priority: int, body_sha: str,
            key: str | None) -> Callable[[Session], tuple[Job, bool]]:
     """The submit's write, run with other submits in one transaction (service/db/group_commit.py):
-    every check first, then the insert."""
+    every check first, then the insert and the call's audit record (201; a refusal is audited by
+    api/audit.py)."""
     limit = plane.settings.max_active_jobs_per_tenant
+
+    def audited(job_id: str) -> dict:  # a submit's audit record commits with it (one commit, not two)
+        return audit_record(principal, "POST", "/v1/jobs", 201, job_id, target_tenant_id=principal.tenant_id)
 
     def write(s: Session) -> tuple[Job, bool]:
         if key is not None and (existing := repo.find_by_idempotency_key(s, principal.tenant_id, key)):
             if existing.body_sha256 != body_sha:
                 raise repo.IdempotencyConflict(
                     "idempotency-key: already used for a different job spec or priority; use a new key")
+            repo.add_audit(s, **audited(existing.id))
             return existing, False
         # Quotas are checked under the tenant's row lock, so concurrent submits (on any replica)
         # cannot both take the last place.
@@ -100,6 +107,7 @@ def _store(plane: ControlPlane, principal: Principal, spec: JobSpec, priority: i
             raise ApiError(422, str(exc), [{"field": "resources.workers", "message": str(exc)}]) from None
         job = repo.create_job(s, tenant.id, confined, priority, body_sha, key, max_open_jobs=None)
         usage.add_queued(confined.world_size)
+        repo.add_audit(s, **audited(job.id))
         return job, True
 
     return write

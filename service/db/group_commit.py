@@ -7,6 +7,10 @@ and then writes, so an exception it raises (a quota, a conflict) has written not
 its own caller and the batch goes on. A failure at flush or commit (e.g. a unique key another
 process took meanwhile) rolls the batch back, and its writes are retried one per transaction,
 so each caller gets its own outcome. A caller is answered only after its write is committed.
+
+`prepare(session, hints)`, if given, runs first in each batch's transaction with the hints its
+writes came with: it does at once what the writes would each do alone (for submits: lock the
+tenants and read their usage, look up the idempotency keys), which saves round trips.
 """
 
 from __future__ import annotations
@@ -27,18 +31,20 @@ MAX_BATCH = 64
 
 
 class GroupCommit:
-    def __init__(self, sessions: Sessions, name: str = "trainyard-writer"):
-        self.sessions = sessions
+    def __init__(self, sessions: Sessions, name: str = "trainyard-writer",
+                 prepare: Callable[[Any, list], None] | None = None):
+        self.sessions, self.prepare = sessions, prepare
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, write: Callable[[Any], Any], lock_order: str = "") -> Future:
+    def submit(self, write: Callable[[Any], Any], lock_order: str = "", hint: Any = None) -> Future:
         """write(session) -> result, run in a batch transaction; the future resolves after commit.
         A batch runs its writes sorted by `lock_order` (the key of the row lock a write takes, e.g.
-        its tenant), so concurrent batches on other replicas lock in the same order: no deadlock."""
+        its tenant), so concurrent batches on other replicas lock in the same order: no deadlock.
+        `hint` (not None) goes to `prepare`."""
         future: Future = Future()
-        self._queue.put((lock_order, write, future))
+        self._queue.put((lock_order, write, future, hint))
         return future
 
     def close(self) -> None:
@@ -76,7 +82,10 @@ class GroupCommit:
     def _commit(self, batch: list) -> None:
         done: list[tuple[Future, Any]] = []
         with self.sessions.begin() as s:
-            for _, write, future in sorted(batch, key=lambda item: item[0]):  # stable: FIFO per key
+            hints = [item[3] for item in batch if item[3] is not None and not item[2].done()]
+            if self.prepare and hints:
+                self.prepare(s, hints)
+            for _, write, future, _ in sorted(batch, key=lambda item: item[0]):  # stable: FIFO per key
                 if future.done():  # answered by an earlier try of this batch
                     continue
                 try:

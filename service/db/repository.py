@@ -166,12 +166,29 @@ def find_by_idempotency_key(s: Session, tenant_id: str, key: str) -> Job | None:
     for obj in s.new:
         if isinstance(obj, Job) and obj.tenant_id == tenant_id and obj.idempotency_key == key:
             return obj
+    prefetched = s.info.get("idempotency_keys", {})
+    if (tenant_id, key) in prefetched:
+        return prefetched[(tenant_id, key)]
     # A Core query for the id (a miss is the common case and costs no ORM loading), then the job.
     job_id = s.connection().execute(_JOB_BY_KEY, {"tenant_id": tenant_id, "key": key}).scalar()
     return s.get(Job, job_id) if job_id is not None else None
 
 
 _JOB_BY_KEY = select(Job.id).where(Job.tenant_id == bindparam("tenant_id"), Job.idempotency_key == bindparam("key"))
+
+
+def prefetch_idempotency_keys(s: Session, pairs: list[tuple[str, str]]) -> None:
+    """find_by_idempotency_key's answer for each (tenant id, key), in one query (on the unique
+    index's columns) for all: later lookups of these keys in this transaction need none."""
+    if not pairs:
+        return
+    rows = s.execute(select(Job.id, Job.tenant_id, Job.idempotency_key).where(
+        Job.tenant_id.in_({t for t, _ in pairs}), Job.idempotency_key.in_({k for _, k in pairs}))).all()
+    hits = {(tenant_id, key): job_id for job_id, tenant_id, key in rows if (tenant_id, key) in set(pairs)}
+    jobs = {job.id: job for job in s.scalars(select(Job).where(Job.id.in_(hits.values())))} if hits else {}
+    found = s.info.setdefault("idempotency_keys", {})
+    for pair in pairs:
+        found[pair] = jobs.get(hits.get(pair))
 
 
 def count_open_jobs(s: Session, tenant_id: str) -> int:
@@ -199,16 +216,20 @@ class Usage:
 
 
 def tenant_usage(s: Session, tenant_id: str) -> Usage:
-    rows = s.execute(select(Job.state, func.count(), func.coalesce(func.sum(Job.world_size), 0))
-                     .where(Job.tenant_id == tenant_id, Job.state.in_([JobState.QUEUED, *ACTIVE]))
-                     .group_by(Job.state)).all()
-    usage = Usage(0, 0, 0, 0)
-    for state, n, workers in rows:
+    return tenants_usage(s, [tenant_id])[tenant_id]
+
+
+def tenants_usage(s: Session, tenant_ids: list[str]) -> dict[str, Usage]:
+    rows = s.execute(select(Job.tenant_id, Job.state, func.count(), func.coalesce(func.sum(Job.world_size), 0))
+                     .where(Job.tenant_id.in_(tenant_ids), Job.state.in_([JobState.QUEUED, *ACTIVE]))
+                     .group_by(Job.tenant_id, Job.state)).all()
+    usage = {tenant_id: Usage(0, 0, 0, 0) for tenant_id in tenant_ids}
+    for tenant_id, state, n, workers in rows:
         if state == JobState.QUEUED:
-            usage.queued, usage.queued_workers = n, int(workers)
+            usage[tenant_id].queued, usage[tenant_id].queued_workers = n, int(workers)
         else:
-            usage.active += n
-            usage.active_workers += int(workers)
+            usage[tenant_id].active += n
+            usage[tenant_id].active_workers += int(workers)
     return usage
 
 
@@ -222,6 +243,12 @@ def lock_tenant(s: Session, tenant_id: str) -> Tenant | None:
     FOR NO KEY UPDATE: other transactions' foreign-key checks on the tenant (their job and audit
     inserts) do not wait for it."""
     return s.get(Tenant, tenant_id, with_for_update={"key_share": True})
+
+
+def lock_tenants(s: Session, tenant_ids: list[str]) -> list[Tenant]:
+    """lock_tenant for several tenants in one statement, locked in id order."""
+    return list(s.scalars(select(Tenant).where(Tenant.id.in_(tenant_ids)).order_by(Tenant.id)
+                          .with_for_update(key_share=True)))
 
 
 def quota_message(limit: int) -> str:

@@ -269,7 +269,9 @@ def test_state_changing_calls_are_audited(queue_server):
     tenant, token = new_tenant(queue_server, max_queued_jobs=1)
     row, reader = new_token(queue_server, tenant["id"], ["read"])
     with queue_server.client(token) as client:
-        job = client.post("/v1/jobs", json=tiny_spec()).json()
+        job = client.post("/v1/jobs", json=tiny_spec(), headers={"Idempotency-Key": "audit-1"}).json()
+        replay = client.post("/v1/jobs", json=tiny_spec(), headers={"Idempotency-Key": "audit-1"})
+        assert replay.headers["Idempotent-Replayed"] == "true"  # audited too, once, like any call
         assert client.post("/v1/jobs", json=tiny_spec()).status_code == 429
         with queue_server.client(reader) as read_only:
             assert read_only.post(f"/v1/jobs/{job['id']}/cancel").status_code == 403
@@ -285,6 +287,7 @@ def test_state_changing_calls_are_audited(queue_server):
         ("tenant.create", tenant["id"], 201, "ok"),
         ("token.create", str(row["id"]), 201, "ok"),
         ("job.submit", job["id"], 201, "ok"),
+        ("job.submit", job["id"], 201, "ok"),
         ("job.submit", None, 429, "rejected"),
         ("job.cancel", job["id"], 403, "denied"),
         ("job.cancel", job["id"], 202, "ok"),
@@ -293,8 +296,8 @@ def test_state_changing_calls_are_audited(queue_server):
     ], seen
     by_tenant = [r for r in records if r["action"].startswith("job.")]
     assert {(r["tenant_id"], r["token_name"]) for r in by_tenant} == {(tenant["id"], "default"), (tenant["id"], "test")}
-    assert records[4]["token_id"] == row["id"] and "needs the 'submit' scope" in records[4]["detail"]
-    assert "max_queued_jobs" in records[3]["detail"] and records[0]["token_name"] == "bootstrap admin"
+    assert records[5]["token_id"] == row["id"] and "needs the 'submit' scope" in records[5]["detail"]
+    assert "max_queued_jobs" in records[4]["detail"] and records[0]["token_name"] == "bootstrap admin"
     assert all(r["ts"].endswith("+00:00") for r in records)
 
 
