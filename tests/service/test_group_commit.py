@@ -12,7 +12,8 @@ from sqlalchemy.exc import IntegrityError
 
 from service.db import repository as repo
 from service.db.group_commit import GroupCommit
-from service.db.models import Job
+from service import quotas
+from service.db.models import Job, Tenant
 from tests.helpers import spec_of
 
 
@@ -137,3 +138,48 @@ def test_a_batch_takes_its_row_locks_in_one_order(sessions):
     finally:
         writer.close()
     assert ran == ["t1-first", "t1-second", "t2-first", "t2-second"]
+
+
+def test_a_batch_of_submits_is_prepared_in_a_few_statements(sessions):
+    """With prepare=quotas.prepare_submits, a batch of 40 submits over 4 tenants locks the tenants,
+    reads their usage and looks up its 40 idempotency keys in a fixed handful of statements (not
+    two per tenant plus one per key), and every write still gets its own answer: a replayed key
+    its old job, a quota its refusal, counted against the batch's own earlier inserts."""
+    with sessions.begin() as s:
+        tenants = [repo.create_tenant(s, f"t{i}")[0].id for i in range(4)]
+        s.get(Tenant, tenants[3]).max_queued_jobs = 9  # its 10th queued job is refused
+        old = {t: repo.create_job(s, t, spec_of(), 0, "sha", f"{t}-old", max_open_jobs=None).id for t in tenants}
+
+    def submit(tenant_id: str, key: str):
+        def write(s):
+            if (existing := repo.find_by_idempotency_key(s, tenant_id, key)) is not None:
+                return existing.id
+            tenant, usage = quotas.locked_usage(s, tenant_id)
+            quotas.check_submit(tenant, usage, 1)
+            job = repo.create_job(s, tenant_id, spec_of(), 0, "sha", key, max_open_jobs=None)
+            usage.add_queued(1)
+            return job.id
+        return write
+
+    selects: list[str] = []
+    writer = GroupCommit(sessions, prepare=quotas.prepare_submits)
+    try:
+        gate = _hold(writer)
+        keys = [(tenants[i % 4], f"{tenants[i % 4]}-old" if i < 4 else f"k{i}") for i in range(40)]
+        event.listen(sessions.engine, "before_cursor_execute",
+                     lambda conn, cursor, sql, *a: selects.append(sql) if sql.lstrip().upper().startswith("SELECT") else None)
+        futures = [writer.submit(submit(t, k), lock_order=t, hint=(t, k)) for t, k in keys]
+        gate.set()
+        outcomes = []
+        for f in futures:
+            try:
+                outcomes.append(f.result(30))
+            except repo.QuotaExceeded:
+                outcomes.append("quota")
+    finally:
+        writer.close()
+    assert outcomes[:4] == [old[t] for t in tenants]  # replays
+    assert outcomes.count("quota") == 1 and outcomes[39] == "quota"  # tenants[3]'s 10th queued job
+    assert len(selects) <= 4, selects  # lock, usage, keys, the replayed jobs
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(Job)) == 4 + 35
