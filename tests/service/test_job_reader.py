@@ -1,0 +1,29 @@
+"""The job reader (service/db/job_reader.py) hands pooled connections back as it found them."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.db.engine import make_engine, migrate
+from service.db.job_reader import JobReader
+from tests.db_fixtures import make_db_url
+
+
+def test_a_failed_read_never_leaves_an_autocommit_connection_in_the_pool(tmp_path):
+    url, schema = make_db_url("postgresql", tmp_path)
+    engine = make_engine(url)
+    try:
+        migrate(engine)
+        reader = JobReader(engine)
+        assert reader.read("nope", "nobody") is None  # the pool now holds a connection the reader used
+        reader.sql = "SELECT no_such_column FROM jobs"
+        with pytest.raises(Exception, match="no_such_column"):
+            reader.read("nope", "nobody")
+        for _ in range(3):  # whichever pooled connection a transaction gets, it is a transactional one
+            with engine.connect() as conn:
+                assert conn.connection.driver_connection.autocommit is False
+    finally:
+        engine.dispose()
+        if schema:
+            from tests.live import drop_pg_schema
+            drop_pg_schema(schema)
