@@ -406,6 +406,19 @@ def load_tables(head: RayHead, args) -> None:
                       f"{'yes' if r['exactly_once'] else 'NO'} ({r['stored']}/{r['accepted']})")
     console.print(table)
     console.print("targets: >= 200 submits/s, >= 1000 reads/s, p99 < 100 ms")
+    console.print(f"host speed: a 10-million-step Python loop took {host_loop_s():.2f} s here "
+                  "(the rates above scale with it: compare runs of different days by it)")
+
+
+def host_loop_s() -> float:
+    """This host's single-core Python speed, the quantity the API's throughput follows (best of 3)."""
+    best = float("inf")
+    for _ in range(3):
+        started, total = time.perf_counter(), 0
+        for i in range(10_000_000):
+            total += i
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def start_tables(head: RayHead, args) -> None:

@@ -105,7 +105,7 @@ def test_two_processes_share_the_load_and_the_metrics(db_url, ray_address, tmp_p
         assert wait_until(lambda: _api_workers(server.proc.pid) not in ([], [worker]), 60)
         replacement = _api_workers(server.proc.pid)
         # A second server on the same port is refused, not silently given half the connections.
-        second = subprocess.run([sys.executable, "-m", "api.cli", "serve"], env=server.env, capture_output=True,
+        second = subprocess.run([sys.executable, "-m", "api.cli", "serve", *server.serve_args], env=server.env, capture_output=True,
                                 text=True, timeout=120, cwd=Path(__file__).parents[2])
         assert second.returncode != 0 and "address already in use" in second.stderr.lower(), second.stderr[-2000:]
         with server.client(token) as c:
