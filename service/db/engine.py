@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 import service.leases  # noqa: F401  (the leases table's model lives with the lease logic; register it)
@@ -91,15 +91,9 @@ class Sessions:
         self.maker = sessionmaker(engine, expire_on_commit=False)
         self.engine = engine
         self._write_lock = WriteLock(engine.url.database) if engine.dialect.name == "sqlite" else None
-        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def __call__(self) -> Session:
         return self.maker()
-
-    def read(self) -> Connection:
-        """A connection for one read statement, in autocommit mode: no BEGIN and ROLLBACK around
-        it, which on PostgreSQL are two round trips of three."""
-        return self._reader.connect()
 
     @contextmanager
     def begin(self):

