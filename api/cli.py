@@ -165,7 +165,14 @@ register(app)
 
 
 def main() -> None:  # pragma: no cover
-    app()
+    from service.settings import InvalidSettings
+
+    try:
+        app()
+    except InvalidSettings as exc:  # from any command: serve, run, or a client command's token lookup
+        for line in exc.lines:
+            err.print(f"[red]invalid setting[/red] {line}", soft_wrap=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":  # pragma: no cover

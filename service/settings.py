@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -69,12 +69,18 @@ class Settings(BaseSettings):
         return self.storage_root / "jobs" / job_id
 
 
+class InvalidSettings(ValueError):
+    """One line per invalid variable, named as the user sets it (every CLI command prints them)."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
 @lru_cache
 def get_settings() -> Settings:
-    return Settings()
-
-
-def settings_errors(exc: Exception) -> list[str]:
-    """A settings ValidationError as one line per variable, named as the user sets it."""
-    return [f"{Settings.model_config['env_prefix']}{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}"
-            f" (got {e['input']!r})" for e in getattr(exc, "errors", lambda: [])()]
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise InvalidSettings([f"{Settings.model_config['env_prefix']}{'.'.join(map(str, e['loc'])).upper()}: "
+                               f"{e['msg']} (got {e['input']!r})" for e in exc.errors()]) from None

@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -72,9 +73,14 @@ def test_failures_exit_non_zero_with_the_reason(embedded, tmp_path):
     ("TRAINYARD_API_THREADS", "-2", "greater than or equal to 1"),
     ("TRAINYARD_PORT", "eighty", "valid integer"),
 ])
-def test_serve_refuses_an_invalid_setting_by_name(tmp_path, variable, value, rule):
-    env = {**os.environ, "TRAINYARD_HOME": str(tmp_path), variable: value}
-    r = subprocess.run([sys.executable, "-m", "api.cli", "serve"], env=env, capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("command", [["serve"], ["list"]])
+def test_an_invalid_setting_is_refused_by_name(tmp_path, variable, value, rule, command):
+    """By `serve` before it creates anything, and by a client command (which reads the settings
+    for the stored admin token), through the installed `trainyard` script."""
+    env = {**os.environ, "TRAINYARD_HOME": str(tmp_path), "TRAINYARD_URL": "http://127.0.0.1:1", variable: value}
+    env.pop("TRAINYARD_TOKEN", None)
+    script = str(Path(sys.executable).with_name("trainyard"))
+    r = subprocess.run([script, *command], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr[-2000:]
     assert f"invalid setting {variable}: Input should be" in r.stderr and rule in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
