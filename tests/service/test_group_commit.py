@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import event, func, select
 from sqlalchemy.exc import IntegrityError
 
+from service import quotas
 from service.db import repository as repo
 from service.db.group_commit import GroupCommit
-from service import quotas
 from service.db.models import Job, Tenant
 from tests.helpers import spec_of
 
@@ -86,6 +86,34 @@ def test_a_refusal_is_its_callers_alone_and_the_batch_commits(sessions, tenant_i
         writer.close()
     with sessions() as s:
         assert {j.idempotency_key for j in s.scalars(select(Job).where(Job.id.in_(ids)))} == {"a", "b"}
+
+
+def test_a_write_that_refuses_after_writing_leaves_nothing_behind(sessions, tenant_id):
+    """A write that adds its rows and then raises (a bug, or a check placed too late) is not
+    committed by halves: its batch is retried one write per transaction, its caller gets its own
+    exception, and the others in the batch still land."""
+    writer = GroupCommit(sessions)
+
+    def add_then_refuse(s):
+        job = repo.create_job(s, tenant_id, spec_of(), 0, "sha", "half", max_open_jobs=None)
+        s.flush()  # even rows already sent to the database are taken back
+        repo.add_event(s, job.id, "state", "never committed")
+        raise repo.QuotaExceeded("quota: refused after writing")
+
+    try:
+        gate = _hold(writer)
+        before = writer.submit(_insert(tenant_id, "a"))
+        half = writer.submit(add_then_refuse)
+        after = writer.submit(_insert(tenant_id, "b"))
+        gate.set()
+        with pytest.raises(repo.QuotaExceeded, match="after writing"):
+            half.result(30)
+        ids = {before.result(30), after.result(30)}
+    finally:
+        writer.close()
+    with sessions() as s:
+        keys = s.scalars(select(Job.idempotency_key).where(Job.tenant_id == tenant_id)).all()
+    assert sorted(keys) == ["a", "b"] and len(ids) == 2
 
 
 def test_a_database_error_fails_only_its_own_write(sessions, tenant_id):
