@@ -12,6 +12,9 @@ from api.deps import PlaneDep
 from service.metrics import render
 
 router = APIRouter(tags=["system"])
+# The primary renders /metrics in milliseconds; past this a worker answers 503 at once, well
+# inside Prometheus' 10 s scrape timeout, and frees its thread.
+PRIMARY_METRICS_TIMEOUT_S = 3.0
 
 
 @router.get("/healthz")
@@ -39,7 +42,7 @@ def readyz(plane: PlaneDep) -> JSONResponse:
 def prometheus(plane: PlaneDep) -> Response:
     if plane.api_only:  # an API worker: the primary holds the live series (and counts ours)
         try:
-            upstream = httpx.get(f"{plane.shared.primary_url}/metrics", timeout=10)
+            upstream = httpx.get(f"{plane.shared.primary_url}/metrics", timeout=PRIMARY_METRICS_TIMEOUT_S)
         except httpx.TransportError as exc:
             return Response(f"the primary process did not answer: {type(exc).__name__}\n", status_code=503)
         return Response(upstream.content, status_code=upstream.status_code, media_type=CONTENT_TYPE_LATEST)

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import func, select
 
+from api.routers.system import PRIMARY_METRICS_TIMEOUT_S
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.models import Job
 from tests.helpers import tiny_spec, wait_until
@@ -100,6 +101,23 @@ def test_two_processes_share_the_load_and_the_metrics(db_url, ray_address, tmp_p
             return all(n == 240 for n in scrapes)
 
         assert wait_until(every_scrape_counts_all, 30)
+
+        # A hung primary: a scrape that reaches the worker gets a prompt 503 that says why, within
+        # Prometheus' scrape timeout, instead of waiting on the primary.
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        try:
+            answers = []
+            for _ in range(8):  # fresh connections until the kernel gives one to the worker
+                try:
+                    with httpx.Client(base_url=server.url, timeout=PRIMARY_METRICS_TIMEOUT_S + 3) as fresh:
+                        answers.append(fresh.get("/metrics"))
+                except httpx.TimeoutException:  # this connection went to the stopped primary
+                    continue
+                break
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        assert answers and answers[-1].status_code == 503, answers
+        assert "the primary process did not answer" in answers[-1].text
 
         os.kill(worker, signal.SIGKILL)  # a crashed worker is replaced
         assert wait_until(lambda: _api_workers(server.proc.pid) not in ([], [worker]), 60)
