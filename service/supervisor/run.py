@@ -17,6 +17,7 @@ from typing import Protocol
 
 from service.lifecycle import JobState, check_transition
 from service.supervisor.aggregate import StepAggregator
+from service.supervisor import excluded_nodes
 from service.supervisor.elastic import best_layout, free_slots_per_node, free_worker_slots
 from service.supervisor.pipeline_balance import PipelineRebalancer
 from service.supervisor.stragglers import StragglerChange, StragglerDetector, rebalanced_shares
@@ -89,7 +90,8 @@ class JobRun:
         self._rebalance_to: int | None = None  # the straggler to take work from at the next checkpoint
         self._pipeline_balance = PipelineRebalancer(spec)  # re-split unbalanced pipeline stages (opt-in)
         self.shares: list[int] | None = None  # uneven data split after a straggler rebalance
-        self.avoid_nodes: set[str] = set()  # degraded nodes no rank is placed on again (straggler replace)
+        # degraded nodes no rank is placed on again (straggler replace), also by this job's next supervisors
+        self.avoid_nodes: set[str] = excluded_nodes.load(self.job_dir)
         self._replace: tuple[int, str] | None = None  # (rank, node) to move at the next checkpoint
         self._moved: tuple[int, str, int] | None = None  # (rank, from node, step) for the next group to report
         self._last_replace_step: int | None = None
@@ -119,6 +121,9 @@ class JobRun:
         self.listener.on_state(self.state, "forming the worker group")
         if (recovery := RecoveryState.load(self.job_dir)) is not None:  # a job resumed after rollbacks
             self.lr_scale = recovery.lr_scale
+        if self.avoid_nodes:  # an earlier supervisor of this job moved ranks off these nodes
+            self.listener.on_event("excluded_nodes", f"ranks stay off {len(self.avoid_nodes)} degraded node(s) "
+                                   "an earlier supervisor moved them from", {"nodes": sorted(self.avoid_nodes)})
         attempt = 0
         while True:
             outcome = self._attempt(attempt)
@@ -138,6 +143,7 @@ class JobRun:
                     self.listener.on_event("rebalance", outcome.reason, {"shares": outcome.shares})
                 if outcome.move is not None:
                     self.avoid_nodes.add(outcome.move[1])
+                    excluded_nodes.save(self.job_dir, self.avoid_nodes)
                     self._moved = (*outcome.move, self.last_checkpoint_step or 0)
                 continue
             reason, retryable = outcome

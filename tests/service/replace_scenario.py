@@ -58,6 +58,11 @@ def main(out: Path) -> None:
             marker = out.parent / name / "faults" / "fired-0"
             result[name] = {"summary": summary, "events": rec.events, "steps": rec.steps,
                             "slow_node": marker.read_text().strip() if marker.exists() else None}
+        # The job's next supervisor (after a restart) starts with the degraded node still excluded.
+        rec = Recorder()
+        resumed = JobRun(spec_of(**SPEC, fault_injection=SLOW), out.parent / "slow", "slow", rec)
+        result["resumed"] = {"avoid_nodes": sorted(resumed.avoid_nodes), "summary": resumed.run(),
+                             "events": rec.events}
         out.write_text(json.dumps(result))
     finally:
         ray.shutdown()

@@ -12,6 +12,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
+from service.supervisor import excluded_nodes
 from service.supervisor.replacement import ReplaceStatus, on_slow_rank, slots_off
 from service.supervisor.run import JobRun
 from service.supervisor.stragglers import StragglerDetector, rebalanced_shares
@@ -125,6 +126,11 @@ def test_slow_rank_is_replaced_on_another_node_and_throughput_recovers(tmp_path)
     assert move["to_node"] in result["nodes"] and move["to_node"] != move["from_node"]
     assert move["from_node"] not in move["nodes"]  # no rank went back to the degraded node
 
+    # A new supervisor of the job (here: after it finished) keeps the degraded node excluded.
+    resumed = result["resumed"]
+    assert resumed["avoid_nodes"] == [slow["slow_node"]] and resumed["summary"]["state"] == "SUCCEEDED"
+    assert [e["data"]["nodes"] for e in resumed["events"] if e["kind"] == "excluded_nodes"] == [[slow["slow_node"]]]
+
     # Records in arrival order: the slow node's steps (from the fault on) before the move, the new
     # node's after it (skipping the first few after the restart).
     [moved] = [e for e in slow["events"] if e["kind"] == "replace"]
@@ -152,3 +158,10 @@ def test_replace_needs_checkpoints_to_resume_from():
     [error] = format_validation_error(exc.value)
     assert error["field"] == "supervisor.straggler.policy" and "checkpoint.every_steps > 0" in error["message"]
     assert spec_of(**{"supervisor.straggler.policy": "replace", "checkpoint.every_steps": 5})
+
+
+def test_excluded_nodes_are_kept_for_the_jobs_next_supervisor(tmp_path):
+    assert JobRun(spec_of(), tmp_path, "j").avoid_nodes == set()
+    excluded_nodes.save(tmp_path, {"node-b", "node-a"})
+    assert JobRun(spec_of(), tmp_path, "j").avoid_nodes == {"node-a", "node-b"}
+    assert JobRun(spec_of(), tmp_path / "other-job", "k").avoid_nodes == set()
