@@ -202,7 +202,7 @@ def first_step_service(ray_address: str, args) -> list[dict]:
         with server.client() as c:
             for run in range(args.start_runs):
                 if run:
-                    _wait_warm(ray_address)
+                    _wait_warm(ray_address, busy={j["supervisor"] for j in c.get("/v1/jobs").json()["jobs"]})
                 t0 = time.time()
                 job = c.post("/v1/jobs", json=TINY).json()
 
@@ -222,21 +222,35 @@ def first_step_service(ray_address: str, args) -> list[dict]:
     return out
 
 
-def _wait_warm(ray_address: str, workers: int = 2, timeout: float = 90) -> None:
-    """Until the cluster's warm worker pool has `workers` idle ranks again."""
+def _wait_warm(ray_address: str, busy: set[str], workers: int = 2, timeout: float = 90) -> None:
+    """Until the cluster's warm worker pool has `workers` idle ranks again and the service has a
+    standby supervisor started (one not among the `busy` ones, the jobs' own)."""
     import ray
 
+    from service.ray_client import NAMESPACE
+    from service.supervisor.standby import STANDBY_PREFIX
     from workers.pool import find_pool
 
     if not ray.is_initialized():
         ray.init(address=ray_address, namespace="trainyard", log_to_driver=False)
+
+    def standby_ready() -> bool:
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            name = entry["name"]
+            if entry["namespace"] == NAMESPACE and name.startswith(STANDBY_PREFIX) and name not in busy:
+                try:
+                    return ray.get(ray.get_actor(name, namespace=NAMESPACE).ready.remote(), timeout=0.5)
+                except (ValueError, ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
+                    return False
+        return False
+
     deadline = time.time() + timeout
     while time.time() < deadline:
         pool = find_pool()
-        if pool is not None and ray.get(pool.stats.remote(), timeout=10)["idle"] >= workers:
+        if pool is not None and ray.get(pool.stats.remote(), timeout=10)["idle"] >= workers and standby_ready():
             return
         time.sleep(0.5)
-    console.print("[yellow]warm pool did not refill in time; measuring anyway[/yellow]")
+    console.print("[yellow]warm pool or standby supervisor not ready in time; measuring anyway[/yellow]")
 
 
 def first_step_ray_jobs(dashboard: str, args) -> list[dict]:

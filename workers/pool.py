@@ -35,12 +35,13 @@ class WarmPool:
 
     def _maintain(self) -> None:
         # Refill only when it cannot slow a job down: not right after a take (the job is
-        # starting) and not while the node's CPUs are busy (a job is training). Importing
-        # torch in new processes costs about a CPU-second each.
+        # starting) and not while a job trains: no CPUs reserved on the cluster, or the node's
+        # CPUs idle. Importing torch in new processes costs about a CPU-second each.
         while True:
             time.sleep(1.0)
             with self._lock:
-                if time.monotonic() - self.last_take >= self.refill_delay_s and cpus_idle(self.busy_fraction):
+                if time.monotonic() - self.last_take >= self.refill_delay_s and (
+                        no_cpus_reserved() or cpus_idle(self.busy_fraction)):
                     self._harvest()
                     self._fill()
 
@@ -88,6 +89,13 @@ class WarmPool:
             except ValueError:
                 pass
         self.idle, self.starting, self.size = [], {}, 0
+
+
+def no_cpus_reserved() -> bool:
+    """No job holds CPUs anywhere on the cluster (the pool's workers and standby supervisors
+    reserve none). The load average alone lags a finished job by a minute, and on a small
+    machine Ray's own processes may keep it up."""
+    return ray.available_resources().get("CPU", 0) >= ray.cluster_resources().get("CPU", 0)
 
 
 def cpus_idle(busy_fraction: float = 0.5) -> bool:

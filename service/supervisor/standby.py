@@ -52,9 +52,14 @@ class StandbyPool:
                 log.warning("standby supervisor %s did not start: %s", name, exc)
 
     def take(self) -> tuple[str, object] | None:
-        """A ready standby (name, handle), or None if none is ready right now."""
+        """A ready standby (name, handle); else one still starting (the job's call waits for its
+        start-up, which is already under way: sooner than a new actor's); else None."""
         self._harvest()
-        return self.ready.pop(0) if self.ready else None
+        if self.ready:
+            return self.ready.pop(0)
+        if self.starting:
+            return self.starting.pop(next(iter(self.starting)))
+        return None
 
     def give_back(self, standby: tuple[str, object]) -> None:
         self.ready.insert(0, standby)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import ray
@@ -52,3 +53,22 @@ def test_refill_waits_for_idle_cpus():
     load = os.getloadavg()[0]
     assert cpus_idle(busy_fraction=(load + 1) / cores)
     assert not cpus_idle(busy_fraction=max(load - 0.5, 0) / cores) or load < 0.5
+
+
+def test_refill_goes_ahead_once_no_job_holds_cpus(ray_cluster):
+    """However high the load average (busy_fraction=0: never low enough), the pool refills as soon
+    as no job holds CPUs on the cluster, and not while one does."""
+    pool = start_pool(1, refill_delay_s=0.5, busy_fraction=0.0)
+    try:
+        assert wait_until(lambda: ray.get(pool.stats.remote())["idle"] == 1, 120)  # the first fill
+        job = placement_group([{"CPU": 1}])  # a job's reservation
+        ray.get(job.ready())
+        [name] = ray.get(pool.take.remote([ray.get_runtime_context().get_node_id()]))
+        ray.kill(ray.get_actor(name))
+        time.sleep(3)
+        assert ray.get(pool.stats.remote()) == {"size": 1, "idle": 0, "starting": 0}  # not while it holds CPUs
+        remove_placement_group(job)
+        assert wait_until(lambda: ray.get(pool.stats.remote())["idle"] == 1, 120)
+    finally:
+        ray.get(pool.shutdown.remote())
+        ray.kill(pool)
