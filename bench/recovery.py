@@ -6,6 +6,7 @@ average ~50, roughly 8-10 when it is quieter; `--reps 2 --hang-reps 1 --raytrain
 
     .venv/bin/python bench/recovery.py [--reps 3] [--hang-reps 2] [--node-reps 2] [--raytrain-reps 2]
         [--pool-reps 2] [--straggler-reps 2] [--clean-runs 2] [--fault-step 12] [--steps 24]
+        [--rebalance-reps 2] [--rebalance-steps 60]
         [--no-raytrain] [--no-pool] [--no-node-loss] [--no-stragglers] [--json OUT.json]
 
 One small GPT (2 layers, d_model 64, 4 heads, seq_len 32) on the byte-level stdlib text, global
@@ -21,6 +22,9 @@ batch 16 in micro-batches of 4, dp=2 on CPU (one thread per rank), a checkpoint 
   3. straggler detection: `fault_injection: slow` (factor 3) on rank 1 from step --straggler-step,
      policy report, default threshold/window; latency = step of the `straggler` event - that step;
      false positives: `straggler` events per 100 steps over --clean-runs fault-free runs;
+     rebalance gain: the same slow rank from step 5 of --rebalance-steps, once with policy report and
+     once with policy rebalance (paired, back to back): median samples/s over the second half of the
+     steps (after the rebalanced restart) and wall time from the slowdown to the end, rebalance / report;
   4. node loss: a separate `ray.cluster_utils.Cluster` (0-CPU head, two 2-CPU nodes, as
      tests/service/elastic_scenario.py), 4 workers with min_workers 2, `cluster.remove_node` once
      the job reaches step --fault-step (the job shrinks 4 -> 2).
@@ -211,6 +215,23 @@ def run_trainyard_straggler(work: Path, tag: str, steps: int, slow_step: int | N
         # rank 1 flagged by noise before its slowdown (and never recovered): no new event can follow
         out["pre_flagged"] = hit is None and any(d["rank"] == 1 for d in out["false"])
     return out
+
+
+def run_trainyard_slow_rank(work: Path, tag: str, steps: int, policy: str) -> dict:
+    """A x3 slow rank 1 from step 5 under `policy`: steady throughput once any rebalance is done."""
+    from service.supervisor.run import JobRun
+
+    spec = make_spec(f"bench-{tag}", steps, **{"supervisor.straggler": {"policy": policy},
+                                               "fault_injection": [{"at_step": 5, "rank": 1, "kind": "slow",
+                                                                    "factor": 3.0}]})
+    rec = Recorder()
+    summary = JobRun(spec, work / tag, tag, rec).run()
+    by_step = {r["step"]: r for _, r in rec.records}
+    late = [by_step[s]["samples_per_s"] for s in range(steps // 2 + 1, steps + 1) if s in by_step]
+    shares = [d["shares"] for _, k, d in rec.events if k == "rebalance"]
+    return {"tag": tag, "policy": policy, "state": summary["state"], "shares": shares[0] if shares else None,
+            "late_samples_per_s": statistics.median(late) if late else None,
+            "slow_to_end_s": by_step[steps]["ts"] - by_step[5]["ts"] if steps in by_step and 5 in by_step else None}
 
 
 # --- Ray Train ------------------------------------------------------------------
@@ -455,6 +476,8 @@ def main() -> int:
     parser.add_argument("--straggler-steps", type=int, default=30)
     parser.add_argument("--clean-runs", type=int, default=2, help="fault-free runs for the false-positive rate")
     parser.add_argument("--clean-steps", type=int, default=60)
+    parser.add_argument("--rebalance-reps", type=int, default=2, help="pairs of slow-rank runs, report vs rebalance")
+    parser.add_argument("--rebalance-steps", type=int, default=60)
     parser.add_argument("--no-raytrain", action="store_true")
     parser.add_argument("--no-pool", action="store_true")
     parser.add_argument("--no-node-loss", action="store_true")
@@ -472,7 +495,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="trainyard-recovery-"))
     res: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "loadavg_before": os.getloadavg(),
                  "crash": [], "hang": [], "pool": [], "raytrain": [], "node": [], "straggler": [], "clean": [],
-                 "notes": []}
+                 "rebalance": [], "notes": []}
     t_bench = time.time()
     print(f"work dir {work}; load average {res['loadavg_before'][0]:.1f} on {os.cpu_count()} CPUs", flush=True)
 
@@ -521,6 +544,14 @@ def main() -> int:
                 print(f"clean {i}: {len(r['events'])} straggler events in {r['steps']} steps; per-step fast/slow "
                       f"compute ratio median {_fmt(r['ratio_min_over_max'], '.2f')}, below threshold in "
                       f"{100 * r.get('frac_below_threshold', 0):.0f}% of steps", flush=True)
+            for i in range(args.rebalance_reps):
+                pair = {p: run_trainyard_slow_rank(work, f"{p}-{i}", args.rebalance_steps, p)
+                        for p in ("report", "rebalance")}
+                res["rebalance"].append(pair)
+                print(f"slow rank {i}: " + "; ".join(
+                    f"{p} {r['state']} shares {r['shares']} {_fmt(r['late_samples_per_s'])} samples/s, "
+                    f"{_fmt(r['slow_to_end_s'], '.2f')} s from the slowdown to the end" for p, r in pair.items()),
+                    flush=True)
     finally:
         ray.shutdown()
     if not args.no_node_loss and args.node_reps:
@@ -564,6 +595,15 @@ def main() -> int:
               f"(median {_fmt(statistics.median([x for x in lat if x is not None]) if any(x is not None for x in lat) else None, '.0f')}); "
               f"wrong-rank/early events in those runs: {fp_slow} ({pre} run(s) had rank 1 flagged before its slowdown); "
               f"the minimum with window w is w // 2 + 1 slow steps")
+    if res["rebalance"]:
+        ok = [p for p in res["rebalance"] if all(r["state"] == "SUCCEEDED" and r["late_samples_per_s"]
+                                                  and r["slow_to_end_s"] for r in p.values())]
+        gain = [p["rebalance"]["late_samples_per_s"] / p["report"]["late_samples_per_s"] for p in ok]
+        speedup = [p["report"]["slow_to_end_s"] / p["rebalance"]["slow_to_end_s"] for p in ok]
+        print(f"rebalance vs report with a x3 slow rank ({len(ok)}/{len(res['rebalance'])} pairs ok): steady "
+              f"samples/s x{_fmt(statistics.median(gain) if gain else None, '.2f')} {[round(g, 2) for g in gain]}; "
+              f"slowdown -> end, restart included, x{_fmt(statistics.median(speedup) if speedup else None, '.2f')} "
+              f"{[round(x, 2) for x in speedup]}; shares {[p['rebalance']['shares'] for p in ok]}")
     if res["clean"]:
         events = sum(len(r["events"]) for r in res["clean"])
         steps = sum(r["steps"] for r in res["clean"])

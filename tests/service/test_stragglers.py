@@ -63,7 +63,7 @@ def test_clean_run_raises_no_straggler_events(ray_cluster, tmp_path):
 
 
 @pytest.mark.slow
-def test_slow_rank_is_rebalanced_and_throughput_recovers(ray_cluster, tmp_path):
+def test_slow_rank_is_rebalanced_and_the_ranks_even_out(ray_cluster, tmp_path):
     rec = Events()
     spec = spec_of(**{"resources.workers": 2, "train.steps": 80, "train.global_batch_size": 32,
                       "model.d_model": 64, "checkpoint.every_steps": 15, "supervisor.straggler.policy": "rebalance",
@@ -78,12 +78,17 @@ def test_slow_rank_is_rebalanced_and_throughput_recovers(ray_cluster, tmp_path):
     assert rebalance["shares"][1] < rebalance["shares"][0] and sum(rebalance["shares"]) == 32
 
     by_step = {r["step"]: r for r in rec.steps}
-    slow_phase = [by_step[s]["samples_per_s"] for s in range(6, 16)]
-    balanced = [by_step[s]["samples_per_s"] for s in range(30, 81)]
-    speedup = statistics.median(balanced) / statistics.median(slow_phase)
-    # x1.3-2 when the host is quiet; a loaded host (the full suite) has shown x1.04, so only
-    # "it got faster" is gated here and the size of the gain is left to bench/recovery.py.
-    assert speedup > 1.0, f"throughput x{speedup:.2f} after rebalancing"
+    assert all([r["samples"] for r in by_step[s]["ranks"]] == rebalance["shares"] for s in range(30, 81))
+
+    def imbalance(steps):  # slowest / fastest rank's compute (CPU) time: what the rebalance evens out
+        return statistics.median(max(r["compute_time_s"] for r in by_step[s]["ranks"])
+                                 / min(r["compute_time_s"] for r in by_step[s]["ranks"]) for s in steps)
+
+    # Measured x2.9-3.1 -> x1.16-1.78 here. CPU time, unlike wall-clock throughput, does not move
+    # with the host's load (the full suite once showed samples/s x0.84 for a run that did even out);
+    # the throughput gain is measured beside the `report` policy by bench/recovery.py.
+    before, after = imbalance(range(6, 16)), imbalance(range(30, 81))
+    assert before > 2.0 and after - 1 < (before - 1) / 2, f"compute imbalance x{before:.2f} -> x{after:.2f}"
 
 
 def _status(**overrides):
