@@ -19,6 +19,8 @@ from pathlib import Path
 import ray
 from ray.util.placement_group import placement_group_table
 
+from workers.control import RankControl
+
 
 def _redirect_output(log_path: Path) -> None:
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,7 +55,7 @@ class TrainWorker:
         import_training_stack()  # the slow part of a cold start, done before any job asks
         self._lock = threading.Lock()
         self._events: list[dict] = []
-        self._stop = threading.Event()
+        self.control = RankControl()  # stop and rebalance requests, agreed on between steps
         self.trainer = None
 
     def node_id(self) -> str:
@@ -102,7 +104,7 @@ class TrainWorker:
 
     def train(self) -> dict:
         try:
-            result = self.trainer.run(self._emit, self._stop)
+            result = self.trainer.run(self._emit, self.control)
             print(f"[rank {self.rank}] finished: {result}", flush=True)
             return result
         except BaseException:
@@ -120,4 +122,7 @@ class TrainWorker:
         return events
 
     def request_stop(self) -> None:
-        self._stop.set()
+        self.control.request_stop()
+
+    def request_shares(self, version: int, shares: list[int]) -> None:
+        self.control.request_shares(version, shares)

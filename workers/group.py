@@ -146,6 +146,11 @@ class WorkerGroup:
         for a in self.actors:
             a.request_stop.remote()
 
+    def request_shares(self, version: int, shares: list[int]) -> None:
+        """A new data split per dp rank; the ranks switch together at their next agreement step."""
+        for a in self.actors:
+            a.request_shares.remote(version, shares)
+
     def shutdown(self) -> None:
         for a in self.actors:
             try:

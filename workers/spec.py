@@ -269,7 +269,7 @@ class FaultSpec(_Strict):
 
 class StragglerSpec(_Strict):
     policy: Literal["off", "report", "rebalance", "replace"] = Field(
-        "report", description="report: event and metric; rebalance: also shift data away from the slow rank; "
+        "report", description="report: event and metric; rebalance: also shift data away from the slow rank (live); "
                               "replace: move the slow rank off its node (at the next checkpoint)")
     threshold: float = Field(0.6, gt=0.0, lt=1.0, description="slow when median compute time / this rank's is below this")
     recover: float = Field(0.8, gt=0.0, le=1.0, description="no longer slow once the score is back above this")

@@ -10,9 +10,8 @@ the uninterrupted run, which `params_sha256` proves.
 from __future__ import annotations
 
 import math
-import zlib
-import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -20,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from workers import checkpointing
+from workers.control import RankControl, agreement_due
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
 from workers.faults import FaultInjector
@@ -238,7 +238,7 @@ class Trainer:
 
     # --- the loop --------------------------------------------------------
 
-    def run(self, emit: Callable[[dict], None], stop: threading.Event) -> dict:
+    def run(self, emit: Callable[[dict], None], control: RankControl) -> dict:
         spec = self.spec
         every = spec.checkpoint.every_steps
         while self.step < spec.train.steps:
@@ -253,23 +253,20 @@ class Trainer:
                 raise
             if spec.train.eval_every and self.step % spec.train.eval_every == 0:
                 record["val_loss"] = self.evaluate()
-            if every and self.step % every == 0 and self.step < spec.train.steps:
+            checkpointed = bool(every) and self.step % every == 0 and self.step < spec.train.steps
+            if checkpointed:
                 self._report_durable(emit, self.checkpointer.wait())  # at most one save in flight
                 self.checkpointer.save(self.model, self.optimizer, self.step)
-                if self._stop_agreed(stop):  # preempted: stop after this checkpoint, which finish() makes durable
-                    emit({"kind": "step", **record})
-                    break
+            stop, shares = (control.agree(self.device, may_stop=checkpointed)
+                            if agreement_due(spec, self.step, checkpointed) else (False, None))
             emit({"kind": "step", **record})
+            if shares is not None:  # a live straggler rebalance: the next step splits the global batch anew
+                self.shares = shares
+                emit({"kind": "shares", "rank": self.rank, "step": self.step, "shares": shares})
+            if stop:  # preempted: stop after this checkpoint, which finish() makes durable
+                break
             self._report_durable(emit, self.checkpointer.completed())
         return self.finish(emit)
-
-    def _stop_agreed(self, stop: threading.Event) -> bool:
-        """Whether any rank was asked to stop. Asked at checkpoint steps only, so every rank stops
-        at the same step (a rank stopping alone would hang its peers' next collective) and no
-        collective is added to the other steps."""
-        flag = torch.tensor([1 if stop.is_set() else 0], dtype=torch.int32, device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
 
     def _report_durable(self, emit: Callable[[dict], None], step: int | None) -> None:
         if step is not None:

@@ -20,7 +20,7 @@ from service.supervisor.aggregate import StepAggregator
 from service.supervisor import excluded_nodes
 from service.supervisor.elastic import best_layout, free_slots_per_node, free_worker_slots
 from service.supervisor.pipeline_balance import PipelineRebalancer
-from service.supervisor.stragglers import StragglerChange, StragglerDetector, rebalanced_shares
+from service.supervisor.stragglers import StragglerChange, StragglerDetector, even_shares, rebalanced_shares
 from service.supervisor.policies import Action, FailureStatus, on_failure
 from service.supervisor.replacement import ReplaceStatus, on_slow_rank, slots_off
 from workers.bubble import pipeline_summary
@@ -47,11 +47,10 @@ class _Silent:
 
 @dataclass(frozen=True)
 class Resize:
-    """Restart the group at the next durable checkpoint with another layout or data split."""
+    """Restart the group at the next durable checkpoint with another layout or placement."""
 
     spec: JobSpec
     reason: str
-    shares: list[int] | None = None
     move: tuple[int, str] | None = None  # (rank, node): restart with that node excluded (straggler replace)
 
 
@@ -87,9 +86,11 @@ class JobRun:
         self._aggregator: StepAggregator | None = None
         self._stragglers: StragglerDetector | None = None
         self._per_sample: list[deque] = []
-        self._rebalance_to: int | None = None  # the straggler to take work from at the next checkpoint
+        self._shares_version = 0  # of the last data split asked of the ranks (workers/control.py)
+        self._shares_pending: list[int] | None = None  # asked, not yet agreed by the ranks
+        self._judge_from_step = 0  # straggler scores count from here (after a live rebalance)
         self._pipeline_balance = PipelineRebalancer(spec)  # re-split unbalanced pipeline stages (opt-in)
-        self.shares: list[int] | None = None  # uneven data split after a straggler rebalance
+        self.shares: list[int] | None = None  # uneven data split after a straggler rebalance; kept on restarts
         # degraded nodes no rank is placed on again (straggler replace), also by this job's next supervisors
         self.avoid_nodes: set[str] = excluded_nodes.load(self.job_dir)
         self._replace: tuple[int, str] | None = None  # (rank, node) to move at the next checkpoint
@@ -134,13 +135,10 @@ class JobRun:
             if outcome in (JobState.SUCCEEDED, JobState.CANCELLED):
                 self._set_state(outcome, "training finished" if outcome == JobState.SUCCEEDED else "cancelled by user")
                 break
-            if isinstance(outcome, Resize):  # regrow or rebalance from the checkpoint just written
+            if isinstance(outcome, Resize):  # regrow, re-split or move from the checkpoint just written
                 self._set_state(JobState.RECOVERING, outcome.reason)
                 if outcome.spec is not self.current:
                     self._resize(outcome.spec, outcome.reason)
-                if outcome.shares is not None:
-                    self.shares = outcome.shares
-                    self.listener.on_event("rebalance", outcome.reason, {"shares": outcome.shares})
                 if outcome.move is not None:
                     self.avoid_nodes.add(outcome.move[1])
                     excluded_nodes.save(self.job_dir, self.avoid_nodes)
@@ -285,7 +283,7 @@ class JobRun:
         aggregator = self._aggregator = StepAggregator(self.current.world_size, self.spec.train.global_batch_size)
         self._stragglers = StragglerDetector(self.current.world_size, self.spec.supervisor.straggler)
         self._per_sample = [deque(maxlen=self.spec.supervisor.straggler.window) for _ in range(self.current.world_size)]
-        self._rebalance_to = None
+        self._shares_pending, self._judge_from_step = None, 0  # a new group never heard of a request
         self._replace = None
         last_progress = last_growth_check = time.monotonic()
         hang_timeout = self.spec.fault_tolerance.hang_timeout_s
@@ -340,6 +338,8 @@ class JobRun:
             self.last_checkpoint_step = event["step"]
             self.listener.on_event("checkpoint", f"checkpoint at step {event['step']}",
                                    {"step": event["step"], "duration_s": event.get("duration_s")})
+        if kind == "shares" and event.get("rank") == 0:
+            self._rebalanced(event["shares"], event["step"])
         return False
 
     def _reshape_at(self, durable: int | None, grow_to: JobSpec | None) -> Resize | None:
@@ -358,12 +358,6 @@ class JobRun:
             rank, node = self._replace
             return Resize(self.current, f"moving straggler rank {rank} off node {node[:12]} from the "
                                         f"checkpoint at step {durable}", move=(rank, node))
-        if self._rebalance_to is not None:
-            # Shares from the latest window: by now it holds only steps of the slow regime.
-            shares = rebalanced_shares(self.spec.train.global_batch_size,
-                                       [statistics.median(t) for t in self._per_sample])
-            return Resize(self.current, f"rebalancing the global batch to {shares} from the "
-                                        f"checkpoint at step {durable}", shares)
         return None
 
     # --- stragglers -----------------------------------------------------------
@@ -373,6 +367,8 @@ class JobRun:
         if config.policy == "off" or self._stragglers is None:
             return
         ranks = record["ranks"]
+        if record["step"] <= self._judge_from_step:
+            return  # trained on the data split before the last rebalance
         changes = self._stragglers.observe(record["step"], [r["compute_time_s"] for r in ranks])
         scores = self._stragglers.scores()
         for r in ranks:
@@ -390,19 +386,44 @@ class JobRun:
             return
         action = "reported"
         if policy == "rebalance":
-            if self.shares is not None:  # one rebalance per layout: never chase noise back and forth
-                action = f"reported (the global batch is already rebalanced to {self.shares})"
-            elif self.current.parallel.tp == 1 and self.current.parallel.pp == 1 and self.current.dp > 1:
-                self._rebalance_to = change.rank
-                action = "rebalancing the global batch at the next checkpoint"
-            else:
-                action = "reported (rebalance needs a pure data-parallel layout)"
+            action = self._plan_rebalance()
         elif policy == "replace":
             action = self._plan_replace(change)
         log.info("straggler: rank %d score %.2f at step %d: %s", change.rank, change.score, change.step, action)
         self.listener.on_event("straggler", f"rank {change.rank} is slow (score {change.score:.2f}): {action}", {
             "rank": change.rank, "score": change.score, "step": change.step, "policy": policy, "action": action,
         })
+
+    def _plan_rebalance(self) -> str:
+        """Ask the running ranks for a data split that follows their measured speed: they switch
+        together at their next agreement step, without a restart (workers/control.py)."""
+        if not (self.current.parallel.tp == 1 and self.current.parallel.pp == 1 and self.current.dp > 1):
+            return "reported (rebalance needs a pure data-parallel layout)"
+        if self._group is None:
+            return "reported (no running group)"
+        if self._shares_pending is not None:
+            return f"reported (the split {self._shares_pending} is about to apply)"
+        # Per-sample compute over the window that flagged the rank: mostly, by the median, the slow regime.
+        shares = rebalanced_shares(self.spec.train.global_batch_size,
+                                   [statistics.median(t) for t in self._per_sample])
+        current = self.shares or even_shares(self.spec.train.global_batch_size, self.current.dp)
+        if shares == current:
+            return f"reported (the split {current} already follows the measured speed)"
+        self._shares_version += 1
+        self._shares_pending = shares
+        self._group.request_shares(self._shares_version, shares)
+        return f"rebalancing the global batch from {current} to {shares} at the next agreement step"
+
+    def _rebalanced(self, shares: list[int], step: int) -> None:
+        """The ranks switched to `shares` after `step`: judge every rank afresh on the new split."""
+        before = self.shares or even_shares(self.spec.train.global_batch_size, self.current.dp)
+        self.shares, self._shares_pending, self._judge_from_step = shares, None, step
+        self._stragglers = StragglerDetector(self.current.world_size, self.spec.supervisor.straggler)
+        for window in self._per_sample:
+            window.clear()
+        message = f"global batch rebalanced from {before} to {shares} after step {step}, without a restart"
+        log.info(message)
+        self.listener.on_event("rebalance", message, {"shares": shares, "from": before, "step": step})
 
     def _plan_replace(self, change: StragglerChange) -> str:
         """Decide (replacement.py) whether to move the slow rank off its node at the next checkpoint."""

@@ -56,6 +56,11 @@ class StragglerDetector:
         return changes
 
 
+def even_shares(global_batch: int, dp: int) -> list[int]:
+    """The split every data-parallel job starts with (the spec makes dp divide the global batch)."""
+    return [global_batch // dp] * dp
+
+
 def rebalanced_shares(global_batch: int, per_sample_times: list[float]) -> list[int]:
     """Split the global batch in proportion to each rank's speed (every rank keeps >= 1 sample)."""
     speeds = [1.0 / t for t in per_sample_times]

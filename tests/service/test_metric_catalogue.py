@@ -82,9 +82,9 @@ def test_events_map_to_bounded_counters():
     assert one("resize", {"from": {"world_size": 4}, "to": {"world_size": 2}, "reason": "only 2 worker slots"}) == [
         ("trainyard_resizes", {"job": "j", "reason": "shrink"})]
     assert one("resize", {"from": {"world_size": 2}, "to": {"world_size": 4}})[0][1]["reason"] == "grow"
-    assert one("straggler", {"rank": 1, "action": "rebalancing the global batch at the next checkpoint"}) == [
+    assert one("straggler", {"rank": 1, "action": "rebalancing the global batch from [16, 16] to [24, 8] at the next agreement step"}) == [
         ("trainyard_straggler_actions", {"job": "j", "action": "rebalance_planned"})]
-    assert one("straggler", {"action": "reported (the global batch is already rebalanced to [9, 7])"})[0][1][
+    assert one("straggler", {"action": "reported (the split [9, 7] already follows the measured speed)"})[0][1][
         "action"] == "reported"
     assert one("straggler_recovered", {})[0][1]["action"] == "recovered"
     assert one("rebalance", {"shares": [10, 6]})[0][1]["action"] == "rebalanced"
