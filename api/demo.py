@@ -1,8 +1,9 @@
 """`make demo`: start the service with embedded defaults, submit the examples over REST,
 follow them live, print a summary table and stop the service.
 
-One extra job shows fault tolerance: gpt-ddp with a rank crash injected at step 30
-(the demo's own service allows fault injection).
+Two extra jobs show fault tolerance (the demo's own service allows fault injection): gpt-ddp
+with a rank crash injected at step 30, and gpt-ddp with rank 1 made 3x slower from step 10,
+which the supervisor rebalances live (policy `rebalance`).
 """
 
 from __future__ import annotations
@@ -82,8 +83,20 @@ def demo_specs() -> list[dict]:
         crash = copy.deepcopy(gpt)
         crash["name"] = "gpt-ddp-crash"
         crash["fault_injection"] = [{"at_step": min(30, crash["train"]["steps"]), "rank": 1, "kind": "crash"}]
-        specs.append(crash)
+        slow = copy.deepcopy(gpt)
+        slow["name"] = "gpt-ddp-straggler"
+        slow["supervisor"] = {"straggler": {"policy": "rebalance", "window": 5}}
+        slow["fault_injection"] = [{"at_step": min(10, slow["train"]["steps"]), "rank": 1, "kind": "slow",
+                                    "factor": 3.0}]
+        specs += [crash, slow]
     return specs
+
+
+def straggler_story(client: Client, jobs: list[dict]) -> list[str]:
+    """What the supervisor saw and did about slow ranks, one line per event, per job."""
+    kinds = ("straggler", "rebalance", "straggler_recovered")
+    return [f"{j['name']}: {e['message']}" for j in jobs
+            for e in client.events(j["id"]) if e["kind"] in kinds]
 
 
 def summary_table(jobs: list[dict]) -> Table:
@@ -118,6 +131,8 @@ def main() -> int:
             console.print(f"POST /v1/jobs {spec['name']:<16} -> 201 {job['id']} {job['state']}")
         final = follow_jobs(client, ids, console, timeout_s=480)
         console.print(summary_table([final[i] for i in ids]))
+        for line in straggler_story(client, [final[i] for i in ids]):
+            console.print(line)
         console.print(f"Try: TRAINYARD_HOME={home} trainyard events {ids[-1]}   (while `make serve` runs)")
         return 0 if all(final[i]["state"] == "SUCCEEDED" for i in ids) else 1
     except ApiFailure as exc:

@@ -138,6 +138,28 @@ def test_injected_crash_recovers_and_succeeds(sqlite_server):
     assert_released(job)
 
 
+def test_a_slow_rank_is_rebalanced_live_and_the_user_sees_it(sqlite_server):
+    with sqlite_server.client() as c:
+        spec = tiny_spec(**{"resources.workers": 2, "train.steps": 40, "train.global_batch_size": 32,
+                            "checkpoint.every_steps": 0, "supervisor.straggler": {"policy": "rebalance", "window": 5},
+                            "fault_injection": [{"at_step": 5, "rank": 1, "kind": "slow", "factor": 3.0}]})
+        job = c.post("/v1/jobs", json=spec).json()
+        job = wait_for(c, job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
+        assert job["state"] == "SUCCEEDED" and job["restarts"] == 0, job
+        events = c.get(f"/v1/jobs/{job['id']}/events").json()["events"]
+        assert states_of(events) == ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]  # no restart
+        straggler = next(e for e in events if e["kind"] == "straggler")
+        assert straggler["data"]["rank"] == 1 and straggler["message"].startswith("rank 1 is slow")
+        rebalances = [e for e in events if e["kind"] == "rebalance"]  # a second one refines the split
+        shares = rebalances[0]["data"]["shares"]
+        assert shares[1] < shares[0] and sum(shares) == 32 and "without a restart" in rebalances[0]["message"]
+        actions = {line.split('action="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+                   for line in c.get("/metrics").text.splitlines()
+                   if line.startswith("trainyard_straggler_actions_total{") and job["id"] in line}
+        assert actions["rebalanced"] == len(rebalances) and actions["rebalance_planned"] >= len(rebalances)
+    assert_released(job)
+
+
 def test_fault_injection_is_refused_unless_the_server_allows_it(tmp_path, ray_address):
     srv = Server(tmp_path / "home", f"sqlite:///{tmp_path}/ty.db", ray_address,
                  TRAINYARD_ALLOW_FAULT_INJECTION="0").start()
