@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from workers.spec import GPTModelSpec, JobSpec
+from workers.spec import GPTModelSpec, JobSpec, format_validation_error
 
 GIB = 1024**3
 # Sustained FLOP/s of one worker and link bandwidth/latency: deliberately round guesses.
@@ -251,8 +251,8 @@ def plan(data: dict | JobSpec, memory_budget_gib: float | None = None) -> Plan:
         try:
             spec = JobSpec.model_validate({**raw, "parallel": layout}, context={"allow_fault_injection": True})
         except ValidationError as exc:
-            rejected.append({"parallel": layout, "reason": "; ".join(e["msg"].removeprefix("Value error, ")
-                                                                    for e in exc.errors())})
+            reason = "; ".join(e["message"] for e in format_validation_error(exc))
+            rejected.append({"parallel": layout, "reason": reason})
             continue
         facts = facts or ModelFacts.of(spec)
         est = estimate(spec, facts)

@@ -322,7 +322,7 @@ class JobSpec(_Strict):
     def _check_cross_field_rules(self, info: ValidationInfo) -> "JobSpec":
         errors = list(_cross_field_errors(self, info.context or {}))
         if errors:
-            raise ValueError("; ".join(errors))
+            raise ValueError("\n".join(errors))  # messages may hold "; "
         return self
 
 
@@ -346,6 +346,11 @@ def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
     if straggler.policy == "replace" and spec.checkpoint.every_steps == 0:
         yield ("supervisor.straggler.policy 'replace' needs checkpoint.every_steps > 0: the moved rank resumes "
                "from the next checkpoint (every_steps=0)")
+    if straggler.policy == "rebalance" and (p.tp > 1 or p.local_sgd is not None):
+        # Shares are per data-parallel rank and weight each rank's gradient in the all-reduced mean.
+        yield ("supervisor.straggler.policy 'rebalance' needs pure data parallelism that averages gradients "
+               f"(tp 1, no local_sgd); use 'report' or 'replace' (tp={p.tp}, "
+               f"local_sgd={'set' if p.local_sgd is not None else 'none'})")
     if t.warmup_steps > t.steps:
         yield f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})"
     yield from _model_data_errors(spec)
@@ -592,7 +597,7 @@ def format_validation_error(exc: Exception) -> list[dict[str, str]]:
             out.append({"field": field, "message": f"{field}: {msg}"})
             continue
         # Cross-field rules arrive joined at the root; each starts with its field name.
-        for part in msg.split("; "):
+        for part in msg.split("\n"):
             out.append({"field": part.split(" ", 1)[0].rstrip(":"), "message": part})
     unique = [dict(t) for t in dict.fromkeys(tuple(e.items()) for e in out)]
     return unique or [{"field": "", "message": str(exc)}]

@@ -397,16 +397,14 @@ class JobRun:
     def _plan_rebalance(self) -> str:
         """Ask the running ranks for a data split that follows their measured speed: they switch
         together at their next agreement step, without a restart (workers/control.py)."""
-        if not (self.current.parallel.tp == 1 and self.current.parallel.pp == 1 and self.current.dp > 1):
-            return "reported (rebalance needs a pure data-parallel layout)"
-        if self._group is None:
-            return "reported (no running group)"
+        if self.current.dp < 2 or self._group is None:  # the spec refuses tp, pp, SDP and local SGD
+            return "reported (no data-parallel peers to take work)"
         if self._shares_pending is not None:
             return f"reported (the split {self._shares_pending} is about to apply)"
         # Per-sample compute over the window that flagged the rank: mostly, by the median, the slow regime.
         shares = rebalanced_shares(self.spec.train.global_batch_size,
                                    [statistics.median(t) for t in self._per_sample])
-        current = self.shares or even_shares(self.spec.train.global_batch_size, self.current.dp)
+        current = self._current_shares()
         if shares == current:
             return f"reported (the split {current} already follows the measured speed)"
         self._shares_version += 1
@@ -414,9 +412,12 @@ class JobRun:
         self._group.request_shares(self._shares_version, shares)
         return f"rebalancing the global batch from {current} to {shares} at the next agreement step"
 
+    def _current_shares(self) -> list[int]:
+        return self.shares or even_shares(self.spec.train.global_batch_size, self.current.dp)
+
     def _rebalanced(self, shares: list[int], step: int) -> None:
         """The ranks switched to `shares` after `step`: judge every rank afresh on the new split."""
-        before = self.shares or even_shares(self.spec.train.global_batch_size, self.current.dp)
+        before = self._current_shares()
         self.shares, self._shares_pending, self._judge_from_step = shares, None, step
         self._stragglers = StragglerDetector(self.current.world_size, self.spec.supervisor.straggler)
         for window in self._per_sample:

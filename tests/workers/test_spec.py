@@ -78,6 +78,14 @@ INVALID = [
      "parallel.sequence_parallel", ["not available with pipeline parallelism", "pp=2"]),
     ({"parallel.pp": 2, "resources.workers": 2, "parallel.pipeline": {"rebalance_threshold": 0.2}},
      "parallel.pipeline.rebalance_threshold", ["checkpoint.every_steps > 0", "every_steps=0"]),
+    # one error each, whole: a rule's message may hold "; " (it once split into bogus fields here)
+    ({"parallel.pp": 2, "resources.workers": 2, "supervisor.straggler.policy": "rebalance"},
+     "supervisor.straggler.policy", ["not available with pipeline parallelism", "pp=2",
+                                     "rebalance_threshold balances the stages"]),
+    ({"parallel.tp": 2, "resources.workers": 2, "supervisor.straggler.policy": "rebalance"},
+     "supervisor.straggler.policy", ["pure data parallelism", "use 'report' or 'replace'", "tp=2"]),
+    ({"parallel.local_sgd": {"period": 4}, "supervisor.straggler.policy": "rebalance"},
+     "supervisor.straggler.policy", ["averages gradients", "local_sgd=set"]),
     ({"parallel.zero": 4}, "parallel.zero", ["less than or equal to 3"]),
     ({"train.global_batch_size": 20, "resources.workers": 2}, "train.global_batch_size",
      ["divisible by parallel.dp x train.micro_batch_size", "global_batch_size=20", "dp=2", "micro_batch_size=4"]),
@@ -102,6 +110,7 @@ def test_invalid_specs_name_field_and_rule(overrides, field, words):
     errors = format_validation_error(info.value)
     matching = [e for e in errors if e["field"] == field]
     assert matching, f"no error for {field}: {errors}"
+    assert all(e["message"].startswith(e["field"]) for e in errors), errors  # no fragment posing as a field
     for word in words:
         assert any(word in e["message"] for e in matching), f"{word!r} not in {matching}"
 
