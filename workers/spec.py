@@ -8,7 +8,10 @@ the dotted field name, states the rule and prints the values.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -34,7 +37,22 @@ class _Strict(BaseModel):
 # --- model -----------------------------------------------------------------
 
 
-class GPTModelSpec(_Strict):
+TP_STYLES = ("colwise", "rowwise", "colwise_gather_output", "embedding_rowwise", "sequence_parallel")
+FQN_PATTERN = r"^[A-Za-z_]\w*(\.\w+)*$"
+TP_PLAN_KEY = r"^[\w*]+(\.[\w*]+)*$"
+
+
+class _ModelStructure(_Strict):
+    """What the strategies need of any model (workers/models/description.py finds it when left out)."""
+    blocks: str | None = Field(None, pattern=FQN_PATTERN, description="FQN of the repeated layers, e.g. "
+                               "'model.layers'; default: the largest ModuleList of same-class children")
+    tp_plan: dict[Annotated[str, Field(pattern=TP_PLAN_KEY)], Literal[TP_STYLES]] | None = Field(  # type: ignore[valid-type]
+        None, description="tensor-parallel plan {module FQN glob: colwise | rowwise | colwise_gather_output | "
+                          "embedding_rowwise | sequence_parallel}; default: the model's own "
+                          "(transformers' base_model_tp_plan, the built-in gpt's)")
+
+
+class GPTModelSpec(_ModelStructure):
     name: Literal["gpt"] = "gpt"
     n_layers: int = Field(2, ge=1, le=256, description="transformer blocks")
     d_model: int = Field(64, ge=8, le=16384, description="embedding width")
@@ -53,7 +71,7 @@ class GPTModelSpec(_Strict):
         return self
 
 
-class MLPModelSpec(_Strict):
+class MLPModelSpec(_ModelStructure):
     name: Literal["mlp"]
     in_features: int = Field(16, ge=1)
     hidden: int = Field(64, ge=1)
@@ -66,6 +84,38 @@ class EntrypointSpec(_Strict):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+class ModelEntrypointSpec(EntrypointSpec, _ModelStructure):
+    """Any nn.Module a user factory returns."""
+
+
+class HFConfigSource(_Strict):
+    model_type: str = Field(min_length=1, description="a transformers model type, e.g. 'llama', 'gpt2'")
+    config: dict[str, Any] = Field(default_factory=dict, description="fields of that model type's config")
+
+
+class HFPretrainedSource(_Strict):
+    pretrained: str = Field(min_length=1, description="a local save_pretrained directory under the storage root "
+                                                      "(never a hub download)")
+
+
+def _hf_source(value: Any) -> str | None:
+    if isinstance(value, BaseModel):
+        return "pretrained" if isinstance(value, HFPretrainedSource) else "config"
+    return ("pretrained" if "pretrained" in value else "config") if isinstance(value, dict) else None
+
+
+class HFModelSpec(_ModelStructure):
+    """A Hugging Face transformers causal LM (the optional extra `trainyard[hf]`)."""
+    hf: Annotated[Union[Annotated[HFConfigSource, Tag("config")], Annotated[HFPretrainedSource, Tag("pretrained")]],
+                  Discriminator(_hf_source, custom_error_type="model.hf",
+                                custom_error_message="model.hf must give model_type (and config) or pretrained")]
+
+    @model_validator(mode="after")
+    def _config_builds(self) -> "HFModelSpec":
+        _hf_facts(self)  # an unknown model type or config field is refused here, by name
+        return self
+
+
 def _name_or_entrypoint(value: Any) -> str | None:
     if isinstance(value, BaseModel):
         value = value.model_dump()
@@ -73,6 +123,8 @@ def _name_or_entrypoint(value: Any) -> str | None:
         return None
     if "entrypoint" in value:
         return "entrypoint"
+    if "hf" in value:
+        return "hf"
     return value.get("name", "gpt")
 
 
@@ -80,11 +132,13 @@ ModelSpec = Annotated[
     Union[
         Annotated[GPTModelSpec, Tag("gpt")],
         Annotated[MLPModelSpec, Tag("mlp")],
-        Annotated[EntrypointSpec, Tag("entrypoint")],
+        Annotated[ModelEntrypointSpec, Tag("entrypoint")],
+        Annotated[HFModelSpec, Tag("hf")],
     ],
     Discriminator(_name_or_entrypoint, custom_error_type="model.name",
-                  custom_error_message="model.name must be 'gpt' or 'mlp', or give model.entrypoint"),
+                  custom_error_message="model.name must be 'gpt' or 'mlp', or give model.hf or model.entrypoint"),
 ]
+USER_MODELS = (ModelEntrypointSpec, HFModelSpec)  # models the strategies only know through their description
 
 
 # --- data ------------------------------------------------------------------
@@ -94,6 +148,8 @@ class TextDataSpec(_Strict):
     name: Literal["text:pystdlib"]
     max_bytes: int = Field(4_000_000, ge=10_000, description="corpus size cap")
     val_fraction: float = Field(0.05, gt=0.0, lt=0.5)
+    seq_len: int | None = Field(None, ge=2, le=65536, description="tokens per sample; required with a model "
+                                                                 "other than the built-in gpt (default model.seq_len)")
 
 
 class SyntheticDataSpec(_Strict):
@@ -131,7 +187,9 @@ class TrainSpec(_Strict):
     seed: int = Field(0, ge=0)
     eval_every: int = Field(0, ge=0, description="validation loss every N steps; 0 disables")
     eval_batches: int = Field(2, ge=1)
-    loss: Literal["cross_entropy", "mse"] = "cross_entropy"
+    loss: Literal["cross_entropy", "mse", "model"] = Field(
+        "cross_entropy", description="cross_entropy on class-last logits (..., classes); mse; model: the loss the "
+                                     "model itself returns (batches that carry its labels)")
     init_from: str | None = Field(None, description="checkpoint directory or exported .safetensors to start from")
 
 
@@ -363,16 +421,14 @@ def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
 def _sharding_errors(spec: JobSpec):
     """Rules of tensor parallelism, ZeRO/FSDP/HSDP, precision, compression and local SGD."""
     p, m, dp, gpu = spec.parallel, spec.model, spec.dp, spec.resources.gpus_per_worker > 0
-    gpt = isinstance(m, GPTModelSpec)
-    if p.tp > 1 and not gpt:
-        yield f"parallel.tp must be 1 for model {type(m).__name__}: tensor parallelism shards the built-in gpt (tp={p.tp})"
-    if p.tp > 1 and gpt and (m.n_heads % p.tp or m.d_model % p.tp):
-        yield (f"parallel.tp must divide model.n_heads and model.d_model "
-               f"(tp={p.tp}, n_heads={m.n_heads}, d_model={m.d_model})")
+    gpt, facts = isinstance(m, GPTModelSpec), structure_of(spec)
+    if p.tp > 1:
+        yield from _tensor_parallel_errors(spec, facts)
     if p.sequence_parallel and p.tp == 1:
         yield f"parallel.sequence_parallel needs parallel.tp > 1 (tp={p.tp})"
-    if p.sequence_parallel and gpt and m.seq_len % p.tp:
-        yield f"parallel.sequence_parallel needs parallel.tp to divide model.seq_len (tp={p.tp}, seq_len={m.seq_len})"
+    if p.sequence_parallel and p.tp > 1 and sequence_length(spec) and sequence_length(spec) % p.tp:
+        yield (f"parallel.sequence_parallel needs parallel.tp to divide the sequence length "
+               f"(tp={p.tp}, seq_len={sequence_length(spec)})")
     if p.zero in (1, 2) and p.tp > 1:
         yield f"parallel.zero 1/2 shard over dp only: use zero 3 (FSDP x TP) with tp > 1 (zero={p.zero}, tp={p.tp})"
     if p.zero and p.pp > 1:
@@ -386,8 +442,8 @@ def _sharding_errors(spec: JobSpec):
         yield f"parallel.reshard_after_forward applies to zero 3 only (zero={p.zero})"
     if p.offload_optimizer and p.zero not in (1, 2):
         yield f"parallel.offload_optimizer needs parallel.zero 1 or 2 (zero={p.zero})"
-    if p.activation_checkpointing and not gpt:
-        yield f"parallel.activation_checkpointing needs the built-in gpt model (blocks to recompute)"
+    if p.activation_checkpointing and facts.name == "mlp":
+        yield "parallel.activation_checkpointing needs a model with repeated blocks to recompute (model 'mlp' has none)"
     if p.mixed_precision != "fp32" and p.pp > 1:
         yield (f"parallel.mixed_precision must be 'fp32' with pipeline parallelism: the stages exchange fp32 "
                f"activations (mixed_precision={p.mixed_precision!r}, pp={p.pp})")
@@ -403,12 +459,99 @@ def _sharding_errors(spec: JobSpec):
                f"(gpus_per_worker={spec.resources.gpus_per_worker})")
 
 
+@dataclass(frozen=True)
+class ModelStructure:
+    """What the spec rules know of a model before it is built (None: known only once it is built)."""
+    name: str  # gpt | mlp | entrypoint | hf
+    layers: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    vocab: int | None = None
+    tp_plan: bool | None = None  # a tensor-parallel plan exists (the spec's, the model's own)
+    tied_embeddings: bool = False
+
+
+def structure_of(spec: JobSpec) -> ModelStructure:
+    m = spec.model
+    given = m.tp_plan is not None
+    if isinstance(m, GPTModelSpec):
+        return ModelStructure("gpt", m.n_layers, m.n_heads, m.n_heads, m.vocab_size, True)
+    if isinstance(m, MLPModelSpec):
+        return ModelStructure("mlp", m.n_layers, tp_plan=given)
+    if isinstance(m, ModelEntrypointSpec):
+        return ModelStructure("entrypoint", tp_plan=True if given else None)
+    facts = _hf_facts(m)
+    if facts is None:  # a pretrained directory the service cannot read yet: checked when the job builds it
+        return ModelStructure("hf", tp_plan=True if given else None)
+    return ModelStructure("hf", facts.n_layers, facts.n_heads, facts.n_kv_heads, facts.vocab_size,
+                          given or facts.has_tp_plan, facts.tied_embeddings)
+
+
+def _hf_facts(m: "HFModelSpec"):
+    src = m.hf
+    if isinstance(src, HFPretrainedSource):
+        return _cached_hf_facts(None, "{}", src.pretrained)
+    return _cached_hf_facts(src.model_type, json.dumps(src.config, sort_keys=True, default=str), None)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_hf_facts(model_type: str | None, config: str, pretrained: str | None):
+    from workers.models.hf_config import hf_config, hf_facts, readable_pretrained
+
+    if pretrained is not None and not readable_pretrained(pretrained):
+        return None
+    return hf_facts(hf_config(model_type, json.loads(config), pretrained))
+
+
+def sequence_length(spec: JobSpec) -> int | None:
+    """Tokens per sample of the built-in corpus: data.seq_len, else the built-in gpt's model.seq_len."""
+    d, m = spec.data, spec.model
+    if isinstance(d, TextDataSpec) and d.seq_len is not None:
+        return d.seq_len
+    return m.seq_len if isinstance(m, GPTModelSpec) else None
+
+
+def _tensor_parallel_errors(spec: JobSpec, facts: ModelStructure):
+    p, m = spec.parallel, spec.model
+    if facts.tp_plan is False:
+        yield (f"model.tp_plan is needed for parallel.tp > 1: model {facts.name!r} ships no tensor-parallel plan; "
+               f"give one as {{module FQN glob: colwise | rowwise | ...}}, e.g. "
+               f"{{'layers.*.attn.q': colwise, 'layers.*.attn.out': rowwise}} (tp={p.tp})")
+    elif facts.tp_plan is None and facts.name == "entrypoint":
+        yield (f"model.tp_plan is needed for parallel.tp > 1 with a model.entrypoint: Trainyard cannot know which "
+               f"layers of a user module to shard; give {{module FQN glob: colwise | rowwise | ...}} (tp={p.tp})")
+    if isinstance(m, GPTModelSpec):
+        if m.n_heads % p.tp or m.d_model % p.tp:
+            yield (f"parallel.tp must divide model.n_heads and model.d_model "
+                   f"(tp={p.tp}, n_heads={m.n_heads}, d_model={m.d_model})")
+        return
+    for what, n in (("attention heads", facts.heads), ("key/value heads", facts.kv_heads)):
+        if n and n % p.tp:
+            yield (f"parallel.tp must divide the model's {what} (model.hf.config: {n}, tp={p.tp}): "
+                   f"each rank holds whole heads")
+
+
 def _model_data_errors(spec: JobSpec):
     m, d, loss = spec.model, spec.data, spec.train.loss
+    if isinstance(m, USER_MODELS) and isinstance(d, TextDataSpec):
+        if d.seq_len is None:
+            yield (f"data.seq_len is required with a model other than the built-in gpt: the tokens per sample "
+                   f"of {d.name!r} (model={type(m).__name__})")
+        vocab = structure_of(spec).vocab
+        if vocab is not None and vocab < 256:
+            yield f"model.hf.config.vocab_size must be >= 256 for byte-level 'text:pystdlib' (vocab_size={vocab})"
+    if isinstance(m, GPTModelSpec) and isinstance(d, TextDataSpec) and d.seq_len and d.seq_len > m.seq_len:
+        yield (f"data.seq_len must be <= model.seq_len, the built-in gpt's context "
+               f"(data.seq_len={d.seq_len}, model.seq_len={m.seq_len})")
+    if loss == "model" and not isinstance(d, EntrypointSpec):
+        yield (f"train.loss 'model' needs batches that carry the model's own labels (a data.entrypoint whose "
+               f"samples are dicts with 'labels'); {d.name!r} gives (input, target) pairs: use 'cross_entropy'")
+    if loss == "model" and not isinstance(m, USER_MODELS):
+        yield f"train.loss 'model' needs a model that returns its own loss (model.hf or model.entrypoint), not {m.name!r}"
     if isinstance(m, GPTModelSpec):
         if isinstance(d, SyntheticDataSpec):
             yield "data.name 'synthetic' is a regression set: model 'gpt' needs token data (data.name 'text:pystdlib' or an entrypoint)"
-        if loss != "cross_entropy":
+        if loss == "mse":
             yield f"train.loss must be 'cross_entropy' for model 'gpt' (loss={loss!r})"
         if isinstance(d, TextDataSpec) and m.vocab_size < 256:
             yield f"model.vocab_size must be >= 256 for byte-level 'text:pystdlib' (vocab_size={m.vocab_size})"
@@ -435,9 +578,13 @@ def _pipeline_errors(spec: JobSpec):
         if pipe is not None:
             yield f"parallel.pipeline needs parallel.pp > 1 (pp={p.pp})"
         return
-    if not isinstance(spec.model, GPTModelSpec):
-        yield f"parallel.pp > 1 needs model 'gpt': stages are cut at transformer blocks (pp={p.pp})"
+    facts = structure_of(spec)
+    if facts.name == "mlp":
+        yield f"parallel.pp > 1 needs a model with repeated blocks: stages are cut at block boundaries (pp={p.pp})"
         return
+    if facts.tied_embeddings:
+        yield (f"model.hf.config.tie_word_embeddings must be false with parallel.pp > 1: the input embedding lives "
+               f"on the first stage and the output head on the last (pp={p.pp})")
     pipe = pipe or PipelineSpec()
     if spec.supervisor.straggler.policy == "rebalance":  # uneven dp shares would break the flush size
         yield (f"supervisor.straggler.policy 'rebalance' is not available with pipeline parallelism; use 'report' "
@@ -447,7 +594,7 @@ def _pipeline_errors(spec: JobSpec):
         if on:  # stages pass replicated fp32 activations and run blocks without recomputation
             yield f"parallel.{name} is not available with pipeline parallelism yet (pp={p.pp}, {name}={getattr(p, name)!r})"
     per_step, m, v = spec.grad_accum_steps, pipeline_microbatches(spec), pipe.stages_per_rank
-    stages, layers = p.pp * v, spec.model.n_layers
+    stages, layers = p.pp * v, facts.layers
     if per_step and per_step % m:
         yield (f"parallel.pipeline.microbatches must divide the micro-batches per step, global_batch_size / "
                f"(dp x micro_batch_size) (microbatches={m}, global_batch_size={spec.train.global_batch_size}, "
@@ -468,6 +615,8 @@ def _pipeline_errors(spec: JobSpec):
         yield (f"parallel.pipeline.rebalance_threshold needs one stage per rank (gpipe/1f1b) and "
                f"checkpoint.every_steps > 0 (schedule={pipe.schedule!r}, virtual_stages={v}, "
                f"every_steps={spec.checkpoint.every_steps})")
+    if layers is None:  # a user module: its blocks are counted when the job builds it
+        return
     if pipe.split is None:
         if stages > layers + 2:
             yield (f"parallel.pipeline: pp x virtual_stages must be <= model.n_layers + 2, one block or the "
@@ -578,7 +727,7 @@ def load_spec(path: str | Path, **kwargs: Any) -> JobSpec:
     return parse_spec(data, **kwargs)
 
 
-_UNION_TAGS = {"gpt", "mlp", "entrypoint", "text:pystdlib", "synthetic"}
+_UNION_TAGS = {"gpt", "mlp", "entrypoint", "hf", "text:pystdlib", "synthetic"}
 
 
 def format_validation_error(exc: Exception) -> list[dict[str, str]]:
@@ -588,6 +737,8 @@ def format_validation_error(exc: Exception) -> list[dict[str, str]]:
         loc = list(err.get("loc", ()))
         if len(loc) > 1 and loc[0] in {"model", "data"} and loc[1] in _UNION_TAGS:
             del loc[1]  # the union member's tag is not a field the user wrote
+        if loc[:2] == ["model", "hf"] and len(loc) > 2 and loc[2] in {"config", "pretrained"}:
+            del loc[2]
         field = ".".join(str(p) for p in loc)
         msg = err.get("msg", "").removeprefix("Value error, ")
         if field and msg.startswith(field):

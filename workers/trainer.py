@@ -26,6 +26,7 @@ from workers.faults import FaultInjector
 from workers.layout import Layout
 from workers.loss_scaling import LossScaler
 from workers.losses import LOSSES
+from workers.model_io import call_model, logits_of, to_device
 from workers.models import build_model
 from workers.recovery import LossSpikeDetector, RecoveryState
 from workers.schedule import lr_at
@@ -210,7 +211,7 @@ class Trainer:
         if self.shares is None:
             return self.loss_fn
         scale = self.dp * n_micro / self.spec.train.global_batch_size
-        return lambda outputs, targets: self.loss_fn(outputs, targets) * (targets.shape[0] * scale)
+        return lambda outputs, targets: self.loss_fn(outputs, targets) * (logits_of(outputs).shape[0] * scale)
 
     def _compute_time(self, wall_busy: float, cpu: float) -> float:
         """Time this rank spent computing, not waiting. On CPU that is CPU time (_cpu_clock):
@@ -304,8 +305,10 @@ def validation_loss(model, val_batches: GlobalBatches, spec: JobSpec, dp_rank: i
     model.eval()
     losses = []
     for b in range(spec.train.eval_batches):
-        inputs, targets = next(val_batches.rank_microbatches(b, dp_rank, dp, spec.train.micro_batch_size))
-        losses.append(float(LOSSES[spec.train.loss](model(inputs.to(device)), targets.to(device))))
+        batch = next(val_batches.rank_microbatches(b, dp_rank, dp, spec.train.micro_batch_size))
+        inputs, targets = to_device(batch, device)
+        output = call_model(model, inputs, with_labels=spec.train.loss == "model")
+        losses.append(float(LOSSES[spec.train.loss](output, targets)))
     model.train()
     return sum(losses) / len(losses)
 

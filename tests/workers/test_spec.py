@@ -61,7 +61,7 @@ INVALID = [
      ["must be 'fp32' with pipeline", "mixed_precision='fp16'", "pp=2"]),
     ({"parallel.offload_optimizer": True}, "parallel.offload_optimizer", ["zero 1 or 2", "zero=0"]),
     ({"parallel.pp": 2, "resources.workers": 2, "model": {"name": "mlp"}, "data": {"name": "synthetic"},
-      "train.loss": "mse"}, "parallel.pp", ["needs model 'gpt'", "pp=2"]),
+      "train.loss": "mse"}, "parallel.pp", ["repeated blocks", "pp=2"]),
     ({"parallel.pp": 2, "resources.workers": 2, "model.n_layers": 4,
       "parallel.pipeline": {"schedule": "interleaved_1f1b", "microbatches": 1}},
      "parallel.pipeline.microbatches", ["multiple of parallel.pp", "microbatches=1", "pp=2"]),

@@ -18,6 +18,8 @@ from functools import lru_cache
 import torch
 from torch.utils.data import Dataset
 
+from workers.model_io import collate
+
 
 class GlobalBatches:
     def __init__(self, dataset: Dataset, global_batch_size: int, seed: int,
@@ -77,7 +79,3 @@ class GlobalBatches:
             idx = self.indices(step, start + offset, min(micro_batch_size, size - offset))
             yield collate([self.dataset[i] for i in idx])
 
-
-def collate(items: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-    inputs, targets = zip(*items)
-    return torch.stack(inputs), torch.stack(targets)

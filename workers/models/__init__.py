@@ -10,7 +10,7 @@ from torch import nn
 from workers.entrypoints import EntrypointError, resolve_entrypoint
 from workers.models.gpt import GPT
 from workers.models.mlp import MLPRegressor
-from workers.spec import EntrypointSpec, GPTModelSpec, JobSpec, MLPModelSpec
+from workers.spec import GPTModelSpec, HFModelSpec, HFPretrainedSource, JobSpec, MLPModelSpec, ModelEntrypointSpec
 
 
 def _gpt(m: GPTModelSpec) -> nn.Module:
@@ -21,17 +21,32 @@ def _mlp(m: MLPModelSpec) -> nn.Module:
     return MLPRegressor(m.in_features, m.hidden, m.out_features, m.n_layers)
 
 
-def _entrypoint(m: EntrypointSpec) -> nn.Module:
+def _entrypoint(m: ModelEntrypointSpec) -> nn.Module:
     model = resolve_entrypoint(m.entrypoint, "model.entrypoint")(**m.args)
     if not isinstance(model, nn.Module):
         raise EntrypointError(f"model.entrypoint: {m.entrypoint} returned {type(model).__name__}, not an nn.Module")
     return model
 
 
+def hf_source(m: HFModelSpec) -> tuple[str | None, dict | None, str | None]:
+    """(model_type, config fields, pretrained directory) of a `model.hf`."""
+    src = m.hf
+    if isinstance(src, HFPretrainedSource):
+        return None, None, src.pretrained
+    return src.model_type, dict(src.config), None
+
+
+def _hf(m: HFModelSpec) -> nn.Module:
+    from workers.models.hf import build_hf_model
+
+    return build_hf_model(*hf_source(m))
+
+
 MODEL_BUILDERS: dict[type, Callable] = {
     GPTModelSpec: _gpt,
     MLPModelSpec: _mlp,
-    EntrypointSpec: _entrypoint,
+    ModelEntrypointSpec: _entrypoint,
+    HFModelSpec: _hf,
 }
 
 

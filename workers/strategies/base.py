@@ -13,16 +13,17 @@ from __future__ import annotations
 import contextlib
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
+from workers.model_io import call_model, samples_in, to_device, tokens_in
 from workers.spec import JobSpec
 from workers.telemetry import CommMeter
 
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+LossFn = Callable[[Any, torch.Tensor | None], torch.Tensor]  # (model output, targets) -> loss
 
 
 @dataclass(frozen=True)
@@ -75,17 +76,17 @@ def local_clip_grad_norm(wrapped: nn.Module, max_norm: float) -> float | None:
     return float(torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False))
 
 
-def accumulate(wrapped: nn.Module, micro: list, loss_fn: LossFn, device: torch.device, no_sync) -> ForwardBackward:
+def accumulate(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext, no_sync) -> ForwardBackward:
     """Forward/backward every micro-batch; `no_sync()` suppresses gradient sync on all but the last."""
     loss_sum, samples, tokens = 0.0, 0, 0
-    for i, (inputs, targets) in enumerate(micro):
-        inputs, targets = inputs.to(device), targets.to(device)
+    device, with_labels = ctx.device, ctx.spec.train.loss == "model"
+    for i, batch in enumerate(micro):
+        inputs, targets = to_device(batch, device)
         last = i == len(micro) - 1
         with no_sync() if not last else contextlib.nullcontext():
-            loss = loss_fn(wrapped(inputs), targets) / len(micro)
+            loss = loss_fn(call_model(wrapped, inputs, with_labels), targets) / len(micro)
             loss.backward()
         loss_sum += loss.item()
-        samples += inputs.shape[0]
-        tokens += inputs.numel() if inputs.dtype == torch.long else 0
+        samples += samples_in(inputs)
+        tokens += tokens_in(inputs)
     return ForwardBackward(loss_sum, samples, tokens)
-

@@ -33,7 +33,7 @@ class DDPStrategy:
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
         with precision(ctx):
-            return accumulate(wrapped, micro, loss_fn, ctx.device, wrapped.no_sync)
+            return accumulate(wrapped, micro, loss_fn, ctx, wrapped.no_sync)
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         return local_clip_grad_norm(wrapped, max_norm)

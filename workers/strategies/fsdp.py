@@ -87,4 +87,4 @@ def fsdp_forward_backward(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx:
             wrapped.set_requires_gradient_sync(True)
 
     with metered(ctx.comm):
-        return accumulate(wrapped, micro, loss_fn, ctx.device, no_sync)
+        return accumulate(wrapped, micro, loss_fn, ctx, no_sync)

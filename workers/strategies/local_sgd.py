@@ -74,7 +74,7 @@ class LocalSGDStrategy:
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
         with precision(ctx):
-            return accumulate(wrapped, micro, loss_fn, ctx.device, contextlib.nullcontext)
+            return accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         norm = local_clip_grad_norm(wrapped, max_norm)

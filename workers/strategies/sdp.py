@@ -128,7 +128,7 @@ class SDPStrategy:
             fb = fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
         else:
             with precision(ctx):
-                fb = accumulate(wrapped, micro, loss_fn, ctx.device, contextlib.nullcontext)
+                fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
         if self.every_step:
             self.sync.average(grad=True)
         return fb

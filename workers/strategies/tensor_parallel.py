@@ -90,7 +90,7 @@ class TensorParallelStrategy:
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
         with metered(ctx.comm):
             with precision(ctx):
-                fb = accumulate(wrapped, micro, loss_fn, ctx.device, contextlib.nullcontext)
+                fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
             reduce_partial_grads(wrapped)
             self._average_over_dp(wrapped, ctx)
         return fb

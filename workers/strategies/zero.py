@@ -200,7 +200,7 @@ class ZeroStrategy:
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
         with precision(ctx):
-            fb = accumulate(wrapped, micro, loss_fn, ctx.device, contextlib.nullcontext)
+            fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
         self.optimizer.reduce_scatter_grads()
         return fb
 
