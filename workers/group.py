@@ -13,6 +13,7 @@ from ray.util.placement_group import placement_group, placement_group_table, rem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.actor import TrainWorker
+from workers.model_io import UserModelError
 from workers.pool import find_pool
 from workers.spec import JobSpec
 
@@ -26,7 +27,7 @@ class GroupFailure(RuntimeError):
 
 
 # Errors that a restart cannot fix: the spec or the user's code is wrong.
-CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, KeyError)
+CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, KeyError)  # incl. UserModelError
 
 
 class WorkerGroup:
@@ -127,8 +128,14 @@ class WorkerGroup:
             ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=2.0)
             failures = self._collect(self.train_refs)
             rank, exc = min(failures, key=lambda f: (not isinstance(f[1], ray.exceptions.RayActorError), f[0]))
-            raise GroupFailure(f"rank {rank} failed: {_reason(exc)}") from exc
+            raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", not self._same_user_error(failures)) from exc
         return all(res is not None for res in self.results)
+
+    def _same_user_error(self, failures: list[tuple[int, ray.exceptions.RayError]]) -> bool:
+        """Every rank failed with the same model/data error: a restart would fail the same way."""
+        causes = [getattr(exc, "cause", None) for _, exc in failures]
+        return (len(failures) == len(self.train_refs)
+                and all(isinstance(c, UserModelError) for c in causes) and len({str(c) for c in causes}) == 1)
 
     def _collect(self, refs: list) -> list[tuple[int, ray.exceptions.RayError]]:
         failures = []
@@ -167,6 +174,8 @@ class WorkerGroup:
 
 
 def _reason(exc: BaseException) -> str:
+    if isinstance(getattr(exc, "cause", None), UserModelError):  # the whole message: it says what to change
+        return f"UserModelError: {exc.cause}"
     text = str(exc).strip().splitlines()
     tail = [line for line in text if line.strip()][-1:] or [type(exc).__name__]
     return f"{type(exc).__name__}: {tail[0][:300]}"

@@ -26,11 +26,12 @@ from workers.faults import FaultInjector
 from workers.layout import Layout
 from workers.loss_scaling import LossScaler
 from workers.losses import LOSSES
-from workers.model_io import call_model, logits_of, to_device
-from workers.models import build_model
+from workers.model_io import UserModelError, call_model, logits_of, to_device
+from workers.models.hf import save_pretrained
+from workers.models import build_model, hf_source
 from workers.recovery import LossSpikeDetector, RecoveryState
 from workers.schedule import lr_at
-from workers.spec import JobSpec
+from workers.spec import HFModelSpec, JobSpec
 from workers.strategies import StrategyContext, build_strategy
 from workers.telemetry import CommMeter, StepRecord, model_state_bytes, peak_memory_bytes
 
@@ -57,6 +58,7 @@ class Trainer:
         self.scaler = LossScaler(enabled=spec.parallel.mixed_precision == "fp16")
         self.shares = shares  # uneven data-parallel slices (straggler rebalance); None = even
         self.model_state_bytes: int | None = None
+        self.steps_trained = 0  # by this process (a restarted rank starts again at 0)
 
         train_set, val_set = build_datasets(spec)
         self.batches = GlobalBatches(train_set, spec.train.global_batch_size, spec.train.seed,
@@ -106,7 +108,7 @@ class Trainer:
             loss_fn = _scaled(loss_fn, spike)
         if self.scaler.enabled:
             loss_fn = _scaled(loss_fn, self.scaler.scale)
-        fb = self.strategy.forward_backward(self.model, micro, loss_fn, self.ctx)
+        fb = self._forward_backward(micro, loss_fn)
         if fb.loss is not None:
             fb.loss /= self.scaler.factor  # a power of two: exact
         self.scaler.unscale_(self.model)
@@ -157,6 +159,25 @@ class Trainer:
             skipped=skipped, peak_memory_bytes=peak_memory_bytes(self.device),
         )
         return record
+
+    def _forward_backward(self, micro: list, loss_fn):
+        """The strategy's forward/backward. A failure of this rank's first step that is not a peer's
+        (communication) error is the model's or the data's: typed, so that when every rank fails the
+        same way the supervisor fails the job at once instead of restarting it (workers/group.py)."""
+        if self.steps_trained:
+            return self.strategy.forward_backward(self.model, micro, loss_fn, self.ctx)
+        try:
+            fb = self.strategy.forward_backward(self.model, micro, loss_fn, self.ctx)
+        except UserModelError:
+            raise
+        except dist.DistError:
+            raise
+        except Exception as exc:
+            shapes = _shapes(micro[0]) if micro else "no micro-batch"
+            raise UserModelError(f"the first training step failed in the model or the loss "
+                                 f"({type(exc).__name__}: {exc}); batch {shapes}") from exc
+        self.steps_trained += 1
+        return fb
 
     def _loss_spiked(self, loss: float | None) -> bool:
         """Whether any rank's loss spiked (a collective when `fault_tolerance.loss_spike` is set):
@@ -291,6 +312,8 @@ class Trainer:
             result["export_path"] = str(checkpointing.export_model(
                 self.job_dir, state, {"job": self.spec.name, "step": self.step,
                                       "spec": self.spec.model_dump(mode="json")}))
+            if isinstance(self.spec.model, HFModelSpec):  # also as transformers loads it: hf/ beside it
+                result["hf_export_path"] = str(save_pretrained(*hf_source(self.spec.model), state, self.job_dir / "hf"))
         dist.barrier()
         return result
 
@@ -326,6 +349,13 @@ def parameter_digest(model) -> int:
     for p in model.parameters():
         crc = zlib.crc32(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), crc)
     return crc
+
+
+def _shapes(batch) -> str:
+    inputs, targets = batch
+    described = ({k: tuple(v.shape) for k, v in inputs.items()} if isinstance(inputs, dict)
+                 else tuple(inputs.shape))
+    return f"inputs {described}, targets {None if targets is None else tuple(targets.shape)}"
 
 
 def _poisoned(loss_fn):

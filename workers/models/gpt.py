@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.checkpoint import checkpoint
 
 
 class CausalSelfAttention(nn.Module):
@@ -68,7 +67,6 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, n_heads, dropout) for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
-        self.activation_checkpointing = False  # recompute each block in backward (set by the strategy)
         self.apply(self._init_weights)
 
     @staticmethod
@@ -83,8 +81,5 @@ class GPT(nn.Module):
         pos = torch.arange(t, device=idx.device)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         for block in self.blocks:
-            if self.activation_checkpointing and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)
-            else:
-                x = block(x)
+            x = block(x)
         return self.head(self.ln_f(x))

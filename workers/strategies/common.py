@@ -4,6 +4,7 @@ DTensor shards and replicated tensors, and the data-parallel sub-groups of the m
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import torch
@@ -11,6 +12,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
+from torch.utils.checkpoint import checkpoint
+
+from workers.models.description import ModelDescription, describe_spec_model
 
 
 def _distinct_copies(t: torch.Tensor) -> int:
@@ -60,9 +64,31 @@ def precision(ctx):
     return torch.autocast(ctx.device.type, dtype=half) if half else contextlib.nullcontext()
 
 
+def model_description(model: nn.Module, ctx) -> ModelDescription:
+    """The blocks and TP plan of this job's model (workers/models/description.py)."""
+    return describe_spec_model(model, ctx.spec.model)
+
+
 def apply_activation_checkpointing(model: nn.Module, ctx) -> None:
-    if ctx.spec.parallel.activation_checkpointing:
-        model.activation_checkpointing = True  # GPT recomputes each block in backward
+    """Recompute each repeated block in backward (`parallel.activation_checkpointing`).
+
+    The block's own forward is wrapped, not the module: parameter names stay those of the full
+    model (checkpoints load across layouts), and FSDP's hooks on the block still run outside the
+    recomputed region, so it gathers the block's shards once for the recompute and its backward.
+    """
+    if not ctx.spec.parallel.activation_checkpointing:
+        return
+    for block in model_description(model, ctx).blocks(model):
+        block.forward = _recomputed(block.forward)
+
+
+def _recomputed(forward):
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        if torch.is_grad_enabled():
+            return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        return forward(*args, **kwargs)
+    return run
 
 
 @torch.no_grad()

@@ -1,8 +1,8 @@
 """ZeRO-3 with FSDP2 `fully_shard`: parameters, gradients and optimiser state sharded.
 
-Each GPT block is its own FSDP unit (gathered just before it runs, freed after
-unless `reshard_after_forward` is false), the root unit holds embeddings, final
-LayerNorm and head. Compositions through the DeviceMesh:
+Each repeated block (workers/models/description.py) is its own FSDP unit (gathered just before it runs, freed after
+unless `reshard_after_forward` is false), the root unit holds the rest
+(embeddings, final norm and head). Compositions through the DeviceMesh:
   - FSDP x TP: the blocks are tensor-parallel over "tp" first, then sharded over "dp";
   - HSDP (`dp_shard` < dp): replicate x shard, a 2-D data-parallel mesh
     ("dp_replicate", "dp_shard"); gradients reduce-scatter inside a shard group
@@ -31,6 +31,7 @@ from workers.strategies.common import (
     HALF,
     apply_activation_checkpointing,
     global_grad_norm_clip,
+    model_description,
 )
 from workers.strategies.metering import metered
 from workers.strategies.tensor_parallel import apply_tensor_parallel
@@ -55,12 +56,12 @@ class FSDPStrategy:
         model = model.to(ctx.device)
         dp_mesh, tp_mesh = fsdp_meshes(ctx)
         if p.tp > 1:
-            apply_tensor_parallel(model, tp_mesh, p.sequence_parallel)
+            apply_tensor_parallel(model, tp_mesh, p.sequence_parallel, model_description(model, ctx))
         apply_activation_checkpointing(model, ctx)
         half = HALF.get(p.mixed_precision)
         mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
         options = {"mesh": dp_mesh, "reshard_after_forward": p.reshard_after_forward, "mp_policy": mp}
-        for block in getattr(model, "blocks", []):
+        for block in model_description(model, ctx).blocks(model):  # one FSDP unit per repeated block
             fully_shard(block, **options)
         # fp32 logits: the loss (and fp16's scaled loss, far above 65504) is computed in fp32
         root_mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32, output_dtype=torch.float32)

@@ -1,4 +1,4 @@
-"""Megatron-style tensor parallelism of the GPT blocks with DTensor, and DP x TP.
+"""Megatron-style tensor parallelism with DTensor from the model's plan (workers/strategies/tensor_plan.py), and DP x TP.
 
 Within a block, q/k/v and mlp.fc are column-parallel (each tp rank holds
 n_heads / tp whole heads and 4d / tp hidden units) and attn.proj and mlp.proj
@@ -20,14 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Replicate, Shard
-from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    PrepareModuleInput,
-    RowwiseParallel,
-    SequenceParallel,
-    parallelize_module,
-)
+from torch.distributed.tensor import DTensor
 
 from workers.strategies.base import (
     ForwardBackward,
@@ -39,39 +32,19 @@ from workers.strategies.base import (
 from workers.strategies.common import (
     apply_activation_checkpointing,
     global_grad_norm_clip,
+    model_description,
     precision,
     reduce_partial_grads,
 )
+from workers.models.description import ModelDescription, describe
 from workers.strategies.metering import metered
+from workers.strategies.tensor_plan import apply_tensor_plan
 
 
-def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool = False) -> nn.Module:
-    """Shard the GPT blocks over `tp_mesh` in place."""
-    if not hasattr(model, "blocks"):
-        raise TypeError("parallel.tp > 1 needs the built-in gpt model (blocks with q/k/v, proj, fc)")
-    if sequence_parallel:
-        # Replicated embeddings -> this rank's slice of the sequence (a local slice, no traffic).
-        parallelize_module(model, tp_mesh, {
-            "blocks.0": PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True),
-            "ln_f": SequenceParallel(),
-            "head": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True),
-        })
-    for block in model.blocks:
-        out = Shard(1) if sequence_parallel else Replicate()
-        plan = {
-            "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-            "attn.proj": RowwiseParallel(output_layouts=out),
-            "mlp.fc": ColwiseParallel(),
-            "mlp.proj": RowwiseParallel(output_layouts=out),
-        }
-        if sequence_parallel:
-            plan |= {
-                "ln1": SequenceParallel(), "ln2": SequenceParallel(),
-                "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True),
-                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True),
-            }
-        parallelize_module(block, tp_mesh, plan)
-    return model
+def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool = False,
+                          desc: ModelDescription | None = None) -> nn.Module:
+    """Shard the model over `tp_mesh` in place by its plan (the spec's, the model's own, the GPT's)."""
+    return apply_tensor_plan(model, tp_mesh, desc or describe(model), sequence_parallel)
 
 
 class TensorParallelStrategy:
@@ -80,7 +53,8 @@ class TensorParallelStrategy:
     name = "tp"
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
-        model = apply_tensor_parallel(model.to(ctx.device), ctx.mesh["tp"], ctx.spec.parallel.sequence_parallel)
+        model = model.to(ctx.device)
+        apply_tensor_parallel(model, ctx.mesh["tp"], ctx.spec.parallel.sequence_parallel, model_description(model, ctx))
         apply_activation_checkpointing(model, ctx)
         return model
 

@@ -1,0 +1,119 @@
+"""The parallelisms applied to models Trainyard has never seen, on two real gloo processes
+(no Ray): the tensor-parallel plan of HF Llama (GQA), of the built-in GPT and of a user's plan,
+with and without sequence parallelism, gives the single-process loss and gradients; each rank
+holds 1/tp of q_proj's rows; FSDP makes every repeated block its own unit."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tests.user_models import LLAMA_SPEC, TOKEN_MLP_SPEC, GPT_SPEC
+
+CASES = {
+    "llama": (LLAMA_SPEC, False), "llama_sp": (LLAMA_SPEC, True),
+    "gpt_sp": (GPT_SPEC, True), "token_mlp_plan": (TOKEN_MLP_SPEC, False),
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(fn, *args):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    mp.start_processes(fn, args=(2, _free_port(), queue, *args), nprocs=2, start_method="spawn")
+    return queue.get(timeout=60)
+
+
+def _init(rank, world, port):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+
+
+def _tensor_parallel_case(rank, world, port, queue, spec_data, sequence_parallel):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from workers.losses import cross_entropy
+    from workers.model_io import call_model
+    from workers.models import build_model
+    from workers.models.description import describe_spec_model
+    from workers.spec import parse_spec
+    from workers.strategies.common import reduce_partial_grads
+    from workers.strategies.tensor_parallel import apply_tensor_parallel
+
+    _init(rank, world, port)
+    spec = parse_spec(spec_data)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randint(0, 256, (2, 16), generator=g), torch.randint(0, 256, (2, 16), generator=g)
+    ref = build_model(spec)
+    ref_loss = cross_entropy(call_model(ref, x), y)
+    ref_loss.backward()
+    model = build_model(spec)
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    apply_tensor_parallel(model, mesh["tp"], sequence_parallel, describe_spec_model(model, spec.model))
+    loss = cross_entropy(call_model(model, x), y)
+    loss.backward()
+    reduce_partial_grads(model)
+    worst, local_rows = 0.0, {}
+    for (name, p), (_, r) in zip(model.named_parameters(), ref.named_parameters()):
+        grad = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+        worst = max(worst, float((grad - r.grad).abs().max()))
+        local_rows[name] = (p.to_local().shape[0] if hasattr(p, "to_local") else p.shape[0], r.shape[0])
+    if rank == 0:
+        queue.put({"loss": float(loss), "ref_loss": float(ref_loss), "worst_grad_diff": worst, "rows": local_rows})
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_tensor_parallel_plan_matches_single_process(case):
+    spec_data, sp = CASES[case]
+    out = _spawn(_tensor_parallel_case, spec_data, sp)
+    assert out["loss"] == pytest.approx(out["ref_loss"], rel=1e-5)
+    assert out["worst_grad_diff"] < 1e-5, out["worst_grad_diff"]
+    if case.startswith("llama"):  # GQA: q has 4 heads, k/v 2; each rank holds half of each
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            local, full = out["rows"][f"model.layers.0.self_attn.{proj}.weight"]
+            assert local * 2 == full, (proj, local, full)
+        assert out["rows"]["model.layers.0.self_attn.o_proj.weight"] == (64, 64)  # rowwise: columns split
+
+
+def _fsdp_case(rank, world, port, queue, spec_data):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor, Shard
+
+    from workers.models import build_model
+    from workers.models.description import describe_spec_model
+    from workers.spec import parse_spec
+    from workers.strategies import StrategyContext
+    from workers.strategies.fsdp import FSDPStrategy
+    from workers.telemetry import CommMeter
+
+    _init(rank, world, port)
+    spec = parse_spec({**spec_data, "parallel": {"zero": 3}, "resources": {"workers": 2}})
+    mesh = init_device_mesh("cpu", (1, 2, 1), mesh_dim_names=("pp", "dp", "tp"))
+    model = build_model(spec)
+    desc = describe_spec_model(model, spec.model)
+    wrapped = FSDPStrategy().wrap(model, StrategyContext(spec, rank, world, mesh, torch.device("cpu"), CommMeter()))
+    blocks = desc.blocks(wrapped)
+    units = [m for m in wrapped.modules() if isinstance(m, FSDPModule)]
+    sharded = all(isinstance(p, DTensor) and p.placements == (Shard(0),) and p.device_mesh.size() == 2
+                  for b in blocks for p in b.parameters())
+    if rank == 0:
+        queue.put({"units": len(units), "blocks": len(blocks), "all_blocks_units": all(isinstance(b, FSDPModule) for b in blocks),
+                   "block_params_sharded_on_dp": sharded})
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("spec_data", [LLAMA_SPEC, TOKEN_MLP_SPEC], ids=["llama", "token_mlp"])
+def test_fsdp_shards_each_block_as_its_own_unit(spec_data):
+    out = _spawn(_fsdp_case, spec_data)
+    assert out["all_blocks_units"] and out["block_params_sharded_on_dp"], out
+    assert out["units"] == out["blocks"] + 1  # every block, plus the root (embeddings, norm, head)
