@@ -4,7 +4,7 @@
   only for tenants with allow_user_code (403 otherwise);
 - fault injection needs the server setting (the spec's own rule, 422) and an admin-scoped
   token (403), so a tenant cannot crash its own workers on a shared cluster at will;
-- storage paths (`train.init_from`) stay under the storage root: no `..`, no absolute path
+- storage paths (`train.init_from`, `model.hf.pretrained`) stay under the storage root: no `..`, no absolute path
   outside it, and a path into `jobs/<id>/` must name one of the caller's own jobs (422). A
   relative path is taken from the storage root and stored absolute, as the workers read it.
 """
@@ -19,7 +19,7 @@ from api.errors import ApiError
 from service.db.models import Tenant
 from workers.spec import EntrypointSpec, JobSpec
 
-PATH_FIELDS = (("train", "init_from"),)
+PATH_FIELDS = (("train", "init_from"), ("model", "hf", "pretrained"))
 
 
 def _refuse(status: int, field: str, message: str) -> ApiError:
@@ -43,11 +43,11 @@ def check_user_code(spec: JobSpec, tenant: Tenant) -> None:
 def confine_paths(spec: JobSpec, root: Path, owns_job: Callable[[str], bool]) -> JobSpec:
     """The spec with every storage path made absolute under `root`; ApiError(422) for one outside it."""
     root = Path(os.path.realpath(root))
-    for section, field in PATH_FIELDS:
-        value = getattr(getattr(spec, section), field)
-        if value is None:
+    for path_of_field in PATH_FIELDS:
+        value = _get(spec, path_of_field)
+        if not isinstance(value, str):
             continue
-        name = f"{section}.{field}"
+        name = ".".join(path_of_field)
         if ".." in PurePosixPath(value).parts:
             raise _refuse(422, name, f"{name}: may not contain '..' (paths stay under the storage root)")
         path = Path(os.path.realpath(root / value))  # an absolute value replaces root; symlinks are followed
@@ -57,6 +57,18 @@ def confine_paths(spec: JobSpec, root: Path, owns_job: Callable[[str], bool]) ->
         parts = path.relative_to(root).parts
         if len(parts) >= 2 and parts[0] == "jobs" and not owns_job(parts[1]):
             raise _refuse(422, name, f"{name}: jobs/{parts[1]} is not one of this tenant's jobs")
-        block = getattr(spec, section).model_copy(update={field: str(path)})
-        spec = spec.model_copy(update={section: block})
+        spec = _replaced(spec, path_of_field, str(path))
     return spec
+
+
+def _get(obj, path: tuple[str, ...]):
+    for part in path:
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _replaced(obj, path: tuple[str, ...], value):
+    """A copy of the frozen spec with the field at `path` set to `value`."""
+    head, *rest = path
+    child = value if not rest else _replaced(getattr(obj, head), tuple(rest), value)
+    return obj.model_copy(update={head: child})

@@ -8,6 +8,11 @@ import httpx
 import pytest
 
 from tests.helpers import tiny_spec
+from tests.user_models import GPT2_SPEC, LLAMA_SPEC
+
+
+def _user_model(model: dict, **overrides) -> dict:
+    return tiny_spec(**{"model": model, "data.seq_len": 16, **overrides})
 
 
 def _fails(resp: httpx.Response, status: int, *needles: str) -> dict:
@@ -42,6 +47,27 @@ CASES = [
     ("priority not a number", dict(json=tiny_spec(), params={"priority": "high"}), 422, ["priority"]),
     ("idempotency key too long", dict(json=tiny_spec(), headers={"Idempotency-Key": "k" * 500}), 422, ["idempotency-key"]),
     ("huge body", dict(json={**tiny_spec(), "pad": "x" * 300_000}), 413, ["body", "over the limit"]),
+    # Users' own models: each incompatible combination names the field and says what to do.
+    ("hf unknown model type", dict(json=_user_model({"hf": {"model_type": "lama"}})), 422,
+     ["model.hf.model_type", "did you mean 'llama'"]),
+    ("hf unknown config field", dict(json=_user_model({"hf": {"model_type": "llama", "config": {"hidden_sise": 8}}})),
+     422, ["model.hf.config.hidden_sise", "LlamaConfig"]),
+    ("user model without data.seq_len", dict(json={**LLAMA_SPEC, "data": {"name": "text:pystdlib"}}), 422,
+     ["data.seq_len", "required"]),
+    ("tp over a user module without a plan", dict(json=_user_model(
+        {"entrypoint": "tests.fixtures.block_models:token_mlp"}, **{"parallel.tp": 2, "resources.workers": 2})),
+     422, ["model.tp_plan", "give"]),
+    ("tp over GPT-2 (no plan shipped)", dict(json={**GPT2_SPEC, "parallel": {"tp": 2}, "resources": {"workers": 2}}),
+     422, ["model.tp_plan", "ships no tensor-parallel plan"]),
+    ("tp not dividing the kv heads", dict(json={**LLAMA_SPEC, "parallel": {"tp": 4}, "resources": {"workers": 4}}),
+     422, ["parallel.tp", "key/value heads"]),
+    ("pp with tied embeddings", dict(json=_user_model({"hf": {"model_type": "gpt2", "config": {"n_layer": 2}}},
+                                                      **{"parallel.pp": 2, "resources.workers": 2})),
+     422, ["model.hf.config.tie_word_embeddings", "must be false"]),
+    ("hf.pretrained outside the storage root", dict(json=_user_model({"hf": {"pretrained": "../../etc"}})), 422,
+     ["model.hf.pretrained", "'..'"]),
+    ("model loss with pair data", dict(json={**LLAMA_SPEC, "train": {"loss": "model"}}), 422,
+     ["train.loss", "labels"]),
 ]
 
 

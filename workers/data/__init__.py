@@ -9,13 +9,12 @@ from torch.utils.data import Dataset
 from workers.data.pystdlib_text import pystdlib_splits
 from workers.data.synthetic import synthetic_splits
 from workers.entrypoints import EntrypointError, resolve_entrypoint
-from workers.spec import EntrypointSpec, GPTModelSpec, JobSpec, SyntheticDataSpec, TextDataSpec
+from workers.spec import EntrypointSpec, JobSpec, SyntheticDataSpec, TextDataSpec, sequence_length
 
 
 def _text(spec: JobSpec):
-    seq_len = spec.model.seq_len if isinstance(spec.model, GPTModelSpec) else 64
     d = spec.data
-    return pystdlib_splits(d.max_bytes, d.val_fraction, seq_len)
+    return pystdlib_splits(d.max_bytes, d.val_fraction, sequence_length(spec))
 
 
 def _synthetic(spec: JobSpec):
