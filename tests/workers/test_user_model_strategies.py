@@ -20,7 +20,10 @@ from workers.spec import parse_spec
 
 pytestmark = pytest.mark.slow
 
-MODELS = {"llama": LLAMA_SPEC, "gpt2": GPT2_SPEC, "token_mlp": TOKEN_MLP_SPEC}
+# Hugging Face style dict samples {input_ids, labels, attention_mask}, trained on the model's own loss.
+LLAMA_DICT_SPEC = {**LLAMA_SPEC, "data": {"entrypoint": "tests.fixtures.block_models:causal_tokens",
+                                          "args": {"seq_len": 16}}, "train": {"loss": "model"}}
+MODELS = {"llama": LLAMA_SPEC, "gpt2": GPT2_SPEC, "token_mlp": TOKEN_MLP_SPEC, "llama_dict": LLAMA_DICT_SPEC}
 TRAIN = {"steps": 20, "global_batch_size": 16, "micro_batch_size": 4, "lr": 3e-3, "warmup_steps": 2}
 
 LAYOUTS = {
@@ -45,18 +48,20 @@ REPRESENTATIVE = {
     "llama": {"dp2", "zero2", "fsdp4", "hsdp", "tp2_sp", "fsdp2xtp2", "fsdp2_ac"},
     "gpt2": {"fsdp2"},
     "token_mlp": {"dp2", "tp2"},
+    "llama_dict": {"fsdp2"},
 }
 MATRIX = {
     "llama": [n for n in LAYOUTS if n != "reference"],
     "gpt2": ["dp2", "fsdp2", "zero1", "dp2_ac"],  # no tp: transformers ships no plan for GPT-2
     "token_mlp": ["dp2", "fsdp2", "tp2", "dp2_ac"],
+    "llama_dict": ["dp2", "fsdp2", "tp2"],
 }
 
 
 def spec_for(model: str, layout: str, **extra):
     data = copy.deepcopy(MODELS[model])
     data["name"] = f"{model}-{layout}".replace("_", "-")
-    data["train"] = dict(TRAIN)
+    data["train"] = {**TRAIN, **data.get("train", {})}
     data["checkpoint"] = {"every_steps": 10}
     for key, value in {**LAYOUTS[layout], **extra}.items():
         node = data
@@ -119,3 +124,20 @@ def test_fsdp_checkpoint_resumes_under_tensor_parallel(runs, tmp_path):
     assert [s["step"] for s in resumed] == list(range(11, 21))
     for s in resumed:
         assert s["loss"] == pytest.approx(steps[s["step"] - 1]["loss"], rel=1e-4), s["step"]
+
+
+def test_crash_restart_of_an_hf_model_ends_with_the_fault_free_hash(runs, tmp_path):
+    """Llama under FSDP on 4, rank 2 crashing at step 13: resumed from the step-10 checkpoint, it ends
+    bit-identical to the fault-free run."""
+    clean, _ = runs["llama", "fsdp4"]
+    spec = spec_for("llama", "fsdp4", fault_injection=[{"at_step": 13, "rank": 2, "kind": "crash"}])
+    summary, _ = train(spec, tmp_path / "crash")
+    assert summary["restarts"] == 1
+    assert summary["params_sha256"] == clean["params_sha256"]
+
+
+def test_mixed_precision_on_an_hf_model(runs, tmp_path):
+    """bf16 autocast with fp32 master weights, as for the built-in GPT: within bf16's bound of fp32."""
+    _, ref = runs["llama", "reference"]
+    _, steps = train(spec_for("llama", "fsdp2", **{"parallel.mixed_precision": "bf16"}), tmp_path / "bf16")
+    assert steps[19]["loss"] == pytest.approx(ref[19]["loss"], rel=1e-2)
