@@ -9,11 +9,11 @@ from torch.utils.data import Dataset
 from workers.data.pystdlib_text import pystdlib_splits
 from workers.data.synthetic import synthetic_splits
 from workers.entrypoints import EntrypointError, resolve_entrypoint
-from workers.spec import EntrypointSpec, GPTModelSpec, JobSpec, SyntheticDataSpec, TextDataSpec
+from workers.spec import EntrypointSpec, JobSpec, SyntheticDataSpec, TextDataSpec, sequence_length
 
 
 def _text(spec: JobSpec):
-    seq_len = spec.model.seq_len if isinstance(spec.model, GPTModelSpec) else 64
+    seq_len = sequence_length(spec) or 64  # data.seq_len, else the built-in gpt's model.seq_len
     d = spec.data
     return pystdlib_splits(d.max_bytes, d.val_fraction, seq_len)
 
