@@ -108,3 +108,33 @@ def test_costs_come_from_the_model():
     assert costs[0] < costs[1] and costs[5] > costs[0]  # an embedding is a lookup; the head is a matmul
     gpt = unit_costs(spec_for({**GPT, "vocab_size": 8192}))
     assert gpt[-1] > 2 * gpt[1]  # a large vocabulary makes the head the heaviest unit
+
+
+def test_parts_are_found_by_call_order_and_loose_parameters_are_refused():
+    from torch import nn
+
+    from workers.models.description import ModelStructureError, call_order, describe
+    from workers.pipeline_parts import parts_by_call_order
+
+    spec = spec_for(LLAMA)
+    full = build_model(spec)
+    desc = describe_spec_model(full, spec.model)
+    order = call_order(full, lambda: full(torch.zeros(1, 8, dtype=torch.long)))
+    parts = parts_by_call_order(full, desc, order)
+    # rotary_emb holds no parameters: every stage keeps and runs it, so it is no part
+    assert parts.before == ("model.embed_tokens",) and parts.after == ("model.norm", "lm_head")
+
+    class Loose(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(4))
+            self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+            return x * self.scale
+
+    loose = Loose()
+    with pytest.raises(ModelStructureError, match="directly beside the blocks"):
+        probe(loose, describe(loose), torch.zeros(2, 4))
