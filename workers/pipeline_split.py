@@ -1,24 +1,21 @@
-"""Cutting a GPT into pipeline stages: per-unit costs, a balanced contiguous split, and stage modules.
+"""Splitting a model with repeated blocks into pipeline stages: a balanced contiguous split.
 
-The units of splitting are, in order, the embedding (tok_emb + pos_emb), every
-transformer block, and the head (ln_f + head). A stage is a contiguous run of
-units. Costs are estimated forward FLOPs per sequence (backward is about twice
-the forward for every unit, so the ratio is the same); the split minimises the
-most expensive stage (the pipeline runs at the pace of its slowest stage).
-
-Stage modules keep the full model's attribute names, so parameter FQNs are the
-same on whichever rank holds them (`blocks.3.attn.qkv.weight`): checkpoints
-written under one layout load under any other.
+The units of splitting are, in order, the embedding (every part the forward runs before the
+blocks), every block, and the head (every part after them). A stage is a contiguous run of
+units. Costs are estimated forward FLOPs per sequence (`workers.pipeline_costs`; backward is
+about twice the forward for every unit, so the ratio is the same); the split minimises the most
+expensive stage (the pipeline runs at the pace of its slowest stage). The stage modules are
+`workers.pipeline_stage`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-from torch import nn
-
+from workers.pipeline_costs import unit_costs
 from workers.spec import JobSpec
+
+__all__ = ["StagePlan", "balanced_split", "plan_stages", "rebalanced_split", "stage_to_rank", "unit_costs"]
 
 
 @dataclass(frozen=True)
@@ -39,19 +36,6 @@ class StagePlan:
     def to_dict(self) -> dict:
         return {"stage": self.stage, "blocks": list(self.blocks), "embedding": self.has_embedding,
                 "head": self.has_head, "cost": self.cost, "describe": self.describe()}
-
-
-def unit_costs(spec: JobSpec) -> list[float]:
-    """Estimated forward FLOPs per sequence of [embedding, block 0..L-1, head]."""
-    m = spec.model
-    t, d, v = m.seq_len, m.d_model, m.vocab_size
-    embedding = 2.0 * t * d  # two gathers and an add: memory-bound, tiny
-    # qkv + proj + two MLP matmuls (24 t d^2) plus the attention scores and the weighted sum (4 t^2 d)
-    # plus layer norms, GELU and residual adds (~30 t d elementwise).
-    block = 24.0 * t * d * d + 4.0 * t * t * d + 30.0 * t * d
-    # ln_f + the vocabulary projection + softmax/cross-entropy over the vocabulary.
-    head = 2.0 * t * d * v + 10.0 * t * d + 5.0 * t * v
-    return [embedding] + [block] * m.n_layers + [head]
 
 
 def balanced_split(costs: list[float], n_stages: int) -> list[int]:
@@ -84,7 +68,9 @@ def balanced_split(costs: list[float], n_stages: int) -> list[int]:
 def plan_stages(spec: JobSpec, n_stages: int, split: list[int] | None = None) -> list[StagePlan]:
     """The stage plans: `split` pins blocks per stage; otherwise balanced by estimated cost."""
     costs = unit_costs(spec)
-    n_layers = spec.model.n_layers
+    n_layers = len(costs) - 2
+    if split is not None and sum(split) != n_layers:  # a user module's blocks are counted only now
+        raise ValueError(f"parallel.pipeline.split {list(split)} must sum to the model's {n_layers} blocks")
     if split is None:
         units = balanced_split(costs, n_stages)
     else:  # blocks per stage -> units per stage (embedding on the first, head on the last)
@@ -100,52 +86,6 @@ def plan_stages(spec: JobSpec, n_stages: int, split: list[int] | None = None) ->
                                cost=sum(costs[u] for u in unit_ids)))
         start += count
     return plans
-
-
-class GPTStage(nn.Module):
-    """One pipeline stage of a GPT: the owned parts of the full model, under the full model's names."""
-
-    def __init__(self, full: nn.Module, plans: list[StagePlan]):
-        super().__init__()
-        if any(p.has_embedding for p in plans):
-            self.tok_emb, self.pos_emb, self.drop = full.tok_emb, full.pos_emb, full.drop
-        # ModuleDict keyed by the block's index keeps FQNs `blocks.<i>.…` identical to the full model.
-        self.blocks = nn.ModuleDict({str(i): full.blocks[i] for p in plans for i in p.blocks})
-        if any(p.has_head for p in plans):
-            self.ln_f, self.head = full.ln_f, full.head
-        self.plans = plans
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # only for a single-stage rank
-        assert len(self.plans) == 1
-        return run_stage(self, self.plans[0], x)
-
-
-class StageChunk(nn.Module):
-    """The module torch's PipelineStage runs for one stage; shares parameters with the rank's GPTStage."""
-
-    def __init__(self, owner: GPTStage, plan: StagePlan):
-        super().__init__()
-        self.plan = plan
-        if plan.has_embedding:
-            self.tok_emb, self.pos_emb, self.drop = owner.tok_emb, owner.pos_emb, owner.drop
-        self.blocks = nn.ModuleDict({str(i): owner.blocks[str(i)] for i in plan.blocks})
-        if plan.has_head:
-            self.ln_f, self.head = owner.ln_f, owner.head
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return run_stage(self, self.plan, x)
-
-
-def run_stage(module: nn.Module, plan: StagePlan, x: torch.Tensor) -> torch.Tensor:
-    """The same arithmetic as GPT.forward, restricted to the stage's units."""
-    if plan.has_embedding:
-        pos = torch.arange(x.shape[1], device=x.device)
-        x = module.drop(module.tok_emb(x) + module.pos_emb(pos))
-    for i in plan.blocks:
-        x = module.blocks[str(i)](x)
-    if plan.has_head:
-        x = module.head(module.ln_f(x))
-    return x
 
 
 def stage_to_rank(stage: int, pp: int, v_shape: bool) -> int:
@@ -166,7 +106,8 @@ def rebalanced_split(spec: JobSpec, busy_s: list[float], threshold: float) -> li
         return None
     pipe = spec.parallel.pipeline
     plans = plan_stages(spec, len(busy_s), pipe.split if pipe else None)
-    estimated, n_layers = unit_costs(spec), spec.model.n_layers
+    estimated = unit_costs(spec)
+    n_layers = len(estimated) - 2
     measured: list[float] = []
     for plan, busy in zip(plans, busy_s):
         units = ([0] if plan.has_embedding else []) + [b + 1 for b in plan.blocks] + \

@@ -11,15 +11,16 @@ import torch
 from tests.helpers import spec_of
 from workers.bubble import StageTimes, join_stage_reports, pipeline_summary, theoretical_bubble
 from workers.models import build_model
+from workers.models.description import describe_spec_model
+from workers.pipeline_probe import probe
 from workers.pipeline_split import (
-    GPTStage,
-    StageChunk,
     balanced_split,
     plan_stages,
     rebalanced_split,
     stage_to_rank,
     unit_costs,
 )
+from workers.pipeline_stage import FullNames, StageModule, pruned_copy, replacements_for
 
 
 def pp_spec(**overrides):
@@ -65,19 +66,30 @@ def test_pinned_split_and_description():
 
 
 def test_stages_keep_full_model_names_and_compose_to_the_full_forward():
+    # The built-in GPT through the generic stage module (workers.pipeline_stage), bit for bit.
     spec = pp_spec()
     torch.manual_seed(0)
     full = build_model(spec)
     names = set(full.state_dict())
+    idx = torch.randint(0, 256, (2, 32))
+    expected = full(idx)
+    desc = describe_spec_model(full, spec.model)
+    seen = probe(full, desc, idx)
     plans = plan_stages(spec, 4)
-    owners = [GPTStage(full, [p for p in plans if stage_to_rank(p.stage, 2, False) == r]) for r in range(2)]
+    owners = []
+    for r in range(2):
+        mine = [p for p in plans if stage_to_rank(p.stage, 2, False) == r]
+        owner = FullNames()
+        owner.adopt(pruned_copy(full, replacements_for(full, desc, seen, tuple(b for p in mine for b in p.blocks),
+                                                       any(p.has_embedding for p in mine),
+                                                       any(p.has_head for p in mine), runnable=False)))
+        owners.append(owner)
     held = [set(o.state_dict()) for o in owners]
     assert held[0] | held[1] == names and not held[0] & held[1]
-    idx = torch.randint(0, 256, (2, 32))
     x = idx
     for plan in plans:
-        x = StageChunk(owners[stage_to_rank(plan.stage, 2, False)], plan)(x)
-    assert torch.equal(x, full(idx))
+        x = StageModule(full, desc, seen, plan.blocks, plan.has_embedding, plan.has_head)(x)
+    assert torch.equal(x, expected)
 
 
 def test_v_placement_folds_back():

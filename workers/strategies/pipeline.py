@@ -1,7 +1,8 @@
 """Pipeline parallelism (x data parallelism) on torch.distributed.pipelining.
 
 Each rank of a pipeline holds one stage (or several: interleaved and V-shaped
-schedules) cut from the full GPT by `workers.pipeline_split`. A step runs the
+schedules) of any model with repeated blocks, split by `workers.pipeline_split` and cut by
+`workers.pipeline_stage` (the model's own forward, restricted to the stage). A step runs the
 rank's micro-batches through the schedule in flushes of `microbatches`,
 all-reduces the gradients over the data-parallel replicas of the same stage,
 and broadcasts the last stage's loss so every rank reports the whole model's
@@ -32,7 +33,13 @@ from torch.distributed.pipelining.schedules import (
 from workers.bubble import StageMeter, theoretical_bubble
 from workers.layout import Layout
 from workers.losses import LOSSES
-from workers.pipeline_split import GPTStage, StageChunk, StagePlan, plan_stages, run_stage, stage_to_rank
+from workers.model_io import UserModelError
+from workers.models.description import ModelDescription, describe_spec_model
+from workers.pipeline_probe import Probe
+from workers.pipeline_probe import probe as probe_model
+from workers.pipeline_sample import sample_input
+from workers.pipeline_split import StagePlan, plan_stages, stage_to_rank
+from workers.pipeline_stage import FullNames, StageModule, pruned_copy, replacements_for
 from workers.spec import SINGLE_STAGE_SCHEDULES, V_SCHEDULES, PipelineSpec, pipeline_microbatches
 from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, adamw
 from workers.strategies.tensor_parallel import apply_tensor_parallel
@@ -49,34 +56,49 @@ SCHEDULES = {
 }
 
 
-class PipelineRank(GPTStage):
+class PipelineRank(FullNames):
     """What this rank trains and checkpoints: its stages' parameters under the full model's FQNs.
 
     Calling it runs the whole model's forward across the pipeline (no grad; for evaluation)
     and returns the outputs on every rank of the pipeline.
     """
 
-    def __init__(self, full: nn.Module, mine: list[StagePlan], all_plans: list[StagePlan], strategy: "PipelineStrategy"):
-        super().__init__(full, mine)
+    def __init__(self, full: nn.Module, desc: ModelDescription, probe: Probe, mine: list[StagePlan],
+                 all_plans: list[StagePlan], strategy: "PipelineStrategy"):
+        super().__init__()
+        blocks = tuple(i for p in mine for i in p.blocks)
+        first, last = any(p.has_embedding for p in mine), any(p.has_head for p in mine)
+        # The union of this rank's stages; never run itself (the chunks are), so nothing stands in.
+        self.adopt(pruned_copy(full, replacements_for(full, desc, probe, blocks, first, last, runnable=False)))
+        # Plain attributes, not submodules: the chunks share this rank's modules under other copies.
+        object.__setattr__(self, "chunks", {p.stage: StageModule(full, desc, probe, p.blocks, p.has_embedding,
+                                                                 p.has_head) for p in mine})
         self._all_plans = all_plans
-        self._strategy = strategy  # plain attribute: not a submodule
+        self._probe = probe
+        self._strategy = strategy
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        for chunk in self.chunks.values():
+            chunk.train(mode)
+        return self
 
     @torch.no_grad()
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        s = self._strategy
+        s, p = self._strategy, self._probe
         x = idx
         for plan in self._all_plans:
             owner = s.owner(plan.stage)
             if owner != s.pp_rank:
                 continue
             if plan.stage > 0 and s.owner(plan.stage - 1) != s.pp_rank:
-                x = torch.empty(idx.shape + (s.d_model,), dtype=torch.float32, device=idx.device)
+                x = torch.empty((idx.shape[0], *p.hidden_shape[1:]), dtype=p.hidden_dtype, device=idx.device)
                 dist.recv(x, src=s.global_rank(s.owner(plan.stage - 1)), group=s.pp_group)
-            x = run_stage(self, plan, x)
+            x = self.chunks[plan.stage](x)
             if plan.stage < len(self._all_plans) - 1 and s.owner(plan.stage + 1) != s.pp_rank:
                 dist.send(x.contiguous(), dst=s.global_rank(s.owner(plan.stage + 1)), group=s.pp_group)
         last = s.owner(len(self._all_plans) - 1)
-        out = x if last == s.pp_rank else torch.empty(idx.shape + (s.vocab_size,), dtype=torch.float32,
+        out = x if last == s.pp_rank else torch.empty(p.output.shape_for(idx), dtype=p.output.dtype,
                                                       device=idx.device)
         dist.broadcast(out, src=s.global_rank(last), group=s.pp_group)
         return out
@@ -94,7 +116,6 @@ class PipelineStrategy:
         self.virtual_stages, self.microbatches = pipe.stages_per_rank, pipeline_microbatches(spec)
         self.n_stages = self.pp * self.virtual_stages
         self.v_shape = pipe.schedule in V_SCHEDULES
-        self.d_model, self.vocab_size = spec.model.d_model, spec.model.vocab_size
         coords = Layout.of(spec).coordinates(ctx.rank)
         self.pp_rank, self.dp, self.dp_rank = coords["pp"], spec.dp, coords["dp"]
         self.tp, self.tp_rank = spec.parallel.tp, coords["tp"]
@@ -103,11 +124,19 @@ class PipelineStrategy:
         self.dp_group = ctx.mesh["dp"].get_group()
         self.plans = plan_stages(spec, self.n_stages, pipe.split)
         mine = [p for p in self.plans if self.owner(p.stage) == self.pp_rank]
+        if spec.train.loss == "model":
+            raise UserModelError("train.loss 'model' is not available with parallel.pp > 1: the last stage "
+                                 "would need the labels; use 'cross_entropy'")
         if self.tp > 1:  # PP x TP: Megatron-shard every block first; stages pass replicated activations
+            # TODO(tp-plan): this shards the built-in GPT only (it raises for other models); once
+            # tensor_parallel applies `desc.tp_plan` to any model, call that here instead.
             model = apply_tensor_parallel(model.to(ctx.device), ctx.mesh["tp"], sequence_parallel=False)
+        model = model.to(ctx.device)
+        desc = describe_spec_model(model, spec.model)
+        probe = probe_model(model, desc, sample_input(spec).to(ctx.device))
 
-        wrapped = PipelineRank(model.to(ctx.device), mine, self.plans, self)
-        self.stages = [PipelineStage(StageChunk(wrapped, plan), plan.stage, self.n_stages, ctx.device,
+        wrapped = PipelineRank(model, desc, probe, mine, self.plans, self)
+        self.stages = [PipelineStage(wrapped.chunks[plan.stage], plan.stage, self.n_stages, ctx.device,
                                      group=self.pp_group) for plan in mine]
         self.has_first = any(p.stage == 0 for p in mine)
         self.has_last = any(p.stage == self.n_stages - 1 for p in mine)
@@ -123,7 +152,8 @@ class PipelineStrategy:
         params = {_local(p).untyped_storage().data_ptr() for p in wrapped.parameters()}
         self.meter = StageMeter(self.stages, self.schedule, params)
         self.theoretical = theoretical_bubble(self.schedule_name, self.pp, self.microbatches, self.virtual_stages)
-        self.hidden_bytes = spec.train.micro_batch_size * spec.model.seq_len * spec.model.d_model * 4
+        hidden = torch.empty(probe.hidden_shape, dtype=probe.hidden_dtype)  # one sample micro-batch's
+        self.hidden_bytes = hidden.numel() * hidden.element_size()
         return wrapped
 
     def owner(self, stage: int) -> int:
