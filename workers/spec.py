@@ -586,6 +586,9 @@ def _pipeline_errors(spec: JobSpec):
         yield (f"model.hf.config.tie_word_embeddings must be false with parallel.pp > 1: the input embedding lives "
                f"on the first stage and the output head on the last (pp={p.pp})")
     pipe = pipe or PipelineSpec()
+    if spec.train.loss == "model":
+        yield (f"train.loss 'model' is not available with parallel.pp > 1: only the last stage sees the outputs "
+               f"and the labels stay with the first; use 'cross_entropy' (pp={p.pp})")
     if spec.supervisor.straggler.policy == "rebalance":  # uneven dp shares would break the flush size
         yield (f"supervisor.straggler.policy 'rebalance' is not available with pipeline parallelism; use 'report' "
                f"(pp={p.pp}); parallel.pipeline.rebalance_threshold balances the stages")

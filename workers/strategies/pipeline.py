@@ -33,7 +33,6 @@ from torch.distributed.pipelining.schedules import (
 from workers.bubble import StageMeter, theoretical_bubble
 from workers.layout import Layout
 from workers.losses import LOSSES
-from workers.model_io import UserModelError
 from workers.models.description import ModelDescription, describe_spec_model
 from workers.pipeline_probe import Probe
 from workers.pipeline_probe import probe as probe_model
@@ -124,15 +123,10 @@ class PipelineStrategy:
         self.dp_group = ctx.mesh["dp"].get_group()
         self.plans = plan_stages(spec, self.n_stages, pipe.split)
         mine = [p for p in self.plans if self.owner(p.stage) == self.pp_rank]
-        if spec.train.loss == "model":
-            raise UserModelError("train.loss 'model' is not available with parallel.pp > 1: the last stage "
-                                 "would need the labels; use 'cross_entropy'")
-        if self.tp > 1:  # PP x TP: Megatron-shard every block first; stages pass replicated activations
-            # TODO(tp-plan): this shards the built-in GPT only (it raises for other models); once
-            # tensor_parallel applies `desc.tp_plan` to any model, call that here instead.
-            model = apply_tensor_parallel(model.to(ctx.device), ctx.mesh["tp"], sequence_parallel=False)
         model = model.to(ctx.device)
         desc = describe_spec_model(model, spec.model)
+        if self.tp > 1:  # PP x TP: shard every block by the model's plan first; stages pass replicated activations
+            apply_tensor_parallel(model, ctx.mesh["tp"], sequence_parallel=False, desc=desc)
         probe = probe_model(model, desc, sample_input(spec).to(ctx.device))
 
         wrapped = PipelineRank(model, desc, probe, mine, self.plans, self)
