@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from workers.spec import GPTModelSpec, JobSpec, format_validation_error
+from workers.spec import GPTModelSpec, JobSpec, format_validation_error, sequence_length
 
 GIB = 1024**3
 # Sustained FLOP/s of one worker and link bandwidth/latency: deliberately round guesses.
@@ -26,10 +26,6 @@ CPU_FLOPS_PER_CORE = 2.0e10
 GPU_FLOPS = 4.0e14  # a bf16 H100/H200-class accelerator at ~40% MFU
 CPU_LINK = (1.0e9, 2e-4)  # bytes/s, s per collective (gloo over loopback/TCP)
 GPU_LINK = (1.0e11, 2e-5)  # NVLink-class
-
-# Parameters that Megatron tensor parallelism splits (GPT blocks): everything in q/k/v/fc and the proj weights.
-_TP_SHARDED = (".attn.q.", ".attn.k.", ".attn.v.", ".mlp.fc.", ".attn.proj.weight", ".mlp.proj.weight")
-
 
 @dataclass(frozen=True)
 class ModelFacts:
@@ -40,22 +36,35 @@ class ModelFacts:
     n_heads: int = 0
     seq_len: int = 0
     vocab: int = 0
-    layernorm_params: int = 0  # of the blocks and the final LayerNorm (sequence-parallel grads)
+    layernorm_params: int = 0  # of the norm layers (their grads are reduced under sequence parallelism)
 
     @classmethod
     def of(cls, spec: JobSpec) -> ModelFacts:
+        """Counted on the model itself, built on the meta device (shapes only, no memory)."""
         from workers.models import MODEL_BUILDERS
+        from workers.models.description import ModelStructureError, describe_spec_model
+        from workers.models.param_counts import norm_params, tp_sharded_params
 
-        with torch.device("meta"):  # shapes only, no memory
+        with torch.device("meta"):
             model = MODEL_BUILDERS[type(spec.model)](spec.model)
-        named = dict(model.named_parameters())
-        total = sum(p.numel() for p in named.values())
-        m = spec.model
-        if not isinstance(m, GPTModelSpec):
+        total = sum(p.numel() for p in model.parameters())
+        try:
+            desc = describe_spec_model(model, spec.model)
+        except ModelStructureError:  # no repeated blocks (the mlp): parameters are all the planner counts
             return cls(params=total, tp_params=0)
-        tp = sum(p.numel() for n, p in named.items() if any(k in n for k in _TP_SHARDED))
-        ln = sum(p.numel() for n, p in named.items() if ".ln" in n or n.startswith("ln_f"))
-        return cls(total, tp, m.n_layers, m.d_model, m.n_heads, m.seq_len, m.vocab_size, ln)
+        d_model, n_heads, vocab = _dims(spec, model)
+        return cls(total, tp_sharded_params(model, desc.tp_plan), desc.n_blocks, d_model, n_heads,
+                   sequence_length(spec) or 0, vocab, norm_params(model))
+
+
+def _dims(spec: JobSpec, model: torch.nn.Module) -> tuple[int, int, int]:
+    """(width, attention heads, vocabulary): the gpt spec's, else the model config's (0 when unknown:
+    an entrypoint model without a transformers-style config gets no activation estimate)."""
+    m = spec.model
+    if isinstance(m, GPTModelSpec):
+        return m.d_model, m.n_heads, m.vocab_size
+    config = getattr(model, "config", None)
+    return tuple(int(getattr(config, k, 0) or 0) for k in ("hidden_size", "num_attention_heads", "vocab_size"))
 
 
 @dataclass

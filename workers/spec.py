@@ -638,19 +638,30 @@ def sdp_workers(spec: JobSpec) -> int:
     return spec.dp // (p.dp_shard or 1) if p.zero == 3 else spec.dp
 
 
-def sdp_components(spec: JobSpec) -> tuple[int, str]:
-    """(maskable components per layer, their name) for the spec's SDP mode."""
+def sdp_components(spec: JobSpec, n_blocks: int | None = None) -> tuple[int | None, str]:
+    """(maskable components per layer, their name) for the spec's SDP mode. Block mode counts the
+    model's repeated blocks: `n_blocks` of the built model, else what the spec tells (None: an
+    entrypoint model, known once built)."""
     m, mode = spec.model, spec.parallel.sdp.mode
-    return (m.n_layers, "block") if mode == "block" else (4 * m.d_model, "MLP hidden unit")
+    if mode == "block":
+        if n_blocks is None and getattr(m, "blocks", None) is not None:
+            return None, "block"  # the user named the blocks: counted on the built model
+        return (n_blocks if n_blocks is not None else structure_of(spec).layers), "block"
+    return 4 * m.d_model, "MLP hidden unit"
 
 
 def _sdp_errors(spec: JobSpec):
     p, sdp, r = spec.parallel, spec.parallel.sdp, spec.resources
     if sdp is None:
         return
-    if not isinstance(spec.model, GPTModelSpec):
-        yield (f"parallel.sdp needs the built-in gpt model: subnetworks are cut at its transformer blocks or "
-               f"MLP hidden units (model={type(spec.model).__name__})")
+    if isinstance(spec.model, MLPModelSpec):
+        yield ("parallel.sdp needs a model with repeated blocks to cut subnetworks from (model 'mlp' has none): "
+               "use the gpt, a model.hf or a model.entrypoint")
+        return
+    if sdp.mode == "neuron" and not isinstance(spec.model, GPTModelSpec):
+        # Neuron masking rewrites the GPT's own MLP (fc/proj); other models' MLPs have other shapes.
+        yield (f"parallel.sdp.mode 'neuron' needs the built-in gpt model, whose MLP hidden units it masks; use "
+               f"mode 'block' for model {structure_of(spec).name!r} (its repeated blocks)")
         return
     if p.tp > 1 or p.pp > 1:
         yield f"parallel.sdp needs parallel.tp = 1 and parallel.pp = 1: each worker runs a whole subnetwork (tp={p.tp}, pp={p.pp})"
@@ -681,6 +692,8 @@ def _sdp_errors(spec: JobSpec):
     from workers.sdp.masks import feasibility_error
 
     n, what = sdp_components(spec)
+    if n is None:  # an entrypoint model (or an unread pretrained directory): checked when the job builds it
+        return
     problem = feasibility_error(n, sdp_workers(spec), sdp.coverage, what)
     if problem:
         yield f"parallel.sdp.coverage is infeasible for this model ({sdp.mode} mode, coverage={sdp.coverage}): {problem}"

@@ -23,12 +23,15 @@ def sdp_bytes(spec: JobSpec) -> tuple[int, int]:
     """(model-state bytes, logical comm bytes per step) of worker 0."""
     from workers.models import build_model
     from workers.sdp.subnetwork import build_subnetwork
-    from workers.strategies.sdp import assignment_of
+    from workers.strategies.sdp import assignment_of, blocks_of
 
     p, sdp = spec.parallel, spec.parallel.sdp
-    a = assignment_of(spec)
     with torch.device("meta"):
-        sub, pieces = build_subnetwork(build_model(spec), a, 0, sdp.masking)
+        model = build_model(spec)
+    path = blocks_of(model, spec)
+    a = assignment_of(spec, len(model.get_submodule(path)))  # off the meta device: the masks are real
+    with torch.device("meta"):
+        sub, pieces = build_subnetwork(model, a, 0, sdp.masking, path)
     params = dict(sub.named_parameters())
     kept = sum(t.numel() for t in params.values())
     trainable = sum(t.numel() for t in params.values() if t.requires_grad)

@@ -1,4 +1,5 @@
-"""The rank's subnetwork of the GPT and the map from its tensors back to the full model.
+"""The rank's subnetwork of a model (block mode: any model; neuron mode: the built-in GPT) and the
+map from its tensors back to the full model.
 
 Forward masking drops what the worker does not hold: fewer blocks (block mode)
 or narrower MLPs (neuron mode: fc rows and proj columns of the held hidden
@@ -72,24 +73,38 @@ def mask_tensor(a: Assignment, worker: int) -> torch.Tensor:
     return torch.tensor([list(a.held[layer][worker]) for layer in range(a.layers)], dtype=torch.long)
 
 
-def build_subnetwork(model: nn.Module, a: Assignment, worker: int, masking: str) -> tuple[nn.Module, list[Piece]]:
-    """Turn the full GPT (identical on every rank) into this worker's subnetwork, in place."""
+def build_subnetwork(model: nn.Module, a: Assignment, worker: int, masking: str,
+                     blocks_path: str = "blocks") -> tuple[nn.Module, list[Piece]]:
+    """Turn the full model (identical on every rank) into this worker's subnetwork, in place.
+
+    Block mode works on any model through the FQN of its repeated blocks (`blocks_path`, from the
+    model description); neuron mode rewrites the built-in GPT's MLPs."""
     everyone = tuple(range(a.workers))
     names = {id(p): n for n, p in model.named_parameters()}  # full-model names, before any change
-    owner: dict[str, tuple[int, ...]] = {}
     if a.mode == "block":
+        blocks = model.get_submodule(blocks_path)
+        if len(blocks) != a.n:
+            raise ValueError(f"SDP: the mask assignment is for {a.n} blocks, the model has {len(blocks)} "
+                             f"at {blocks_path!r}")
+        owner: dict[str, tuple[int, ...]] = {}
         held = a.held[0][worker]
-        for i, block in enumerate(model.blocks):
+        for i, block in enumerate(blocks):
             for p in block.parameters():
                 owner[names[id(p)]] = a.holders(0, i)
                 if masking == "backward" and i not in held:
                     p.requires_grad_(False)
         if masking == "forward":
-            model.blocks = nn.ModuleList(model.blocks[i] for i in held)
+            # A shorter list at the same path: the model's forward runs whatever blocks it holds
+            # (HF decoders slice self.layers[:num_hidden_layers], which a shorter list satisfies).
+            model.set_submodule(blocks_path, nn.ModuleList(blocks[i] for i in held))
         pieces = [Piece(local, names[id(p)], None, None, None, owner.get(names[id(p)], everyone))
                   for local, p in model.named_parameters()]
         return model, pieces
 
+    from workers.models.gpt import GPT
+
+    if not isinstance(model, GPT):
+        raise ValueError(f"parallel.sdp.mode 'neuron' needs the built-in gpt model (got {type(model).__name__})")
     pieces = []
     special = {}
     for i, block in enumerate(model.blocks):

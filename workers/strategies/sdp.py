@@ -1,4 +1,4 @@
-"""Subnetwork data parallelism (parallel.sdp): each worker trains its own subnetwork of the GPT.
+"""Subnetwork data parallelism (parallel.sdp): each worker trains its own subnetwork of the model.
 
 wrap: assign masks (workers/sdp/masks.py), cut this worker's subnetwork
 (workers/sdp/subnetwork.py), optionally FSDP-shard it over the worker's
@@ -13,7 +13,7 @@ Checkpoints: the module a rank trains is named after its worker
 ("worker2.blocks.0..."), so DCP saves every worker's subnetwork side by side
 with its optimiser state and its mask (buffer "mask_worker2", checked on
 load); they resume SDP -> SDP at the same world size and masks. The exported
-model (model.safetensors) is the full GPT assembled from all workers, which
+model (model.safetensors) is the full model assembled from all workers, which
 any layout loads (train.init_from).
 """
 
@@ -28,7 +28,8 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
 from workers.models import build_model
-from workers.sdp.masks import Assignment, assign
+from workers.models.description import ModelStructureError, describe_spec_model
+from workers.sdp.masks import Assignment, assign, feasibility_error
 from workers.sdp.subnetwork import build_subnetwork, mask_tensor
 from workers.sdp.sync import HolderSync
 from workers.spec import JobSpec, sdp_components, sdp_workers
@@ -44,11 +45,23 @@ from workers.strategies.common import apply_activation_checkpointing, precision
 from workers.strategies.fsdp import fsdp_forward_backward
 
 
-def assignment_of(spec: JobSpec) -> Assignment:
+def assignment_of(spec: JobSpec, n_blocks: int | None = None) -> Assignment:
+    """The masks of the spec's layout; block mode over `n_blocks` (the built model's), else the spec's count."""
     sdp = spec.parallel.sdp
-    n, _ = sdp_components(spec)
+    n, what = sdp_components(spec, n_blocks)
+    if n is None:
+        raise ValueError("parallel.sdp: the number of blocks is known only from the built model; pass n_blocks")
+    problem = feasibility_error(n, sdp_workers(spec), sdp.coverage, what)
+    if problem:  # an entrypoint model is checked here, once built (the spec rules could not count its blocks)
+        raise ModelStructureError("parallel.sdp.coverage", f"infeasible for this model ({sdp.mode} mode, "
+                                                           f"coverage={sdp.coverage}): {problem}")
     layers = 1 if sdp.mode == "block" else spec.model.n_layers
     return assign(sdp.mode, sdp_workers(spec), layers, n, sdp.coverage, sdp.seed)
+
+
+def blocks_of(model: nn.Module, spec: JobSpec) -> str:
+    """FQN of the model's repeated blocks (the GPT's 'blocks', Llama's 'model.layers', ...)."""
+    return describe_spec_model(model, spec.model).blocks_path
 
 
 class SDPModel(nn.Module):
@@ -65,8 +78,21 @@ class SDPModel(nn.Module):
     def subnet(self) -> nn.Module:
         return getattr(self, f"worker{self.worker}")
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.subnet(idx)
+    def forward(self, *args, **kwargs):
+        return self.subnet(*args, **kwargs)  # any model's call convention (workers/model_io.py)
+
+
+def load_full_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load the assembled parameters; names a tied weight also goes by (lm_head = embed_tokens) are
+    left out of `state` (named_parameters lists a shared tensor once) and are filled by the tie."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    loaded = {id(q) for n, q in model.named_parameters() if n in state}
+    aliases = {n for n, q in model.named_parameters(remove_duplicate=False) if id(q) in loaded}
+    buffers = {n for n, _ in model.named_buffers()}  # the full model's own, as built
+    left = set(missing) - aliases - buffers
+    if left or unexpected:
+        raise RuntimeError(f"SDP: the assembled state does not fit the model (missing {sorted(left)}, "
+                           f"unexpected {sorted(unexpected)})")
 
 
 def _check_mask(expected: torch.Tensor):
@@ -89,9 +115,10 @@ class SDPStrategy:
         self.backward_masking = sdp.masking == "backward"
         self.shards = p.dp_shard if p.zero == 3 else 1
         self.worker, shard = divmod(ctx.rank, self.shards)
-        self.assignment = assignment_of(spec)
+        self.blocks_path = blocks_of(model, spec)
+        self.assignment = assignment_of(spec, len(model.get_submodule(self.blocks_path)))
         self.shapes = {n: t.shape for n, t in model.named_parameters()}
-        subnet, pieces = build_subnetwork(model, self.assignment, self.worker, sdp.masking)
+        subnet, pieces = build_subnetwork(model, self.assignment, self.worker, sdp.masking, self.blocks_path)
         subnet = subnet.to(ctx.device)
         apply_activation_checkpointing(subnet, ctx)
         wrapped = SDPModel(subnet, self.worker, mask_tensor(self.assignment, self.worker)).to(ctx.device)
@@ -100,7 +127,7 @@ class SDPStrategy:
 
             mesh = init_device_mesh(ctx.device.type, (self.assignment.workers, self.shards),
                                     mesh_dim_names=("sdp", "shard"))["shard"]
-            for block in subnet.blocks:
+            for block in subnet.get_submodule(self.blocks_path):
                 fully_shard(block, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
             wrapped = fully_shard(wrapped, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
         params = dict(wrapped.subnet.named_parameters())
@@ -152,9 +179,9 @@ class SDPStrategy:
         return self.sync.full_state(self.shapes, gathered)
 
     def evaluation_model(self, wrapped: nn.Module) -> nn.Module:
-        """The full GPT assembled from every worker's held pieces (collective)."""
+        """The full model assembled from every worker's held pieces (collective)."""
         model = build_model(self.spec)
-        model.load_state_dict(self.full_model_state(wrapped))
+        load_full_state(model, self.full_model_state(wrapped))
         return model.to(next(wrapped.parameters()).device)
 
     def report(self) -> dict:
