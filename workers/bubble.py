@@ -125,8 +125,11 @@ class StageMeter:
             saved: dict[int, int] = {}
 
             def pack(t: torch.Tensor):
-                storage = getattr(t, "_local_tensor", t).untyped_storage()  # DTensor: this rank's piece
-                key = storage.data_ptr()
+                try:
+                    storage = getattr(t, "_local_tensor", t).untyped_storage()  # DTensor: this rank's piece
+                    key = storage.data_ptr()
+                except RuntimeError:  # a wrapper without storage of its own (inside DTensor dispatch)
+                    return t
                 if key not in self._param_storages:
                     saved[key] = storage.nbytes()
                 return t
