@@ -91,62 +91,19 @@ class Estimate:
         return {**asdict(self), "predicted_step_s": self.step_s, "memory_bytes_per_rank": self.memory_bytes_per_rank}
 
 
-def _ring(k: int) -> float:
-    return 2 * (k - 1) / k if k > 1 else 0.0
-
-
-def _one_pass(k: int) -> float:
-    return (k - 1) / k if k > 1 else 0.0
-
-
 def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     """Predicted bytes and step time of the layout `spec.parallel` (pp = 1 layouts)."""
-    from workers.strategies import strategy_name
+    from workers.strategies.registry import strategy_class
+    from workers.strategies.tensor_parallel import tensor_parallel_comm_bytes
 
     f = facts or ModelFacts.of(spec)
     p, t = spec.parallel, spec.train
-    dp, tp, accum, mb = spec.dp, p.tp, spec.grad_accum_steps, t.micro_batch_size
-    per_rank = f.params - f.tp_params + f.tp_params / tp  # parameters a rank holds before ZeRO sharding
-    grad_bytes = 4 * per_rank
-    shard = (p.dp_shard or dp) if p.zero == 3 else dp
-
-    # Model state (fp32 weights 4 + grads 4 + AdamW moments 8 bytes per parameter).
-    bytes_per_param = {0: 16, 1: 8 + 8 / shard, 2: 4 + 12 / shard, 3: 16 / shard}[p.zero]
-    state = bytes_per_param * per_rank
-
-    # Data-parallel traffic per step.
-    if p.zero == 3:
-        gathers = accum * (2 if p.reshard_after_forward else 1)  # per micro-batch: forward (+ backward) gather
-        replicas = dp // shard
-        gather_bytes = grad_bytes / 2 if p.mixed_precision != "fp32" else grad_bytes  # params gathered in 16 bits
-        dp_comm = (gathers * gather_bytes + grad_bytes) * _one_pass(shard) + _ring(replicas) * grad_bytes / shard
-    elif p.local_sgd is not None:
-        dp_comm = _ring(dp) * grad_bytes / p.local_sgd.period  # on average per step
-    else:
-        ratio = {None: 1.0, "fp16": 0.5, "bf16": 0.5}.get(p.compression.kind if p.compression else None, None)
-        if ratio is None:  # powersgd: the P and Q factors of each matrix
-            ratio = _powersgd_ratio(spec)
-        dp_comm = _ring(dp) * grad_bytes * ratio
-
-    # Tensor-parallel traffic: activations of one micro-batch, A = mb x seq x d x 4 bytes.
-    tp_comm = 0.0
+    tp, accum = p.tp, spec.grad_accum_steps
+    strategy = strategy_class(spec)
+    layout = strategy.cost(spec, f)  # the strategy's own accounting of state and data-parallel traffic
+    state = layout.model_state_bytes
+    comm = layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f)
     act = _activation_bytes(spec, f)
-    if tp > 1 and f.layers:
-        a = mb * f.seq_len * f.d_model * 4
-        if p.sequence_parallel:
-            # per block: forward 2 all-gathers + 2 reduce-scatters, backward 2 all-gathers + 4 input-grad
-            # all-reduces (q, k, v, fc); plus the sequence split/merge at the ends and the LayerNorm grads.
-            per_micro = f.layers * 14 * _one_pass(tp) * a + 2 * _one_pass(tp) * a
-            tp_comm = accum * per_micro + _ring(tp) * 4 * f.layernorm_params
-        else:
-            # per block: forward 2 all-reduces (row-parallel outputs), backward 4 (q, k, v, fc input grads)
-            tp_comm = accum * f.layers * 6 * _ring(tp) * a
-
-    comm = dp_comm + tp_comm
-    if p.sdp is not None:  # subnetworks: bytes from the mask assignment itself
-        from workers.sdp.plan import sdp_bytes
-
-        state, comm = sdp_bytes(spec)
     gpu = spec.resources.gpus_per_worker > 0
     flops_rate = GPU_FLOPS * spec.resources.gpus_per_worker if gpu else CPU_FLOPS_PER_CORE * spec.resources.cpus_per_worker
     bandwidth, latency = GPU_LINK if gpu else CPU_LINK
@@ -155,7 +112,7 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     collectives = (accum * (f.layers or 1) * (6 if tp > 1 else 0)) + (accum * 2 * (f.layers + 1) if p.zero == 3 else 1)
     return Estimate(
         parallel=_compact(p.model_dump(mode="json")),
-        strategy=strategy_name(spec),
+        strategy=strategy.name,
         model_state_bytes_per_rank=int(state),
         activation_bytes_per_rank=int(act),
         comm_bytes_per_step=int(comm),
@@ -179,23 +136,6 @@ def _activation_bytes(spec: JobSpec, f: ModelFacts) -> float:
         per_layer = s * mb * h * (10 + 24 / tp + 5 * a * s / (h * tp))
     logits = 2 * 4 * s * mb * f.vocab  # fp32 logits and their gradient
     return half * f.layers * per_layer + logits
-
-
-def _powersgd_ratio(spec: JobSpec) -> float:
-    """Fraction of gradient elements PowerSGD all-reduces (matrices as rank-r factors, vectors whole)."""
-    from workers.models import MODEL_BUILDERS
-
-    r = spec.parallel.compression.rank
-    with torch.device("meta"):
-        model = MODEL_BUILDERS[type(spec.model)](spec.model)
-    sent = total = 0
-    for param in model.parameters():
-        n = param.shape[0]
-        m = param.numel() // n
-        k = min(n, m, r)
-        total += n * m
-        sent += (n + m) * k if (n + m) * k * 2 < n * m else n * m
-    return sent / total
 
 
 def _compact(parallel: dict) -> dict:

@@ -412,51 +412,18 @@ def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
     if t.warmup_steps > t.steps:
         yield f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})"
     yield from _model_data_errors(spec)
-    yield from _sharding_errors(spec)
-    yield from _pipeline_errors(spec)
-    yield from _sdp_errors(spec)
+    yield from _model_structure_errors(spec)
+    # Each strategy checks its own options (workers/strategies/registry.py); imported here, at validation
+    # time, because the strategies build on this module.
+    from workers.strategies.registry import layout_errors
+
+    yield from layout_errors(spec)
     yield from _fault_injection_errors(spec, context)
 
 
-def _sharding_errors(spec: JobSpec):
-    """Rules of tensor parallelism, ZeRO/FSDP/HSDP, precision, compression and local SGD."""
-    p, m, dp, gpu = spec.parallel, spec.model, spec.dp, spec.resources.gpus_per_worker > 0
-    gpt, facts = isinstance(m, GPTModelSpec), structure_of(spec)
-    if p.tp > 1:
-        yield from _tensor_parallel_errors(spec, facts)
-    if p.sequence_parallel and p.tp == 1:
-        yield f"parallel.sequence_parallel needs parallel.tp > 1 (tp={p.tp})"
-    if p.sequence_parallel and p.tp > 1 and sequence_length(spec) and sequence_length(spec) % p.tp:
-        yield (f"parallel.sequence_parallel needs parallel.tp to divide the sequence length "
-               f"(tp={p.tp}, seq_len={sequence_length(spec)})")
-    if p.zero in (1, 2) and p.tp > 1:
-        yield f"parallel.zero 1/2 shard over dp only: use zero 3 (FSDP x TP) with tp > 1 (zero={p.zero}, tp={p.tp})"
-    if p.zero and p.pp > 1:
-        yield f"parallel.zero must be 0 with pipeline parallelism (zero={p.zero}, pp={p.pp})"
-    if p.dp_shard is not None:
-        if p.zero != 3:
-            yield f"parallel.dp_shard (HSDP) needs parallel.zero 3 (zero={p.zero}, dp_shard={p.dp_shard})"
-        elif dp % p.dp_shard:
-            yield f"parallel.dp_shard must divide parallel.dp (dp={dp}, dp_shard={p.dp_shard})"
-    if not p.reshard_after_forward and p.zero != 3:
-        yield f"parallel.reshard_after_forward applies to zero 3 only (zero={p.zero})"
-    if p.offload_optimizer and p.zero not in (1, 2):
-        yield f"parallel.offload_optimizer needs parallel.zero 1 or 2 (zero={p.zero})"
-    if p.activation_checkpointing and facts.name == "mlp":
+def _model_structure_errors(spec: JobSpec):
+    if spec.parallel.activation_checkpointing and structure_of(spec).name == "mlp":
         yield "parallel.activation_checkpointing needs a model with repeated blocks to recompute (model 'mlp' has none)"
-    if p.mixed_precision != "fp32" and p.pp > 1:
-        yield (f"parallel.mixed_precision must be 'fp32' with pipeline parallelism: the stages exchange fp32 "
-               f"activations (mixed_precision={p.mixed_precision!r}, pp={p.pp})")
-    for name, option in (("compression", p.compression), ("local_sgd", p.local_sgd)):
-        if option is not None and (p.zero or p.tp > 1 or p.pp > 1):
-            yield (f"parallel.{name} applies to plain data parallelism (zero 0, tp 1, pp 1) "
-                   f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
-    if p.compression is not None and p.local_sgd is not None:
-        yield f"parallel.compression and parallel.local_sgd exclude each other (local SGD does not all-reduce gradients)"
-    if p.compression is not None and p.compression.kind == "bf16" and not gpu:
-        yield ("parallel.compression.kind 'bf16' needs GPU workers: the bf16 hook all-reduces bfloat16, which "
-               "gloo (CPU) does not support, so use 'fp16' or 'powersgd' on CPU "
-               f"(gpus_per_worker={spec.resources.gpus_per_worker})")
 
 
 @dataclass(frozen=True)
@@ -511,26 +478,6 @@ def sequence_length(spec: JobSpec) -> int | None:
     return m.seq_len if isinstance(m, GPTModelSpec) else None
 
 
-def _tensor_parallel_errors(spec: JobSpec, facts: ModelStructure):
-    p, m = spec.parallel, spec.model
-    if facts.tp_plan is False:
-        yield (f"model.tp_plan is needed for parallel.tp > 1: model {facts.name!r} ships no tensor-parallel plan; "
-               f"give one as {{module FQN glob: colwise | rowwise | ...}}, e.g. "
-               f"{{'layers.*.attn.q': colwise, 'layers.*.attn.out': rowwise}} (tp={p.tp})")
-    elif facts.tp_plan is None and facts.name == "entrypoint":
-        yield (f"model.tp_plan is needed for parallel.tp > 1 with a model.entrypoint: Trainyard cannot know which "
-               f"layers of a user module to shard; give {{module FQN glob: colwise | rowwise | ...}} (tp={p.tp})")
-    if isinstance(m, GPTModelSpec):
-        if m.n_heads % p.tp or m.d_model % p.tp:
-            yield (f"parallel.tp must divide model.n_heads and model.d_model "
-                   f"(tp={p.tp}, n_heads={m.n_heads}, d_model={m.d_model})")
-        return
-    for what, n in (("attention heads", facts.heads), ("key/value heads", facts.kv_heads)):
-        if n and n % p.tp:
-            yield (f"parallel.tp must divide the model's {what} (model.hf.config: {n}, tp={p.tp}): "
-                   f"each rank holds whole heads")
-
-
 def _model_data_errors(spec: JobSpec):
     m, d, loss = spec.model, spec.data, spec.train.loss
     if isinstance(m, USER_MODELS) and isinstance(d, TextDataSpec):
@@ -572,66 +519,6 @@ def pipeline_microbatches(spec: JobSpec) -> int:
     return pipe.microbatches if pipe and pipe.microbatches else max(1, spec.grad_accum_steps)
 
 
-def _pipeline_errors(spec: JobSpec):
-    p, pipe = spec.parallel, spec.parallel.pipeline
-    if p.pp == 1:
-        if pipe is not None:
-            yield f"parallel.pipeline needs parallel.pp > 1 (pp={p.pp})"
-        return
-    facts = structure_of(spec)
-    if facts.name == "mlp":
-        yield f"parallel.pp > 1 needs a model with repeated blocks: stages are cut at block boundaries (pp={p.pp})"
-        return
-    if facts.tied_embeddings:
-        yield (f"model.hf.config.tie_word_embeddings must be false with parallel.pp > 1: the input embedding lives "
-               f"on the first stage and the output head on the last (pp={p.pp})")
-    pipe = pipe or PipelineSpec()
-    if spec.train.loss == "model":
-        yield (f"train.loss 'model' is not available with parallel.pp > 1: only the last stage sees the outputs "
-               f"and the labels stay with the first; use 'cross_entropy' (pp={p.pp})")
-    if spec.supervisor.straggler.policy == "rebalance":  # uneven dp shares would break the flush size
-        yield (f"supervisor.straggler.policy 'rebalance' is not available with pipeline parallelism; use 'report' "
-               f"(pp={p.pp}); parallel.pipeline.rebalance_threshold balances the stages")
-    for name, on in (("sequence_parallel", p.sequence_parallel), ("activation_checkpointing", p.activation_checkpointing),
-                     ("mixed_precision", p.mixed_precision != "fp32")):
-        if on:  # stages pass replicated fp32 activations and run blocks without recomputation
-            yield f"parallel.{name} is not available with pipeline parallelism yet (pp={p.pp}, {name}={getattr(p, name)!r})"
-    per_step, m, v = spec.grad_accum_steps, pipeline_microbatches(spec), pipe.stages_per_rank
-    stages, layers = p.pp * v, facts.layers
-    if per_step and per_step % m:
-        yield (f"parallel.pipeline.microbatches must divide the micro-batches per step, global_batch_size / "
-               f"(dp x micro_batch_size) (microbatches={m}, global_batch_size={spec.train.global_batch_size}, "
-               f"dp={spec.dp}, micro_batch_size={spec.train.micro_batch_size}, per step={per_step})")
-    if pipe.schedule in SINGLE_STAGE_SCHEDULES and v != 1:
-        yield f"parallel.pipeline.virtual_stages must be 1 for schedule {pipe.schedule!r} (virtual_stages={v})"
-    if pipe.schedule in V_SCHEDULES and v != 2:
-        yield f"parallel.pipeline.virtual_stages must be 2 for V-shaped schedule {pipe.schedule!r} (virtual_stages={v})"
-    if pipe.schedule in ("1f1b", "zbv_zero_bubble") and m < p.pp:
-        yield f"parallel.pipeline.microbatches must be >= parallel.pp for {pipe.schedule!r} (microbatches={m}, pp={p.pp})"
-    if pipe.schedule in ("interleaved_1f1b", "zero_bubble") and m % p.pp:
-        yield (f"parallel.pipeline.microbatches must be a multiple of parallel.pp for interleaved schedule "
-               f"{pipe.schedule!r} (microbatches={m}, pp={p.pp})")
-    if pipe.schedule == "dualpipe_v" and m < stages:
-        yield (f"parallel.pipeline.microbatches must be >= pp x virtual_stages for 'dualpipe_v' "
-               f"(microbatches={m}, pp={p.pp}, virtual_stages={v})")
-    if pipe.rebalance_threshold is not None and (v != 1 or spec.checkpoint.every_steps == 0):
-        yield (f"parallel.pipeline.rebalance_threshold needs one stage per rank (gpipe/1f1b) and "
-               f"checkpoint.every_steps > 0 (schedule={pipe.schedule!r}, virtual_stages={v}, "
-               f"every_steps={spec.checkpoint.every_steps})")
-    if layers is None:  # a user module: its blocks are counted when the job builds it
-        return
-    if pipe.split is None:
-        if stages > layers + 2:
-            yield (f"parallel.pipeline: pp x virtual_stages must be <= model.n_layers + 2, one block or the "
-                   f"embedding/head per stage (pp={p.pp}, virtual_stages={v}, n_layers={layers})")
-        return
-    split = pipe.split
-    if len(split) != stages or sum(split) != layers or min(split) < 0 or 0 in split[1:-1]:
-        yield (f"parallel.pipeline.split must have pp x virtual_stages entries summing to model.n_layers, "
-               f"each >= 1 except the first and last stage (split={split}, pp={p.pp}, virtual_stages={v}, "
-               f"n_layers={layers})")
-
-
 def sdp_workers(spec: JobSpec) -> int:
     """Subnetworks in an SDP layout: one per dp rank, or one per group of dp_shard ranks under zero 3."""
     p = spec.parallel
@@ -648,55 +535,6 @@ def sdp_components(spec: JobSpec, n_blocks: int | None = None) -> tuple[int | No
             return None, "block"  # the user named the blocks: counted on the built model
         return (n_blocks if n_blocks is not None else structure_of(spec).layers), "block"
     return 4 * m.d_model, "MLP hidden unit"
-
-
-def _sdp_errors(spec: JobSpec):
-    p, sdp, r = spec.parallel, spec.parallel.sdp, spec.resources
-    if sdp is None:
-        return
-    if isinstance(spec.model, MLPModelSpec):
-        yield ("parallel.sdp needs a model with repeated blocks to cut subnetworks from (model 'mlp' has none): "
-               "use the gpt, a model.hf or a model.entrypoint")
-        return
-    if sdp.mode == "neuron" and not isinstance(spec.model, GPTModelSpec):
-        # Neuron masking rewrites the GPT's own MLP (fc/proj); other models' MLPs have other shapes.
-        yield (f"parallel.sdp.mode 'neuron' needs the built-in gpt model, whose MLP hidden units it masks; use "
-               f"mode 'block' for model {structure_of(spec).name!r} (its repeated blocks)")
-        return
-    if p.tp > 1 or p.pp > 1:
-        yield f"parallel.sdp needs parallel.tp = 1 and parallel.pp = 1: each worker runs a whole subnetwork (tp={p.tp}, pp={p.pp})"
-    if p.zero not in (0, 3):
-        yield (f"parallel.sdp needs parallel.zero 0 or 3: ZeRO-1/2 shard state over all dp ranks, but each SDP "
-               f"worker holds different parameters (zero={p.zero})")
-    if p.compression is not None or p.local_sgd is not None:
-        yield ("parallel.sdp excludes parallel.compression and parallel.local_sgd: SDP does its own averaging "
-               "among each piece's holders (use parallel.sdp.sync {period: H} for periodic averaging)")
-    if p.zero == 3:
-        if p.dp_shard is None or p.dp_shard < 2:
-            yield (f"parallel.sdp with parallel.zero 3 needs parallel.dp_shard >= 2: the ranks that shard one "
-                   f"subnetwork with FSDP (dp_shard={p.dp_shard})")
-        if sdp.mode != "block" or sdp.masking != "forward":
-            yield (f"parallel.sdp with parallel.zero 3 needs mode 'block' and masking 'forward': FSDP shards whole "
-                   f"blocks of the subnetwork (mode={sdp.mode!r}, masking={sdp.masking!r})")
-    elif p.dp_shard is not None:
-        return  # _sharding_errors already refuses dp_shard without zero 3
-    if r.min_workers not in (None, r.workers) or r.max_workers not in (None, r.workers):
-        yield (f"parallel.sdp needs a fixed world size (resources.min_workers = max_workers = workers): the masks "
-               f"and checkpoints are per worker (min_workers={r.min_workers}, workers={r.workers}, "
-               f"max_workers={r.max_workers})")
-    if spec.supervisor.straggler.policy == "rebalance":
-        yield ("supervisor.straggler.policy 'rebalance' is not available with parallel.sdp, use 'report' "
-               "(gradients are averaged per holder set, not weighted by data shares)")
-    if p.zero == 3 and (p.dp_shard is None or spec.dp % p.dp_shard):
-        return
-    from workers.sdp.masks import feasibility_error
-
-    n, what = sdp_components(spec)
-    if n is None:  # an entrypoint model (or an unread pretrained directory): checked when the job builds it
-        return
-    problem = feasibility_error(n, sdp_workers(spec), sdp.coverage, what)
-    if problem:
-        yield f"parallel.sdp.coverage is infeasible for this model ({sdp.mode} mode, coverage={sdp.coverage}): {problem}"
 
 
 def fault_injection_allowed(context: dict[str, Any]) -> bool:

@@ -9,7 +9,6 @@ from pydantic import ValidationError
 
 from tests.helpers import Events, alive_actors, tiny_spec
 from workers.models import build_model
-from workers.sdp.masks import assign
 from workers.sdp.subnetwork import build_subnetwork
 from workers.spec import format_validation_error, parse_spec
 from workers.strategies.sdp import assignment_of, blocks_of, load_full_state

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 from torch import nn
@@ -47,8 +47,48 @@ class ForwardBackward:
     stage: dict | None = None
 
 
+@dataclass(frozen=True)
+class LayoutCost:
+    """What the planner predicts for a strategy's layout (workers/planner.py adds compute and TP traffic)."""
+    model_state_bytes: float  # per rank: fp32 weights 4 + grads 4 + AdamW moments 8 bytes per parameter, sharded
+    dp_comm_bytes: float  # per step: the data-parallel collectives' logical bytes
+
+
+def ring(k: int) -> float:
+    """Fraction of a buffer one rank sends in a ring all-reduce over k ranks."""
+    return 2 * (k - 1) / k if k > 1 else 0.0
+
+
+def one_pass(k: int) -> float:
+    """... in one all-gather or one reduce-scatter."""
+    return (k - 1) / k if k > 1 else 0.0
+
+
+def params_per_rank(spec: JobSpec, facts) -> float:
+    """Parameters a rank holds before any data-parallel sharding (tensor parallelism splits its plan's)."""
+    return facts.params - facts.tp_params + facts.tp_params / spec.parallel.tp
+
+
 class Strategy(Protocol):
+    """One layout: which specs select it, its own spec rules and cost, and how it trains.
+
+    The registry (workers/strategies/registry.py) asks every strategy for its rules (they check
+    its options wherever they appear) and takes the first strategy that selects a spec.
+    """
+
     name: str
+
+    @staticmethod
+    def selects(spec: JobSpec) -> bool:
+        """Whether this strategy runs the spec's layout (asked in registry order)."""
+
+    @staticmethod
+    def spec_errors(spec: JobSpec) -> Iterator[str]:
+        """Cross-field rules of this strategy's options, each message starting with its field."""
+
+    @staticmethod
+    def cost(spec: JobSpec, facts) -> LayoutCost:
+        """Model-state bytes per rank and data-parallel bytes per step (facts: workers.planner.ModelFacts)."""
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         """The module this rank trains and checkpoints."""

@@ -10,15 +10,42 @@ from workers.strategies.base import (
     LossFn,
     StrategyContext,
     accumulate,
+    LayoutCost,
     adamw,
     local_clip_grad_norm,
+    params_per_rank,
+    ring,
 )
 from workers.strategies.common import apply_activation_checkpointing, precision
-from workers.strategies.compression import register_comm_hook
+from workers.strategies.compression import compressed_fraction, register_comm_hook
 
 
 class DDPStrategy:
     name = "ddp"
+
+    @staticmethod
+    def selects(spec) -> bool:
+        return True  # the registry's last resort: plain data parallelism
+
+    @staticmethod
+    def spec_errors(spec):
+        p, gpu = spec.parallel, spec.resources.gpus_per_worker > 0
+        if p.compression is None:
+            return
+        if p.zero or p.tp > 1 or p.pp > 1:
+            yield (f"parallel.compression applies to plain data parallelism (zero 0, tp 1, pp 1) "
+                   f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
+        if p.local_sgd is not None:
+            yield "parallel.compression and parallel.local_sgd exclude each other (local SGD does not all-reduce gradients)"
+        if p.compression.kind == "bf16" and not gpu:
+            yield ("parallel.compression.kind 'bf16' needs GPU workers: the bf16 hook all-reduces bfloat16, which "
+                   "gloo (CPU) does not support, so use 'fp16' or 'powersgd' on CPU "
+                   f"(gpus_per_worker={spec.resources.gpus_per_worker})")
+
+    @staticmethod
+    def cost(spec, facts) -> LayoutCost:
+        per_rank = params_per_rank(spec, facts)
+        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank * compressed_fraction(spec))
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         model = model.to(ctx.device)

@@ -22,10 +22,14 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from workers.strategies.base import (
     ForwardBackward,
+    LayoutCost,
     LossFn,
     StrategyContext,
     accumulate,
     adamw,
+    one_pass,
+    params_per_rank,
+    ring,
 )
 from workers.strategies.common import (
     HALF,
@@ -50,6 +54,31 @@ def fsdp_meshes(ctx: StrategyContext) -> tuple[DeviceMesh, DeviceMesh]:
 
 class FSDPStrategy:
     name = "fsdp"
+
+    @staticmethod
+    def selects(spec) -> bool:
+        return spec.parallel.zero == 3
+
+    @staticmethod
+    def spec_errors(spec):
+        p, dp = spec.parallel, spec.dp
+        if p.dp_shard is not None:
+            if p.zero != 3:
+                yield f"parallel.dp_shard (HSDP) needs parallel.zero 3 (zero={p.zero}, dp_shard={p.dp_shard})"
+            elif dp % p.dp_shard:
+                yield f"parallel.dp_shard must divide parallel.dp (dp={dp}, dp_shard={p.dp_shard})"
+        if not p.reshard_after_forward and p.zero != 3:
+            yield f"parallel.reshard_after_forward applies to zero 3 only (zero={p.zero})"
+
+    @staticmethod
+    def cost(spec, facts) -> LayoutCost:
+        p, dp, accum = spec.parallel, spec.dp, spec.grad_accum_steps
+        shard = p.dp_shard or dp
+        grad_bytes = 4 * params_per_rank(spec, facts)
+        gathers = accum * (2 if p.reshard_after_forward else 1)  # per micro-batch: forward (+ backward) gather
+        gather_bytes = grad_bytes / 2 if p.mixed_precision != "fp32" else grad_bytes  # params gathered in 16 bits
+        comm = (gathers * gather_bytes + grad_bytes) * one_pass(shard) + ring(dp // shard) * grad_bytes / shard
+        return LayoutCost(16 / shard * params_per_rank(spec, facts), comm)
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         p = ctx.spec.parallel

@@ -17,10 +17,13 @@ from torch import nn
 
 from workers.strategies.base import (
     ForwardBackward,
+    LayoutCost,
     LossFn,
     StrategyContext,
     accumulate,
     local_clip_grad_norm,
+    params_per_rank,
+    ring,
 )
 from workers.strategies.common import apply_activation_checkpointing, precision
 from workers.telemetry import CommMeter, ring_allreduce_bytes
@@ -61,6 +64,22 @@ class LocalSGDAdamW(torch.optim.AdamW):
 
 class LocalSGDStrategy:
     name = "local_sgd"
+
+    @staticmethod
+    def selects(spec) -> bool:
+        return spec.parallel.local_sgd is not None
+
+    @staticmethod
+    def spec_errors(spec):
+        p = spec.parallel
+        if p.local_sgd is not None and (p.zero or p.tp > 1 or p.pp > 1):
+            yield (f"parallel.local_sgd applies to plain data parallelism (zero 0, tp 1, pp 1) "
+                   f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
+
+    @staticmethod
+    def cost(spec, facts) -> LayoutCost:
+        per_rank = params_per_rank(spec, facts)  # one parameter all-reduce every `period` steps, on average
+        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank / spec.parallel.local_sgd.period)
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         model = model.to(ctx.device)

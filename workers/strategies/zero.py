@@ -29,7 +29,15 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard
 from torch.optim.adam import adam
 
-from workers.strategies.base import ForwardBackward, LossFn, StrategyContext, accumulate
+from workers.strategies.base import (
+    ForwardBackward,
+    LayoutCost,
+    LossFn,
+    StrategyContext,
+    accumulate,
+    params_per_rank,
+    ring,
+)
 from workers.strategies.common import apply_activation_checkpointing, precision
 from workers.telemetry import CommMeter
 
@@ -181,6 +189,26 @@ class ZeroStrategy:
     """`parallel.zero: 1 | 2`: a plain replicated model and a sharded AdamW."""
 
     name = "zero"
+
+    @staticmethod
+    def selects(spec) -> bool:
+        return spec.parallel.zero in (1, 2)
+
+    @staticmethod
+    def spec_errors(spec):
+        p = spec.parallel
+        if p.zero in (1, 2) and p.tp > 1:
+            yield f"parallel.zero 1/2 shard over dp only: use zero 3 (FSDP x TP) with tp > 1 (zero={p.zero}, tp={p.tp})"
+        if p.offload_optimizer and p.zero not in (1, 2):
+            yield f"parallel.offload_optimizer needs parallel.zero 1 or 2 (zero={p.zero})"
+
+    @staticmethod
+    def cost(spec, facts) -> LayoutCost:
+        # ZeRO-1: weights and grads whole, moments sharded; ZeRO-2: grads sharded too. Reduce-scatter +
+        # all-gather move what one all-reduce does.
+        k, per_rank = spec.dp, params_per_rank(spec, facts)
+        per_param = 8 + 8 / k if spec.parallel.zero == 1 else 4 + 12 / k
+        return LayoutCost(per_param * per_rank, ring(k) * 4 * per_rank)
 
     def __init__(self) -> None:
         self.optimizer: ShardedAdamW | None = None

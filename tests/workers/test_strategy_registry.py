@@ -1,0 +1,46 @@
+"""The strategy registry: each layout selects its strategy from one ordered table, every strategy's
+own rules are checked, and a new strategy is one file plus one registry line."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from tests.fixtures.extra_strategy import EchoStrategy
+from tests.helpers import spec_of
+from workers.planner import estimate
+from workers.spec import format_validation_error
+from workers.strategies import registry
+
+LAYOUTS = [
+    ({"resources.workers": 2}, "ddp"),
+    ({"resources.workers": 2, "parallel.compression": {"kind": "fp16"}}, "ddp"),
+    ({"resources.workers": 2, "parallel.local_sgd": {"period": 2}}, "local_sgd"),
+    ({"resources.workers": 2, "parallel.zero": 1}, "zero"),
+    ({"resources.workers": 2, "parallel.zero": 3}, "fsdp"),
+    ({"resources.workers": 4, "parallel.zero": 3, "parallel.tp": 2}, "fsdp"),
+    ({"resources.workers": 2, "parallel.tp": 2}, "tp"),
+    ({"resources.workers": 2, "parallel.pp": 2}, "pipeline"),
+    ({"resources.workers": 4, "parallel.pp": 2, "parallel.tp": 2}, "pipeline"),
+    ({"resources.workers": 2, "parallel.sdp": {"coverage": 1.0}}, "sdp"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "name"), LAYOUTS)
+def test_each_layout_selects_its_strategy(overrides, name):
+    spec = spec_of(**{"model.n_layers": 2, **overrides})
+    assert registry.strategy_name(spec) == name
+    assert type(registry.build_strategy(spec)).name == name
+
+
+def test_a_new_strategy_is_one_file_and_one_registry_line(monkeypatch):
+    monkeypatch.setattr(registry, "REGISTRY", (EchoStrategy, *registry.REGISTRY))  # the one line
+    spec = spec_of(name="echo-job", **{"resources.workers": 2})
+    assert registry.strategy_name(spec) == "echo"
+    assert isinstance(registry.build_strategy(spec), EchoStrategy)
+    assert registry.strategy_name(spec_of(**{"resources.workers": 2})) == "ddp"  # others unchanged
+    est = estimate(spec)  # its own cost
+    assert est.strategy == "echo" and est.model_state_bytes_per_rank == 1 and est.comm_bytes_per_step == 2
+    with pytest.raises(ValidationError) as info:  # its own rule, refused by name like every other
+        spec_of(name="echo-big", **{"resources.workers": 4})
+    assert [e["field"] for e in format_validation_error(info.value)] == ["resources.workers"]
