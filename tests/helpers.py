@@ -65,3 +65,27 @@ class Events:
 
     def on_step(self, record):
         self.steps.append(record)
+
+
+def train(spec, job_dir):
+    """Train a spec to its end with a JobRun on the session's Ray; (summary, step records)."""
+    from service.supervisor.run import JobRun
+
+    rec = Events()
+    summary = JobRun(spec, job_dir, job_dir.name, listener=rec).run()
+    assert summary["state"] == "SUCCEEDED", summary["error"]
+    return summary, rec.steps
+
+
+class TrainedOnce:
+    """Layouts trained once each, on first use (each test stays within the per-test timeout):
+    `runs[key]` trains `spec_for(*key)` (a tuple key) or `spec_for(key)` in its own job directory."""
+
+    def __init__(self, root, spec_for):
+        self.root, self.spec_for, self.done = root, spec_for, {}
+
+    def __getitem__(self, key):
+        if key not in self.done:
+            args = key if isinstance(key, tuple) else (key,)
+            self.done[key] = train(self.spec_for(*args), self.root / "-".join(args))
+        return self.done[key]

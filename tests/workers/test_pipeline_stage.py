@@ -23,7 +23,7 @@ LLAMA = {"hf": {"model_type": "llama", "config": {
 GPT2 = {"hf": {"model_type": "gpt2", "config": {
     "n_layer": 3, "n_embd": 32, "n_head": 2, "vocab_size": 256, "n_positions": 64, "tie_word_embeddings": False,
     "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}}}
-USER = {"entrypoint": "tests.fixtures.user_code:make_block_stack", "args": {"width": 32, "n_blocks": 3}}
+USER = {"entrypoint": "tests.fixtures.block_models:token_mlp", "args": {"width": 32, "depth": 3}}
 GPT = {"name": "gpt", "n_layers": 4, "d_model": 32, "n_heads": 2, "seq_len": 32}
 
 # (model section, the embedding's and the head's parameter names)
@@ -73,12 +73,7 @@ def test_stages_compose_to_the_full_forward_under_full_names(name):
     assert embedding in held[0] and embedding not in held[1]  # the second stage holds no embedding
     assert head in held[1] and head not in held[0]  # the first no head
     assert not any(n.endswith(embedding) for n, _ in chunks[1].named_parameters())
-    x = ids
-    for chunk in chunks:
-        x = chunk(x)
-    expected = reference(ids)
-    expected = expected if isinstance(expected, torch.Tensor) else expected.logits
-    assert torch.equal(x, expected)
+    x, expected = _through_stages_and_whole(reference, chunks, ids)
 
 
 @pytest.mark.parametrize("name", ["llama", "gpt"])
@@ -88,12 +83,7 @@ def test_pinned_and_interleaved_stages_compose_and_backpropagate(name):
     reference, ids, plans, chunks, ranks = cut(spec, 4, 2)
     assert [p.describe() for p in plans] == ["embedding", "blocks 0-1", "blocks 2-3", "head"]
     assert [len(list(c.parameters())) > 0 for c in chunks] == [True, True, True, True]
-    x = ids
-    for chunk in chunks:
-        x = chunk(x)
-    expected = reference(ids)
-    expected = expected if isinstance(expected, torch.Tensor) else expected.logits
-    assert torch.equal(x, expected)
+    x, expected = _through_stages_and_whole(reference, chunks, ids)
     x.sum().backward()
     expected.sum().backward()
     ref = dict(reference.named_parameters())
@@ -138,3 +128,14 @@ def test_parts_are_found_by_call_order_and_loose_parameters_are_refused():
     loose = Loose()
     with pytest.raises(ModelStructureError, match="directly beside the blocks"):
         probe(loose, describe(loose), torch.zeros(2, 4))
+
+
+def _through_stages_and_whole(reference, chunks, ids):
+    """The stages run one after another, and the full model: their outputs must be identical."""
+    x = ids
+    for chunk in chunks:
+        x = chunk(x)
+    expected = reference(ids)
+    expected = expected if isinstance(expected, torch.Tensor) else expected.logits
+    assert torch.equal(x, expected)
+    return x, expected

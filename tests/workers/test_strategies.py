@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from service.supervisor.run import JobRun
-from tests.helpers import Events, alive_actors, spec_of
+from tests.helpers import TrainedOnce, alive_actors, spec_of, train
 from workers.models import build_model
 
 pytestmark = pytest.mark.slow
@@ -73,28 +72,9 @@ def spec_for(name: str, **extra):
     return spec_of(**{**BASE, **LAYOUTS[name], **extra})
 
 
-def train(spec, job_dir: Path) -> tuple[dict, list[dict]]:
-    rec = Events()
-    summary = JobRun(spec, job_dir, job_dir.name, listener=rec).run()
-    assert summary["state"] == "SUCCEEDED", summary["error"]
-    return summary, rec.steps
-
-
-class Runs:
-    """Each layout is trained once, on first use (each test stays within the per-test timeout)."""
-
-    def __init__(self, root: Path):
-        self.root, self.done = root, {}
-
-    def __getitem__(self, name: str) -> tuple[dict, list[dict]]:
-        if name not in self.done:
-            self.done[name] = train(spec_for(name), self.root / name)
-        return self.done[name]
-
-
 @pytest.fixture(scope="module")
 def runs(ray_cluster, tmp_path_factory):
-    yield Runs(tmp_path_factory.mktemp("strategies"))
+    yield TrainedOnce(tmp_path_factory.mktemp("strategies"), spec_for)
     assert alive_actors() == []
 
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from service.supervisor.run import JobRun
-from tests.helpers import Events, alive_actors
+from tests.helpers import TrainedOnce, alive_actors, train
 from tests.user_models import GPT2_SPEC, LLAMA_SPEC, TOKEN_MLP_SPEC
 from workers.spec import parse_spec
 
@@ -72,28 +71,9 @@ def spec_for(model: str, layout: str, **extra):
     return parse_spec(data, allow_fault_injection=True)
 
 
-def train(spec, job_dir: Path) -> tuple[dict, list[dict]]:
-    rec = Events()
-    summary = JobRun(spec, job_dir, job_dir.name, listener=rec).run()
-    assert summary["state"] == "SUCCEEDED", summary["error"]
-    return summary, rec.steps
-
-
-class Runs:
-    """Each (model, layout) is trained once, on first use."""
-
-    def __init__(self, root: Path):
-        self.root, self.done = root, {}
-
-    def __getitem__(self, key: tuple[str, str]) -> tuple[dict, list[dict]]:
-        if key not in self.done:
-            self.done[key] = train(spec_for(*key), self.root / "-".join(key))
-        return self.done[key]
-
-
 @pytest.fixture(scope="module")
 def runs(ray_cluster, tmp_path_factory):
-    yield Runs(tmp_path_factory.mktemp("user-models"))
+    yield TrainedOnce(tmp_path_factory.mktemp("user-models"), spec_for)
     assert alive_actors() == []
 
 

@@ -16,18 +16,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from workers.models.hf_config import FieldError
+
 GPT_TP_PLAN = {
     "blocks.*.attn.q": "colwise", "blocks.*.attn.k": "colwise", "blocks.*.attn.v": "colwise",
     "blocks.*.attn.proj": "rowwise", "blocks.*.mlp.fc": "colwise", "blocks.*.mlp.proj": "rowwise",
 }
 
 
-class ModelStructureError(ValueError):
-    """The model lacks what a strategy needs (blocks, a plan); `field` is the spec field to set."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
+class ModelStructureError(FieldError):
+    """The model lacks what a strategy needs (blocks, a plan)."""
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,16 @@ from pathlib import Path
 from typing import Any
 
 
-class HFConfigError(ValueError):
-    """A `model.hf` that cannot become a config; `field` is the dotted spec field to blame."""
+class FieldError(ValueError):
+    """An error that names the dotted spec field to change; the message starts with it."""
 
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+class HFConfigError(FieldError):
+    """A `model.hf` that cannot become a config."""
 
 
 @dataclass(frozen=True)
