@@ -112,7 +112,7 @@ def test_restart_budget_exhausted_fails_and_cleans_up(ray_cluster, tmp_path):
 
 
 def test_bad_user_code_fails_without_retrying(ray_cluster, tmp_path):
-    spec = spec_of(model={"entrypoint": "tests.fixtures.user_code:no_such_factory"})
+    spec = spec_of(model={"entrypoint": "tests.fixtures.user_code:no_such_factory"}, **{"data.seq_len": 32})
     summary = run_job(spec, tmp_path)
     assert summary["state"] == "FAILED" and summary["restarts"] == 0
     assert "no callable 'no_such_factory'" in summary["error"]
