@@ -94,6 +94,7 @@ def run_trainyard(spec, work: Path, tag: str) -> dict:
                                 spec.train.global_batch_size),
             "ttfs": arrivals[0] - t0, "ttfs_rank_ts": records[0]["ts"] - t0, "warm_workers": getattr(run, "warm_workers", 0),
             "summary_sps": summary["samples_per_s"], "final_loss": summary["final_loss"], "total_s": t_end - t0,
+            "summary": summary,
             "step_ts": [r["ts"] - t0 for r in records], "step_time_s": [r["step_time_s"] for r in records]}
 
 
@@ -106,11 +107,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_torchrun(spec, spec_file: Path, work: Path, tag: str) -> dict:
+def run_torchrun(spec, spec_file: Path, work: Path, tag: str, script: str = "torchrun_ddp.py",
+                 script_args: tuple[str, ...] = ()) -> dict:
+    """`torchrun --nproc-per-node 2 bench/<script>` (the DDP baseline, or bench/torchrun_hf.py with its args)."""
     out = work / tag
     torchrun = Path(sys.executable).parent / "torchrun"
     cmd = [str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-           str(ROOT / "bench" / "torchrun_ddp.py"), "--spec-json", str(spec_file), "--out", str(out)]
+           str(ROOT / "bench" / script), "--spec-json", str(spec_file), "--out", str(out), *script_args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::FutureWarning",
            "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
     out.mkdir(parents=True, exist_ok=True)
