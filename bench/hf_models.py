@@ -144,6 +144,7 @@ def main() -> int:
     print("ratio = Trainyard / torchrun samples/s within each pair: median [min-max]; target >= 0.98")
     print(f"bench wall time {time.time() - t_bench:.0f} s")
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=2, default=str))
     return 0
 

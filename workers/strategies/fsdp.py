@@ -37,7 +37,7 @@ from workers.strategies.common import (
     global_grad_norm_clip,
     model_description,
 )
-from workers.strategies.metering import metered
+from workers.strategies.metering import metered, metered_calls
 from workers.strategies.tensor_parallel import apply_tensor_parallel
 
 
@@ -116,5 +116,7 @@ def fsdp_forward_backward(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx:
         finally:
             wrapped.set_requires_gradient_sync(True)
 
-    with metered(ctx.comm):
+    # With TP inside, DTensor's functional collectives need the dispatch mode; FSDP alone calls dist.*.
+    meter = metered(ctx.comm) if ctx.spec.parallel.tp > 1 else metered_calls(ctx.comm)
+    with meter:
         return accumulate(wrapped, micro, loss_fn, ctx, no_sync)
