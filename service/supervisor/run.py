@@ -508,6 +508,7 @@ class JobRun:
             "params_sha256": self.result.get("params_sha256"),
             "sdp": self.result.get("sdp"),  # parallel.sdp: mode, masking, coverage, spectral_gap, held fractions
             "export_path": self.result.get("export_path"),
+            "hf_export_path": self.result.get("hf_export_path"),  # an hf job: its save_pretrained directory
             "job_dir": str(self.job_dir),
             "error": self.error,
         }

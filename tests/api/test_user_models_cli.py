@@ -45,7 +45,8 @@ def test_hf_llama_exports_a_save_pretrained_directory_that_reproduces_its_loss(t
     path = write_spec(tmp_path, "llama-fsdp", llama(name="llama-fsdp"))
     summary = json_summary(trainyard(tmp_path, "run", path, "--json"))
     assert summary["state"] == "SUCCEEDED" and summary["layout"]["strategy"] == "fsdp"
-    hf_dir = Path(summary["job_dir"]) / "hf"
+    hf_dir = Path(summary["hf_export_path"])
+    assert hf_dir == Path(summary["job_dir"]) / "hf"
     assert (hf_dir / "config.json").is_file() and list(hf_dir.glob("*.safetensors"))
     assert (Path(summary["job_dir"]) / "model.safetensors").is_file()  # beside the plain export
     model = AutoModelForCausalLM.from_pretrained(str(hf_dir), local_files_only=True, dtype=torch.float32)

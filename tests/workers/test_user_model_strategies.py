@@ -121,3 +121,17 @@ def test_mixed_precision_on_an_hf_model(runs, tmp_path):
     _, ref = runs["llama", "reference"]
     _, steps = train(spec_for("llama", "fsdp2", **{"parallel.mixed_precision": "bf16"}), tmp_path / "bf16")
     assert steps[19]["loss"] == pytest.approx(ref[19]["loss"], rel=1e-2)
+
+
+@pytest.mark.timeout(1800)  # trains the layouts it needs when run on its own
+def test_planner_predicts_the_measured_model_state_of_an_hf_model(runs):
+    """The planner counts Llama's real parameters (and the ones its TP plan shards): its predicted
+    model-state bytes per rank match the measured ones within 10% for every representative layout."""
+    from workers.planner import estimate
+
+    for layout in sorted(REPRESENTATIVE["llama"]):
+        summary, _ = runs["llama", layout]
+        predicted = estimate(spec_for("llama", layout))
+        assert predicted.strategy == summary["layout"]["strategy"], layout
+        assert predicted.model_state_bytes_per_rank == pytest.approx(summary["model_state_bytes_per_rank"],
+                                                                     rel=0.10), layout
