@@ -47,6 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.table import print_markdown_table  # noqa: E402
 from bench.ddp_runners import (  # noqa: E402
     make_spec, run_raytrain, run_torchrun, run_trainyard, start_ray, start_warm_pool, stop_warm_pool, wait_pool_full,
 )
@@ -137,12 +138,7 @@ def print_table(rows: list[tuple[str, list[dict]]]) -> None:
         body.append((name, _fmt(sps), _fmt(sps / torchrun_sps if sps and torchrun_sps else None, ".3f"),
                      _fmt(ttfs, ".2f"), _fmt(ttfs / raytrain_ttfs if ttfs and raytrain_ttfs else None, ".3f"),
                      f"{len(clean(runs))}/{len(runs)}"))
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    print(line(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for b in body:
-        print(line(b))
+    print_markdown_table(head, body)
 
 
 def print_details(res: dict, rows: list[tuple[str, list[dict]]]) -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.table import print_markdown_table  # noqa: E402
 from bench.ddp_runners import run_torchrun, run_trainyard, start_ray  # noqa: E402
 
 LLAMA = {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4, "num_attention_heads": 8,
@@ -84,12 +85,7 @@ def print_table(res: dict, n_params: int) -> None:
         body.append((f"{layout} (K={WORKERS})", spread([p["trainyard_sps"] for p in pairs]),
                      spread([p["torchrun_sps"] for p in pairs]), spread([p["ratio"] for p in pairs], ".3f"),
                      f"{measured:,}", f"{formula:,.0f}", f"{measured / formula:.3f}"))
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    print(line(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for b in body:
-        print(line(b))
+    print_markdown_table(head, body)
 
 
 def main() -> int:

@@ -59,6 +59,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.table import print_markdown_table  # noqa: E402
 from bench.ddp_runners import start_ray, start_warm_pool, stop_warm_pool, wait_pool_full  # noqa: E402
 
 BASE = {
@@ -437,12 +438,7 @@ def print_table(rows: list[tuple[str, list[dict]]]) -> None:
         body.append((name, f"{len(ok)}/{len(runs)}", cell(runs, "mttr_s"), cell(runs, "detect_s"),
                      cell(runs, "restart_s"), cell(runs, "first_step_s"), cell(runs, "progress_s"),
                      cell(runs, "lost_steps", ".0f")))
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    print(line(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for b in body:
-        print(line(b))
+    print_markdown_table(head, body)
 
 
 def print_phases(rows: list[tuple[str, list[dict]]]) -> None:
@@ -456,12 +452,7 @@ def print_phases(rows: list[tuple[str, list[dict]]]) -> None:
                      cell(runs, "ph_actors_s"), cell(runs, "ph_setup_s"), cell(runs, "first_step_s")))
     if not body:
         return
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    print(line(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for b in body:
-        print(line(b))
+    print_markdown_table(head, body)
 
 
 def main() -> int:
