@@ -27,9 +27,9 @@ class RunProgress:
         self.progress.update(self.task, state=str(state))
         self.console.log(f"{state}: {message}")
 
-    def on_event(self, kind: str, message: str, data: dict) -> None:
-        if kind != "checkpoint":
-            self.console.log(f"{kind}: {message}")
+    def on_event(self, event) -> None:
+        if event.kind != "checkpoint":
+            self.console.log(f"{event.kind}: {event.message}")
 
     def on_step(self, record: dict) -> None:
         rate = record.get("samples_per_s")

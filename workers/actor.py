@@ -20,6 +20,7 @@ import ray
 from ray.util.placement_group import placement_group_table
 
 from workers.control import RankControl
+from workers.events import RankEvent
 
 
 def _redirect_output(log_path: Path) -> None:
@@ -54,7 +55,7 @@ class TrainWorker:
 
         import_training_stack()  # the slow part of a cold start, done before any job asks
         self._lock = threading.Lock()
-        self._events: list[dict] = []
+        self._events: list[RankEvent] = []
         self.control = RankControl()  # stop and rebalance requests, agreed on between steps
         self.trainer = None
 
@@ -112,11 +113,11 @@ class TrainWorker:
             sys.stderr.flush()
             raise
 
-    def _emit(self, event: dict) -> None:
+    def _emit(self, event: RankEvent) -> None:
         with self._lock:
             self._events.append(event)
 
-    def poll(self) -> list[dict]:
+    def poll(self) -> list[RankEvent]:
         with self._lock:
             events, self._events = self._events, []
         return events
