@@ -24,7 +24,8 @@ def job_out(job: Job, full: bool = True) -> dict:
         "id": job.id, "name": job.name, "state": job.state, "priority": job.priority,
         "created_at": iso(job.created_at), "updated_at": iso(job.updated_at),
         "started_at": iso(job.started_at), "finished_at": iso(job.finished_at),
-        "world_size": job.world_size, "cpus": job.cpus, "gpus": job.gpus,
+        # the world size running now (a resized job's layout), else the one asked for
+        "world_size": (job.layout or {}).get("world_size", job.world_size), "cpus": job.cpus, "gpus": job.gpus,
         "step": job.step, "total_steps": job.total_steps, "loss": job.loss,
         "samples_per_s": job.samples_per_s, "step_time_s": job.step_time_s, "eta_s": eta,
         "restarts": job.restarts, "last_checkpoint_step": job.last_checkpoint_step,
