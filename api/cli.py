@@ -59,7 +59,7 @@ def run(
 
 def _start_warm_pool(size: int):
     """The pool of pre-imported rank workers for `run --warm-workers`, if this command creates it."""
-    from workers.pool import find_pool, start_pool
+    from workers.runtime.pool import find_pool, start_pool
 
     if size <= 0 or find_pool() is not None:
         return None
@@ -128,8 +128,8 @@ def plan(
     """Dry-run the layout planner: every valid layout of SPEC's workers, its predicted bytes and step cost."""
     import yaml
 
-    from workers.planner import GIB
-    from workers.planner import plan as make_plan
+    from workers.parallel.planner import GIB
+    from workers.parallel.planner import plan as make_plan
 
     data = yaml.safe_load(spec_path.read_text())
     if not isinstance(data, dict):

@@ -229,7 +229,7 @@ def _wait_warm(ray_address: str, busy: set[str], workers: int = 2, timeout: floa
 
     from service.ray_client import NAMESPACE
     from service.supervisor.standby import STANDBY_PREFIX
-    from workers.pool import find_pool
+    from workers.runtime.pool import find_pool
 
     if not ray.is_initialized():
         ray.init(address=ray_address, namespace="trainyard", log_to_driver=False)

@@ -67,7 +67,7 @@ def run_loop(spec_json: dict, layout: str, rank: int, out_dir: str, phases: dict
 
     from workers.data import build_datasets
     from workers.data.batches import GlobalBatches
-    from workers.schedule import lr_at
+    from workers.training.lr_schedule import lr_at
     from workers.spec import JobSpec
 
     spec = JobSpec.model_validate(spec_json)

@@ -4,7 +4,7 @@ Layout under the job directory:
   checkpoints/step-00000050/   one DCP checkpoint; complete once `.metadata` exists
   model.safetensors            the consolidated final model, loadable with plain torch
 A checkpoint holds model, optimiser and progress: the step, and what rollbacks
-changed (data windows skipped, the learning-rate factor; see workers/recovery.py).
+changed (data windows skipped, the learning-rate factor; see workers/training/recovery.py).
 The data position and the learning rate are pure functions of those, and RNG is
 reseeded from (seed, step, rank) every step, so that is all the progress there is.
 """

@@ -371,7 +371,7 @@ class JobSpec(_Strict):
     def _resolve_auto_layout(cls, data: Any) -> Any:
         # `parallel: auto` becomes the planner's choice before validation, so the stored spec is explicit.
         if isinstance(data, dict) and data.get("parallel") == "auto":
-            from workers.planner import resolve_auto
+            from workers.parallel.planner import resolve_auto
 
             data = {**data, "parallel": resolve_auto(data)}
         return data
@@ -413,9 +413,9 @@ def _cross_field_errors(spec: JobSpec, context: dict[str, Any]):
         yield f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})"
     yield from _model_data_errors(spec)
     yield from _model_structure_errors(spec)
-    # Each strategy checks its own options (workers/strategies/registry.py); imported here, at validation
+    # Each strategy checks its own options (workers/parallel/registry.py); imported here, at validation
     # time, because the strategies build on this module.
-    from workers.strategies.registry import layout_errors
+    from workers.parallel.registry import layout_errors
 
     yield from layout_errors(spec)
     yield from _fault_injection_errors(spec, context)

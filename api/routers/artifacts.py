@@ -16,7 +16,7 @@ from api.schemas import checkpoint_out, event_out, metric_out
 from service.control import ControlPlane
 from service.db import repository as repo
 from service.lifecycle import TERMINAL
-from workers.bubble import spec_theoretical_bubble
+from workers.parallel.pipeline.bubble import spec_theoretical_bubble
 from workers.spec import JobSpec
 
 router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["job artefacts"])

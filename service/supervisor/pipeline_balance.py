@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-from workers.pipeline_split import rebalanced_split
+from workers.parallel.pipeline.split import rebalanced_split
 from workers.spec import JobSpec
 
 

@@ -30,7 +30,7 @@ def _validation_loss(model, spec_path: str) -> float:
     from workers.data import build_datasets
     from workers.data.batches import GlobalBatches
     from workers.spec import load_spec
-    from workers.trainer import validation_loss
+    from workers.training.trainer import validation_loss
 
     spec = load_spec(spec_path)
     _, val = build_datasets(spec)

@@ -17,7 +17,7 @@ from service.supervisor.replacement import ReplaceStatus, on_slow_rank, slots_of
 from service.supervisor.run import JobRun
 from service.supervisor.stragglers import StragglerDetector, rebalanced_shares
 from tests.helpers import Events, spec_of
-from workers.faults import FaultInjector
+from workers.training.faults import FaultInjector
 from workers.spec import FaultSpec, StragglerSpec, format_validation_error
 
 CONFIG = StragglerSpec(threshold=0.6, recover=0.8, window=5)

@@ -15,8 +15,8 @@ from tests.api.test_cli_run import json_summary, trainyard, write_spec
 from tests.helpers import Events, spec_of, tiny_spec
 from workers.checkpointing import latest_checkpoint
 from workers.data.batches import GlobalBatches
-from workers.recovery import LossSpikeDetector
-from workers.schedule import lr_at
+from workers.training.recovery import LossSpikeDetector
+from workers.training.lr_schedule import lr_at
 from workers.spec import LossSpikeSpec, format_validation_error
 
 BASE = {"resources.workers": 2, "train.steps": 24, "checkpoint.every_steps": 5,

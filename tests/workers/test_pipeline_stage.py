@@ -11,10 +11,10 @@ import torch
 
 from workers.models import build_model
 from workers.models.description import describe_spec_model
-from workers.pipeline_costs import unit_costs
-from workers.pipeline_probe import probe
-from workers.pipeline_split import plan_stages, stage_to_rank
-from workers.pipeline_stage import FullNames, StageModule, pruned_copy, replacements_for
+from workers.parallel.pipeline.costs import unit_costs
+from workers.parallel.pipeline.probe import probe
+from workers.parallel.pipeline.split import plan_stages, stage_to_rank
+from workers.parallel.pipeline.stage import FullNames, StageModule, pruned_copy, replacements_for
 from workers.spec import parse_spec
 
 LLAMA = {"hf": {"model_type": "llama", "config": {
@@ -104,7 +104,7 @@ def test_parts_are_found_by_call_order_and_loose_parameters_are_refused():
     from torch import nn
 
     from workers.models.description import ModelStructureError, call_order, describe
-    from workers.pipeline_parts import parts_by_call_order
+    from workers.parallel.pipeline.parts import parts_by_call_order
 
     spec = spec_for(LLAMA)
     full = build_model(spec)

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from api.cli import app
 from tests.helpers import tiny_spec
-from workers.planner import GIB, candidate_layouts, estimate, plan
+from workers.parallel.planner import GIB, candidate_layouts, estimate, plan
 from workers.spec import parse_spec
 
 SPEC = tiny_spec(**{"model.n_layers": 2, "model.n_heads": 4, "resources.workers": 4})

@@ -8,7 +8,7 @@ from torch import nn
 from tests.helpers import tiny_spec
 from workers.models import build_model
 from workers.models.param_counts import glob_regex, tp_sharded_params
-from workers.planner import ModelFacts, estimate, plan
+from workers.parallel.planner import ModelFacts, estimate, plan
 from workers.spec import parse_spec
 
 LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from tests.helpers import spec_of, tiny_spec
 from workers.models.gpt import GPT
-from workers.sdp.masks import assign, feasibility_error, held_count
-from workers.sdp.subnetwork import build_subnetwork
+from workers.parallel.sdp.masks import assign, feasibility_error, held_count
+from workers.parallel.sdp.subnetwork import build_subnetwork
 from workers.spec import format_validation_error
 
 CASES = list(itertools.product(["block", "neuron"], [1, 2, 3, 4, 5, 8], [2, 4, 6, 8, 12, 24, 128],

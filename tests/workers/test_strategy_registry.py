@@ -8,9 +8,9 @@ from pydantic import ValidationError
 
 from tests.fixtures.extra_strategy import EchoStrategy
 from tests.helpers import spec_of
-from workers.planner import estimate
+from workers.parallel.planner import estimate
 from workers.spec import format_validation_error
-from workers.strategies import registry
+from workers.parallel import registry
 
 LAYOUTS = [
     ({"resources.workers": 2}, "ddp"),

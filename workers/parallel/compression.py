@@ -1,0 +1,133 @@
+"""DDP communication hooks: plain, fp16/bf16-compressed and PowerSGD all-reduces, each metered.
+
+(No `from __future__ import annotations`: DDP checks the hooks' real annotations.)
+
+Logical bytes are those the all-reduces are asked to move: the compressed
+buffer for fp16/bf16 (half the fp32 bytes), and for PowerSGD the P and Q
+factors plus the tensors it leaves uncompressed (vectors, small matrices),
+read from the hook's own element counters; before `start_step` PowerSGD runs
+the plain all-reduce so that error feedback sees fixed bucket shapes.
+"""
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+
+from workers.training.telemetry import CommMeter, ring_allreduce_bytes
+
+
+class MeteredState:
+    def __init__(self, meter: CommMeter, inner=None):
+        self.meter, self.inner = meter, inner
+        self.previous: torch.futures.Future | None = None
+
+
+def _done(meter: CommMeter):
+    def finish(f: torch.futures.Future) -> torch.Tensor:
+        meter.finished()
+        return f.value()[0] if isinstance(f.value(), list) else f.value()
+    return finish
+
+
+def plain_hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The default averaging all-reduce."""
+    buffer = bucket.buffer()
+    world = dist.get_world_size()
+    state.meter.launched(ring_allreduce_bytes(buffer.numel() * buffer.element_size(), world))
+    buffer.div_(world)
+    return dist.all_reduce(buffer, async_op=True).get_future().then(_done(state.meter))
+
+
+def _cast_hook(dtype: torch.dtype):
+    def hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        buffer = bucket.buffer()
+        world = dist.get_world_size()
+        compressed = buffer.to(dtype).div_(world)
+        state.meter.launched(ring_allreduce_bytes(compressed.numel() * compressed.element_size(), world))
+        fut = dist.all_reduce(compressed, async_op=True).get_future()
+
+        def decompress(f: torch.futures.Future) -> torch.Tensor:
+            state.meter.finished()
+            buffer.copy_(f.value()[0])
+            return buffer
+
+        return fut.then(decompress)
+    return hook
+
+
+def powersgd_hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    inner: powersgd.PowerSGDState = state.inner
+    # PowerSGD launches its second and third all-reduces from completion callbacks. On gloo those run
+    # on its own threads, so two buckets in flight could issue collectives in a different order on
+    # different ranks (a size-mismatch abort): finish the previous bucket before starting the next.
+    if state.previous is not None and dist.get_backend() == "gloo":
+        state.previous.wait()
+    buffer = bucket.buffer()
+    world = dist.get_world_size()
+    warm_up = inner.iter < inner.start_powerSGD_iter
+    before = inner.total_numel_after_compression
+    fut = powersgd.powerSGD_hook(inner, bucket)
+    numel = buffer.numel() if warm_up else inner.total_numel_after_compression - before
+    state.meter.launched(ring_allreduce_bytes(numel * buffer.element_size(), world))
+    state.previous = fut.then(_done(state.meter))
+    return state.previous
+
+
+def _plain(ctx) -> tuple[MeteredState, Callable]:
+    return MeteredState(ctx.comm), plain_hook
+
+
+def _fp16(ctx):
+    return MeteredState(ctx.comm), _cast_hook(torch.float16)
+
+
+def _bf16(ctx):
+    return MeteredState(ctx.comm), _cast_hook(torch.bfloat16)  # NCCL only: refused on CPU by the spec
+
+
+def _powersgd(ctx):
+    c = ctx.spec.parallel.compression
+    inner = powersgd.PowerSGDState(
+        process_group=None, matrix_approximation_rank=c.rank, start_powerSGD_iter=max(2, c.start_step),
+        min_compression_rate=2, use_error_feedback=True, warm_start=True, random_seed=ctx.spec.train.seed,
+    )
+    return MeteredState(ctx.comm, inner), powersgd_hook
+
+
+# parallel.compression.kind (None = no compression) -> (state, hook) builder
+COMM_HOOKS: dict[str | None, Callable] = {None: _plain, "fp16": _fp16, "bf16": _bf16, "powersgd": _powersgd}
+
+
+def register_comm_hook(ddp, ctx) -> None:
+    c = ctx.spec.parallel.compression
+    state, hook = COMM_HOOKS[c.kind if c is not None else None](ctx)
+    ddp.register_comm_hook(state, hook)
+
+
+def compressed_fraction(spec) -> float:
+    """Fraction of the fp32 gradient bytes the hook all-reduces (the planner's figure)."""
+    c = spec.parallel.compression
+    if c is None:
+        return 1.0
+    if c.kind in ("fp16", "bf16"):
+        return 0.5
+    return _powersgd_fraction(spec)
+
+
+def _powersgd_fraction(spec) -> float:
+    """PowerSGD's P and Q factors of each matrix (rank r), vectors and small matrices whole."""
+    from workers.models import MODEL_BUILDERS
+
+    r = spec.parallel.compression.rank
+    with torch.device("meta"):
+        model = MODEL_BUILDERS[type(spec.model)](spec.model)
+    sent = total = 0
+    for param in model.parameters():
+        n = param.shape[0]
+        m = param.numel() // n
+        k = min(n, m, r)
+        total += n * m
+        sent += (n + m) * k if (n + m) * k * 2 < n * m else n * m
+    return sent / total

@@ -1,0 +1,42 @@
+"""Loss registry, keyed by `train.loss`. Every loss takes the model's raw output and the targets.
+
+Conventions (docs/models.md): `cross_entropy` takes class-last logits `(..., classes)` and
+integer targets of the logits' shape without the last dimension; `mse` takes outputs of the
+targets' shape; `model` is the loss the model returned itself (batches that carry its labels).
+"""
+
+from typing import Any, Callable
+
+import torch
+from torch.nn import functional as F
+
+from workers.training.model_io import UserModelError, logits_of, model_loss
+
+
+def cross_entropy(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+    logits = logits_of(outputs)
+    if logits.shape[:-1] != targets.shape:
+        raise UserModelError(
+            f"train.loss 'cross_entropy' takes class-last logits (..., classes) whose leading dimensions are the "
+            f"targets' shape: the model returned logits of shape {tuple(logits.shape)} for targets of shape "
+            f"{tuple(targets.shape)} (a (batch, classes, time) output must be transposed to (batch, time, classes))")
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def mse(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+    predictions = logits_of(outputs)
+    if predictions.shape != targets.shape:
+        raise UserModelError(f"train.loss 'mse' takes outputs of the targets' shape: the model returned "
+                             f"{tuple(predictions.shape)} for targets of shape {tuple(targets.shape)}")
+    return F.mse_loss(predictions, targets)
+
+
+def own_loss(outputs: Any, targets: torch.Tensor | None) -> torch.Tensor:
+    return model_loss(outputs)
+
+
+LOSSES: dict[str, Callable[[Any, torch.Tensor], torch.Tensor]] = {
+    "cross_entropy": cross_entropy,
+    "mse": mse,
+    "model": own_loss,
+}

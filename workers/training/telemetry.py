@@ -1,0 +1,97 @@
+"""Per-step measurements taken inside each rank.
+
+Compute time is the rank's own forward/backward/optimizer work; communication
+time is what the step spent blocked on collectives (this includes waiting for
+slower peers, which is why straggler scores use compute time, not step time).
+Communication bytes are *logical*: what the algorithm must move per rank
+(a ring all-reduce of B bytes over K ranks moves 2(K-1)/K x B), not what
+gloo's emulation happens to send.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+
+
+@dataclass
+class StepRecord:
+    step: int
+    rank: int
+    loss: float | None  # None on ranks that compute no loss (e.g. early pipeline stages)
+    step_time_s: float
+    compute_time_s: float
+    comm_time_s: float
+    samples: int
+    tokens: int
+    grad_norm: float | None
+    lr: float
+    comm_bytes: int
+    model_state_bytes: int | None = None
+    skipped: bool = False  # the update was skipped (non-finite gradients)
+    stage: dict | None = None  # pipeline: this rank's stage accounting (see workers/parallel/pipeline/bubble.py)
+    peak_memory_bytes: int | None = None  # device max allocated on GPU, process peak RSS on CPU
+    ts: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class CommMeter:
+    """Collects bytes and in-flight intervals of the collectives of one step."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.logical_bytes = 0
+            self.last_launch = 0.0
+            self.last_done = 0.0
+
+    def launched(self, logical_bytes: int) -> float:
+        now = time.perf_counter()
+        with self._lock:
+            self.logical_bytes += logical_bytes
+            self.last_launch = max(self.last_launch, now)
+        return now
+
+    def finished(self) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            self.last_done = max(self.last_done, now)
+
+
+def ring_allreduce_bytes(nbytes: int, world: int) -> int:
+    return 0 if world <= 1 else int(2 * (world - 1) * nbytes / world)
+
+
+def model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes of parameters, gradients and optimiser state held by this rank (local shards only)."""
+    def local(t: torch.Tensor) -> int:
+        t = getattr(t, "_local_tensor", t)  # DTensor: count this rank's shard
+        return t.numel() * t.element_size()
+
+    params = sum(local(p) for p in model.parameters())
+    grads = sum(local(p.grad) for p in model.parameters() if p.grad is not None)
+    # ZeRO-2 keeps its gradient shards outside `p.grad`.
+    grads += sum(local(g) for g in getattr(optimizer, "sharded_grads", list)())
+    opt = sum(local(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
+    return {"params": params, "grads": grads, "optimizer": opt, "total": params + grads + opt}
+
+
+def peak_memory_bytes(device: torch.device) -> int | None:
+    """The rank's peak memory so far: max allocated on a CUDA device, else the process's peak RSS."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+    except (ImportError, OSError):
+        return None
