@@ -43,7 +43,13 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.live import Server, create_pg_schema, drop_pg_schema, free_port, pg_schema_url  # noqa: E402
+from tests.live import (  # noqa: E402
+    Server,
+    create_pg_schema,
+    drop_pg_schema,
+    free_port,
+    pg_schema_url,
+)
 
 console = Console(width=160)  # tables stay readable when piped to a file
 TINY = {"name": "bench", "model": {"name": "gpt", "n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 32},

@@ -47,10 +47,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import print_markdown_table  # noqa: E402
 from bench.ddp_runners import (  # noqa: E402
-    make_spec, run_raytrain, run_torchrun, run_trainyard, start_ray, start_warm_pool, stop_warm_pool, wait_pool_full,
+    make_spec,
+    run_raytrain,
+    run_torchrun,
+    run_trainyard,
+    start_ray,
+    start_warm_pool,
+    stop_warm_pool,
+    wait_pool_full,
 )
+from bench.table import print_markdown_table  # noqa: E402
 from bench.trainyard_startup_profile import format_profile, profile_startup  # noqa: E402
 
 # --- is anyone else using the CPUs? -----------------------------------------

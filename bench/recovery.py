@@ -59,8 +59,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import print_markdown_table  # noqa: E402
 from bench.ddp_runners import start_ray, start_warm_pool, stop_warm_pool, wait_pool_full  # noqa: E402
+from bench.table import print_markdown_table  # noqa: E402
 
 BASE = {
     "name": "bench-recovery",
@@ -77,7 +77,7 @@ BASE = {
 
 def make_spec(name: str, steps: int, **overrides):
     """BASE with dotted-key overrides, parsed with fault injection allowed."""
-    from workers.spec import parse_spec
+    from workers.spec_loading import parse_spec
 
     data = copy.deepcopy(BASE)
     data["name"], data["train"]["steps"] = name, steps
@@ -252,10 +252,10 @@ def raytrain_recovery_loop(config: dict) -> None:
 
     from workers.data import build_datasets
     from workers.data.batches import GlobalBatches
-    from workers.training.losses import LOSSES
     from workers.models import build_model
-    from workers.training.lr_schedule import lr_at
     from workers.spec import JobSpec
+    from workers.training.losses import LOSSES
+    from workers.training.lr_schedule import lr_at
 
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()

@@ -127,7 +127,9 @@ def load_weights(source: Path, model: nn.Module) -> None:
     """Initialise weights from an exported .safetensors file, a checkpoint, a job directory, or a
     Hugging Face save_pretrained directory (a job's `hf/` export)."""
     if source.is_dir() and (source / "config.json").is_file():
-        from transformers import AutoModelForCausalLM  # it restores weights that save_pretrained tied
+        from transformers import (
+            AutoModelForCausalLM,  # it restores weights that save_pretrained tied
+        )
 
         model.load_state_dict(AutoModelForCausalLM.from_pretrained(str(source), local_files_only=True).state_dict())
         return

@@ -9,9 +9,14 @@ import pytest
 import torch
 
 from tests.helpers import spec_of
-from workers.parallel.pipeline.bubble import StageTimes, join_stage_reports, pipeline_summary, theoretical_bubble
 from workers.models import build_model
 from workers.models.description import describe_spec_model
+from workers.parallel.pipeline.bubble import (
+    StageTimes,
+    join_stage_reports,
+    pipeline_summary,
+    theoretical_bubble,
+)
 from workers.parallel.pipeline.probe import probe
 from workers.parallel.pipeline.split import (
     balanced_split,
@@ -20,7 +25,12 @@ from workers.parallel.pipeline.split import (
     stage_to_rank,
     unit_costs,
 )
-from workers.parallel.pipeline.stage import FullNames, StageModule, pruned_copy, replacements_for
+from workers.parallel.pipeline.stage import (
+    FullNames,
+    StageModule,
+    pruned_copy,
+    replacements_for,
+)
 
 
 def pp_spec(**overrides):

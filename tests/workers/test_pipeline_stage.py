@@ -14,8 +14,13 @@ from workers.models.description import describe_spec_model
 from workers.parallel.pipeline.costs import unit_costs
 from workers.parallel.pipeline.probe import probe
 from workers.parallel.pipeline.split import plan_stages, stage_to_rank
-from workers.parallel.pipeline.stage import FullNames, StageModule, pruned_copy, replacements_for
-from workers.spec import parse_spec
+from workers.parallel.pipeline.stage import (
+    FullNames,
+    StageModule,
+    pruned_copy,
+    replacements_for,
+)
+from workers.spec_loading import parse_spec
 
 LLAMA = {"hf": {"model_type": "llama", "config": {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,

@@ -21,8 +21,8 @@ from tests.helpers import (
 from workers.checkpointing import complete_checkpoints, state_sha256
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
-from workers.training.losses import LOSSES
 from workers.models import build_model
+from workers.training.losses import LOSSES
 from workers.training.trainer import validation_loss
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from workers.models.gpt import GPT
 from workers.parallel.sdp.masks import assign
 from workers.parallel.sdp.subnetwork import build_subnetwork
 from workers.parallel.sdp.sync import HolderSync, _select
-from workers.training.telemetry import CommMeter, ring_allreduce_bytes
+from workers.telemetry import CommMeter, ring_allreduce_bytes
 
 WORLD = 4
 

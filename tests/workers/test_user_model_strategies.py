@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import TrainedOnce, alive_actors, train
 from tests.user_models import GPT2_SPEC, LLAMA_SPEC, TOKEN_MLP_SPEC
-from workers.spec import parse_spec
+from workers.spec_loading import parse_spec
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from functools import lru_cache
 import torch
 from torch.utils.data import Dataset
 
-from workers.training.model_io import collate
+from workers.model_io import collate
 
 
 class GlobalBatches:

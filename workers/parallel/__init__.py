@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from workers.parallel.base import Strategy, StrategyContext
-from workers.parallel.registry import REGISTRY, STRATEGIES, build_strategy, strategy_name
+from workers.parallel.registry import (
+    REGISTRY,
+    STRATEGIES,
+    build_strategy,
+    strategy_name,
+)
 
 __all__ = ["REGISTRY", "STRATEGIES", "Strategy", "StrategyContext", "build_strategy", "strategy_name"]

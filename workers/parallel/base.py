@@ -11,7 +11,6 @@ checkpoint written under one layout loads under another.
 from __future__ import annotations
 
 import contextlib
-
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
@@ -19,9 +18,9 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from workers.training.model_io import call_model, samples_in, to_device, tokens_in
+from workers.model_io import call_model, samples_in, to_device, tokens_in
 from workers.spec import JobSpec
-from workers.training.telemetry import CommMeter
+from workers.telemetry import CommMeter
 
 LossFn = Callable[[Any, torch.Tensor | None], torch.Tensor]  # (model output, targets) -> loss
 

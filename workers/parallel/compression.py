@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
-from workers.training.telemetry import CommMeter, ring_allreduce_bytes
+from workers.telemetry import CommMeter, ring_allreduce_bytes
 
 
 class MeteredState:

@@ -7,10 +7,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from workers.parallel.base import (
     ForwardBackward,
+    LayoutCost,
     LossFn,
     StrategyContext,
     accumulate,
-    LayoutCost,
     adamw,
     local_clip_grad_norm,
     params_per_rank,
@@ -18,6 +18,7 @@ from workers.parallel.base import (
 )
 from workers.parallel.common import apply_activation_checkpointing, precision
 from workers.parallel.compression import compressed_fraction, register_comm_hook
+from workers.spec import Violation
 
 
 class DDPStrategy:
@@ -33,14 +34,17 @@ class DDPStrategy:
         if p.compression is None:
             return
         if p.zero or p.tp > 1 or p.pp > 1:
-            yield (f"parallel.compression applies to plain data parallelism (zero 0, tp 1, pp 1) "
-                   f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
+            yield Violation("parallel.compression",
+                f"parallel.compression applies to plain data parallelism (zero 0, tp 1, pp 1) "
+                f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
         if p.local_sgd is not None:
-            yield "parallel.compression and parallel.local_sgd exclude each other (local SGD does not all-reduce gradients)"
+            yield Violation("parallel.compression",
+                "parallel.compression and parallel.local_sgd exclude each other (local SGD does not all-reduce gradients)")
         if p.compression.kind == "bf16" and not gpu:
-            yield ("parallel.compression.kind 'bf16' needs GPU workers: the bf16 hook all-reduces bfloat16, which "
-                   "gloo (CPU) does not support, so use 'fp16' or 'powersgd' on CPU "
-                   f"(gpus_per_worker={spec.resources.gpus_per_worker})")
+            yield Violation("parallel.compression.kind",
+                "parallel.compression.kind 'bf16' needs GPU workers: the bf16 hook all-reduces bfloat16, which "
+                "gloo (CPU) does not support, so use 'fp16' or 'powersgd' on CPU "
+                f"(gpus_per_worker={spec.resources.gpus_per_worker})")
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:

@@ -39,6 +39,7 @@ from workers.parallel.common import (
 )
 from workers.parallel.metering import metered, metered_calls
 from workers.parallel.tensor_parallel import apply_tensor_parallel
+from workers.spec import Violation
 
 
 def fsdp_meshes(ctx: StrategyContext) -> tuple[DeviceMesh, DeviceMesh]:
@@ -64,11 +65,14 @@ class FSDPStrategy:
         p, dp = spec.parallel, spec.dp
         if p.dp_shard is not None:
             if p.zero != 3:
-                yield f"parallel.dp_shard (HSDP) needs parallel.zero 3 (zero={p.zero}, dp_shard={p.dp_shard})"
+                yield Violation("parallel.dp_shard",
+                    f"parallel.dp_shard (HSDP) needs parallel.zero 3 (zero={p.zero}, dp_shard={p.dp_shard})")
             elif dp % p.dp_shard:
-                yield f"parallel.dp_shard must divide parallel.dp (dp={dp}, dp_shard={p.dp_shard})"
+                yield Violation("parallel.dp_shard",
+                    f"parallel.dp_shard must divide parallel.dp (dp={dp}, dp_shard={p.dp_shard})")
         if not p.reshard_after_forward and p.zero != 3:
-            yield f"parallel.reshard_after_forward applies to zero 3 only (zero={p.zero})"
+            yield Violation("parallel.reshard_after_forward",
+                f"parallel.reshard_after_forward applies to zero 3 only (zero={p.zero})")
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:

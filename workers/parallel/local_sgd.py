@@ -26,7 +26,8 @@ from workers.parallel.base import (
     ring,
 )
 from workers.parallel.common import apply_activation_checkpointing, precision
-from workers.training.telemetry import CommMeter, ring_allreduce_bytes
+from workers.spec import Violation
+from workers.telemetry import CommMeter, ring_allreduce_bytes
 
 
 class LocalSGDAdamW(torch.optim.AdamW):
@@ -73,8 +74,9 @@ class LocalSGDStrategy:
     def spec_errors(spec):
         p = spec.parallel
         if p.local_sgd is not None and (p.zero or p.tp > 1 or p.pp > 1):
-            yield (f"parallel.local_sgd applies to plain data parallelism (zero 0, tp 1, pp 1) "
-                   f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
+            yield Violation("parallel.local_sgd",
+                f"parallel.local_sgd applies to plain data parallelism (zero 0, tp 1, pp 1) "
+                f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:

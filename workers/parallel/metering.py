@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from workers.training.telemetry import CommMeter
+from workers.telemetry import CommMeter
 
 
 def _nbytes(x) -> int:

@@ -16,9 +16,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-from pydantic import ValidationError
 
-from workers.spec import GPTModelSpec, JobSpec, format_validation_error, sequence_length
+from workers.spec import (
+    SPEC_ERRORS,
+    GPTModelSpec,
+    JobSpec,
+    SpecError,
+    Violation,
+    format_validation_error,
+    sequence_length,
+)
+from workers.spec_checks import checked_spec
 
 GIB = 1024**3
 # Sustained FLOP/s of one worker and link bandwidth/latency: deliberately round guesses.
@@ -198,8 +206,8 @@ def plan(data: dict | JobSpec, memory_budget_gib: float | None = None) -> Plan:
     facts, estimates, rejected = None, [], []
     for layout in candidate_layouts(workers):
         try:
-            spec = JobSpec.model_validate({**raw, "parallel": layout}, context={"allow_fault_injection": True})
-        except ValidationError as exc:
+            spec = checked_spec({**raw, "parallel": layout}, allow_fault_injection=True)
+        except SPEC_ERRORS as exc:
             reason = "; ".join(e["message"] for e in format_validation_error(exc))
             rejected.append({"parallel": layout, "reason": reason})
             continue
@@ -248,10 +256,10 @@ def resolve_auto(data: dict) -> dict:
     chosen = result.chosen
     if chosen is None and result.candidates:
         least = min(result.candidates, key=lambda e: e.memory_bytes_per_rank)
-        raise ValueError(
+        raise SpecError([Violation("parallel",
             f"parallel: auto found no layout of resources.workers={data.get('resources', {}).get('workers', 1)} "
             f"that fits resources.memory_per_worker_gib (budget={result.memory_budget_bytes / GIB:.3g} GiB, "
-            f"leanest {_label(least)} needs {least.memory_bytes_per_rank / GIB:.3g} GiB)")
+            f"leanest {_label(least)} needs {least.memory_bytes_per_rank / GIB:.3g} GiB)")])
     if chosen is None:
         return {}
     return {k: v for k, v in chosen.parallel.items() if v is not None}

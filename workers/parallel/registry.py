@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from workers.spec import JobSpec
 from workers.parallel.base import Strategy
 from workers.parallel.ddp import DDPStrategy
 from workers.parallel.fsdp import FSDPStrategy
@@ -20,6 +19,7 @@ from workers.parallel.pipeline.strategy import PipelineStrategy
 from workers.parallel.sdp.strategy import SDPStrategy
 from workers.parallel.tensor_parallel import TensorParallelStrategy
 from workers.parallel.zero import ZeroStrategy
+from workers.spec import JobSpec
 
 REGISTRY: tuple[type[Strategy], ...] = (
     PipelineStrategy,  # pp > 1 (x dp, x tp)

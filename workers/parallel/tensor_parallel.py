@@ -22,6 +22,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
+from workers.models.description import ModelDescription, describe
 from workers.parallel.base import (
     ForwardBackward,
     LayoutCost,
@@ -40,10 +41,16 @@ from workers.parallel.common import (
     precision,
     reduce_partial_grads,
 )
-from workers.models.description import ModelDescription, describe
-from workers.spec import GPTModelSpec, JobSpec, ModelStructure, sequence_length, structure_of
 from workers.parallel.metering import metered
 from workers.parallel.tensor_plan import apply_tensor_plan
+from workers.spec import (
+    GPTModelSpec,
+    JobSpec,
+    ModelStructure,
+    Violation,
+    sequence_length,
+    structure_of,
+)
 
 
 def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool = False,
@@ -55,21 +62,25 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, sequence_parall
 def _plan_errors(spec: JobSpec, facts: ModelStructure):
     p, m = spec.parallel, spec.model
     if facts.tp_plan is False:
-        yield (f"model.tp_plan is needed for parallel.tp > 1: model {facts.name!r} ships no tensor-parallel plan; "
-               f"give one as {{module FQN glob: colwise | rowwise | ...}}, e.g. "
-               f"{{'layers.*.attn.q': colwise, 'layers.*.attn.out': rowwise}} (tp={p.tp})")
+        yield Violation("model.tp_plan",
+            f"model.tp_plan is needed for parallel.tp > 1: model {facts.name!r} ships no tensor-parallel plan; "
+            f"give one as {{module FQN glob: colwise | rowwise | ...}}, e.g. "
+            f"{{'layers.*.attn.q': colwise, 'layers.*.attn.out': rowwise}} (tp={p.tp})")
     elif facts.tp_plan is None and facts.name == "entrypoint":
-        yield (f"model.tp_plan is needed for parallel.tp > 1 with a model.entrypoint: Trainyard cannot know which "
-               f"layers of a user module to shard; give {{module FQN glob: colwise | rowwise | ...}} (tp={p.tp})")
+        yield Violation("model.tp_plan",
+            f"model.tp_plan is needed for parallel.tp > 1 with a model.entrypoint: Trainyard cannot know which "
+            f"layers of a user module to shard; give {{module FQN glob: colwise | rowwise | ...}} (tp={p.tp})")
     if isinstance(m, GPTModelSpec):
         if m.n_heads % p.tp or m.d_model % p.tp:
-            yield (f"parallel.tp must divide model.n_heads and model.d_model "
-                   f"(tp={p.tp}, n_heads={m.n_heads}, d_model={m.d_model})")
+            yield Violation("parallel.tp",
+                f"parallel.tp must divide model.n_heads and model.d_model "
+                f"(tp={p.tp}, n_heads={m.n_heads}, d_model={m.d_model})")
         return
     for what, n in (("attention heads", facts.heads), ("key/value heads", facts.kv_heads)):
         if n and n % p.tp:
-            yield (f"parallel.tp must divide the model's {what} (model.hf.config: {n}, tp={p.tp}): "
-                   f"each rank holds whole heads")
+            yield Violation("parallel.tp",
+                f"parallel.tp must divide the model's {what} (model.hf.config: {n}, tp={p.tp}): "
+                f"each rank holds whole heads")
 
 
 def tensor_parallel_errors(spec: JobSpec):
@@ -77,10 +88,11 @@ def tensor_parallel_errors(spec: JobSpec):
     if p.tp > 1:
         yield from _plan_errors(spec, structure_of(spec))
     if p.sequence_parallel and p.tp == 1:
-        yield f"parallel.sequence_parallel needs parallel.tp > 1 (tp={p.tp})"
+        yield Violation("parallel.sequence_parallel", f"parallel.sequence_parallel needs parallel.tp > 1 (tp={p.tp})")
     seq = sequence_length(spec)
     if p.sequence_parallel and p.tp > 1 and seq and seq % p.tp:
-        yield f"parallel.sequence_parallel needs parallel.tp to divide the sequence length (tp={p.tp}, seq_len={seq})"
+        yield Violation("parallel.sequence_parallel",
+            f"parallel.sequence_parallel needs parallel.tp to divide the sequence length (tp={p.tp}, seq_len={seq})")
 
 
 def tensor_parallel_comm_bytes(spec: JobSpec, f) -> float:

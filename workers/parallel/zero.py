@@ -39,7 +39,8 @@ from workers.parallel.base import (
     ring,
 )
 from workers.parallel.common import apply_activation_checkpointing, precision
-from workers.training.telemetry import CommMeter
+from workers.spec import Violation
+from workers.telemetry import CommMeter
 
 
 def _rows(n: int, k: int, r: int) -> tuple[int, int, int]:
@@ -198,9 +199,11 @@ class ZeroStrategy:
     def spec_errors(spec):
         p = spec.parallel
         if p.zero in (1, 2) and p.tp > 1:
-            yield f"parallel.zero 1/2 shard over dp only: use zero 3 (FSDP x TP) with tp > 1 (zero={p.zero}, tp={p.tp})"
+            yield Violation("parallel.zero",
+                f"parallel.zero 1/2 shard over dp only: use zero 3 (FSDP x TP) with tp > 1 (zero={p.zero}, tp={p.tp})")
         if p.offload_optimizer and p.zero not in (1, 2):
-            yield f"parallel.offload_optimizer needs parallel.zero 1 or 2 (zero={p.zero})"
+            yield Violation("parallel.offload_optimizer",
+                f"parallel.offload_optimizer needs parallel.zero 1 or 2 (zero={p.zero})")
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:

@@ -19,7 +19,7 @@ from pathlib import Path
 import ray
 from ray.util.placement_group import placement_group_table
 
-from workers.runtime.control import RankControl
+from workers.training.control import RankControl
 
 
 def _redirect_output(log_path: Path) -> None:
@@ -84,7 +84,7 @@ class TrainWorker:
         from workers.spec import JobSpec
         from workers.training.trainer import Trainer
 
-        spec = JobSpec.model_validate(spec_json, context={"allow_fault_injection": True})
+        spec = JobSpec.model_validate(spec_json)  # admitted at submit
         use_cuda = spec.resources.gpus_per_worker > 0 and torch.cuda.is_available()
         device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
         if use_cuda:

@@ -9,11 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import ray
-from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+from ray.util.placement_group import (
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from workers.model_io import UserModelError
 from workers.runtime.actor import TrainWorker
-from workers.training.model_io import UserModelError
 from workers.runtime.pool import find_pool
 from workers.spec import JobSpec
 

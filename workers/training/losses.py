@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 from torch.nn import functional as F
 
-from workers.training.model_io import UserModelError, logits_of, model_loss
+from workers.model_io import UserModelError, logits_of, model_loss
 
 
 def cross_entropy(outputs: Any, targets: torch.Tensor) -> torch.Tensor:

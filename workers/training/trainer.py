@@ -19,21 +19,26 @@ import torch
 import torch.distributed as dist
 
 from workers import checkpointing
-from workers.runtime.control import RankControl, agreement_due
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
-from workers.training.faults import FaultInjector
+from workers.model_io import UserModelError, call_model, logits_of, to_device
+from workers.models import build_model, hf_source
+from workers.models.hf import save_pretrained
+from workers.parallel import StrategyContext, build_strategy
 from workers.parallel.layout import Layout
+from workers.spec import HFModelSpec, JobSpec
+from workers.telemetry import (
+    CommMeter,
+    StepRecord,
+    model_state_bytes,
+    peak_memory_bytes,
+)
+from workers.training.control import RankControl, agreement_due
+from workers.training.faults import FaultInjector
 from workers.training.loss_scaling import LossScaler
 from workers.training.losses import LOSSES
-from workers.training.model_io import UserModelError, call_model, logits_of, to_device
-from workers.models.hf import save_pretrained
-from workers.models import build_model, hf_source
-from workers.training.recovery import LossSpikeDetector, RecoveryState
 from workers.training.lr_schedule import lr_at
-from workers.spec import HFModelSpec, JobSpec
-from workers.parallel import StrategyContext, build_strategy
-from workers.training.telemetry import CommMeter, StepRecord, model_state_bytes, peak_memory_bytes
+from workers.training.recovery import LossSpikeDetector, RecoveryState
 
 
 class Trainer:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from workers.training.model_io import UserModelError, logits_of
+from workers.model_io import UserModelError, logits_of
 from workers.models.description import ModelDescription, ModelStructureError, call_order
 from workers.parallel.pipeline.parts import Parts, outside_parts, parts_by_call_order
 

@@ -4,7 +4,7 @@ so that shapes and dtypes are the ones the schedule will see (no model-specific 
 from __future__ import annotations
 
 from workers.data import build_datasets
-from workers.training.model_io import Inputs, collate
+from workers.model_io import Inputs, collate
 from workers.spec import JobSpec
 
 

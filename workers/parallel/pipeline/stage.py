@@ -22,7 +22,7 @@ import copy
 import torch
 from torch import nn
 
-from workers.training.model_io import logits_of
+from workers.model_io import logits_of
 from workers.models.description import ModelDescription
 from workers.parallel.pipeline.probe import Probe, ShapeRule, first_tensor
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from workers.models import build_model
+from workers.parallel.sdp.assignment import assignment_of, blocks_of
+from workers.parallel.sdp.subnetwork import build_subnetwork
 from workers.spec import JobSpec
 
 
@@ -21,10 +24,6 @@ def _ring(k: int) -> float:
 
 def sdp_bytes(spec: JobSpec) -> tuple[int, int]:
     """(model-state bytes, logical comm bytes per step) of worker 0."""
-    from workers.models import build_model
-    from workers.parallel.sdp.subnetwork import build_subnetwork
-    from workers.parallel.sdp.strategy import assignment_of, blocks_of
-
     p, sdp = spec.parallel, spec.parallel.sdp
     with torch.device("meta"):
         model = build_model(spec)

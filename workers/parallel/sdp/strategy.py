@@ -28,11 +28,6 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
 from workers.models import build_model
-from workers.models.description import ModelStructureError, describe_spec_model
-from workers.parallel.sdp.masks import Assignment, assign, feasibility_error
-from workers.parallel.sdp.subnetwork import build_subnetwork, mask_tensor
-from workers.parallel.sdp.sync import HolderSync
-from workers.spec import GPTModelSpec, JobSpec, MLPModelSpec, sdp_components, sdp_workers, structure_of
 from workers.parallel.base import (
     ForwardBackward,
     LayoutCost,
@@ -44,25 +39,20 @@ from workers.parallel.base import (
 )
 from workers.parallel.common import apply_activation_checkpointing, precision
 from workers.parallel.fsdp import fsdp_forward_backward
-
-
-def assignment_of(spec: JobSpec, n_blocks: int | None = None) -> Assignment:
-    """The masks of the spec's layout; block mode over `n_blocks` (the built model's), else the spec's count."""
-    sdp = spec.parallel.sdp
-    n, what = sdp_components(spec, n_blocks)
-    if n is None:
-        raise ValueError("parallel.sdp: the number of blocks is known only from the built model; pass n_blocks")
-    problem = feasibility_error(n, sdp_workers(spec), sdp.coverage, what)
-    if problem:  # an entrypoint model is checked here, once built (the spec rules could not count its blocks)
-        raise ModelStructureError("parallel.sdp.coverage", f"infeasible for this model ({sdp.mode} mode, "
-                                                           f"coverage={sdp.coverage}): {problem}")
-    layers = 1 if sdp.mode == "block" else spec.model.n_layers
-    return assign(sdp.mode, sdp_workers(spec), layers, n, sdp.coverage, sdp.seed)
-
-
-def blocks_of(model: nn.Module, spec: JobSpec) -> str:
-    """FQN of the model's repeated blocks (the GPT's 'blocks', Llama's 'model.layers', ...)."""
-    return describe_spec_model(model, spec.model).blocks_path
+from workers.parallel.sdp.assignment import assignment_of, blocks_of
+from workers.parallel.sdp.masks import feasibility_error
+from workers.parallel.sdp.plan import sdp_bytes
+from workers.parallel.sdp.subnetwork import build_subnetwork, mask_tensor
+from workers.parallel.sdp.sync import HolderSync
+from workers.spec import (
+    GPTModelSpec,
+    JobSpec,
+    MLPModelSpec,
+    Violation,
+    sdp_components,
+    sdp_workers,
+    structure_of,
+)
 
 
 class SDPModel(nn.Module):
@@ -80,7 +70,7 @@ class SDPModel(nn.Module):
         return getattr(self, f"worker{self.worker}")
 
     def forward(self, *args, **kwargs):
-        return self.subnet(*args, **kwargs)  # any model's call convention (workers/training/model_io.py)
+        return self.subnet(*args, **kwargs)  # any model's call convention (workers/model_io.py)
 
 
 def load_full_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
@@ -110,38 +100,47 @@ def sdp_errors(spec: JobSpec):
     if sdp is None:
         return
     if isinstance(spec.model, MLPModelSpec):
-        yield ("parallel.sdp needs a model with repeated blocks to cut subnetworks from (model 'mlp' has none): "
-               "use the gpt, a model.hf or a model.entrypoint")
+        yield Violation("parallel.sdp",
+            "parallel.sdp needs a model with repeated blocks to cut subnetworks from (model 'mlp' has none): "
+            "use the gpt, a model.hf or a model.entrypoint")
         return
     if sdp.mode == "neuron" and not isinstance(spec.model, GPTModelSpec):
         # Neuron masking rewrites the GPT's own MLP (fc/proj); other models' MLPs have other shapes.
-        yield (f"parallel.sdp.mode 'neuron' needs the built-in gpt model, whose MLP hidden units it masks; use "
-               f"mode 'block' for model {structure_of(spec).name!r} (its repeated blocks)")
+        yield Violation("parallel.sdp.mode",
+            f"parallel.sdp.mode 'neuron' needs the built-in gpt model, whose MLP hidden units it masks; use "
+            f"mode 'block' for model {structure_of(spec).name!r} (its repeated blocks)")
         return
     if p.tp > 1 or p.pp > 1:
-        yield f"parallel.sdp needs parallel.tp = 1 and parallel.pp = 1: each worker runs a whole subnetwork (tp={p.tp}, pp={p.pp})"
+        yield Violation("parallel.sdp",
+            f"parallel.sdp needs parallel.tp = 1 and parallel.pp = 1: each worker runs a whole subnetwork (tp={p.tp}, pp={p.pp})")
     if p.zero not in (0, 3):
-        yield (f"parallel.sdp needs parallel.zero 0 or 3: ZeRO-1/2 shard state over all dp ranks, but each SDP "
-               f"worker holds different parameters (zero={p.zero})")
+        yield Violation("parallel.sdp",
+            f"parallel.sdp needs parallel.zero 0 or 3: ZeRO-1/2 shard state over all dp ranks, but each SDP "
+            f"worker holds different parameters (zero={p.zero})")
     if p.compression is not None or p.local_sgd is not None:
-        yield ("parallel.sdp excludes parallel.compression and parallel.local_sgd: SDP does its own averaging "
-               "among each piece's holders (use parallel.sdp.sync {period: H} for periodic averaging)")
+        yield Violation("parallel.sdp",
+            "parallel.sdp excludes parallel.compression and parallel.local_sgd: SDP does its own averaging "
+            "among each piece's holders (use parallel.sdp.sync {period: H} for periodic averaging)")
     if p.zero == 3:
         if p.dp_shard is None or p.dp_shard < 2:
-            yield (f"parallel.sdp with parallel.zero 3 needs parallel.dp_shard >= 2: the ranks that shard one "
-                   f"subnetwork with FSDP (dp_shard={p.dp_shard})")
+            yield Violation("parallel.sdp",
+                f"parallel.sdp with parallel.zero 3 needs parallel.dp_shard >= 2: the ranks that shard one "
+                f"subnetwork with FSDP (dp_shard={p.dp_shard})")
         if sdp.mode != "block" or sdp.masking != "forward":
-            yield (f"parallel.sdp with parallel.zero 3 needs mode 'block' and masking 'forward': FSDP shards whole "
-                   f"blocks of the subnetwork (mode={sdp.mode!r}, masking={sdp.masking!r})")
+            yield Violation("parallel.sdp",
+                f"parallel.sdp with parallel.zero 3 needs mode 'block' and masking 'forward': FSDP shards whole "
+                f"blocks of the subnetwork (mode={sdp.mode!r}, masking={sdp.masking!r})")
     elif p.dp_shard is not None:
         return  # FSDPStrategy's rules already refuse dp_shard without zero 3
     if r.min_workers not in (None, r.workers) or r.max_workers not in (None, r.workers):
-        yield (f"parallel.sdp needs a fixed world size (resources.min_workers = max_workers = workers): the masks "
-               f"and checkpoints are per worker (min_workers={r.min_workers}, workers={r.workers}, "
-               f"max_workers={r.max_workers})")
+        yield Violation("parallel.sdp",
+            f"parallel.sdp needs a fixed world size (resources.min_workers = max_workers = workers): the masks "
+            f"and checkpoints are per worker (min_workers={r.min_workers}, workers={r.workers}, "
+            f"max_workers={r.max_workers})")
     if spec.supervisor.straggler.policy == "rebalance":
-        yield ("supervisor.straggler.policy 'rebalance' is not available with parallel.sdp, use 'report' "
-               "(gradients are averaged per holder set, not weighted by data shares)")
+        yield Violation("supervisor.straggler.policy",
+            "supervisor.straggler.policy 'rebalance' is not available with parallel.sdp, use 'report' "
+            "(gradients are averaged per holder set, not weighted by data shares)")
     if p.zero == 3 and (p.dp_shard is None or spec.dp % p.dp_shard):
         return
     n, what = sdp_components(spec)
@@ -149,7 +148,8 @@ def sdp_errors(spec: JobSpec):
         return
     problem = feasibility_error(n, sdp_workers(spec), sdp.coverage, what)
     if problem:
-        yield f"parallel.sdp.coverage is infeasible for this model ({sdp.mode} mode, coverage={sdp.coverage}): {problem}"
+        yield Violation("parallel.sdp.coverage",
+            f"parallel.sdp.coverage is infeasible for this model ({sdp.mode} mode, coverage={sdp.coverage}): {problem}")
 
 
 class SDPStrategy:
@@ -163,8 +163,6 @@ class SDPStrategy:
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:  # subnetworks: bytes from the mask assignment itself
-        from workers.parallel.sdp.plan import sdp_bytes
-
         return LayoutCost(*sdp_bytes(spec))
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:

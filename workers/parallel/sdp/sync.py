@@ -19,7 +19,7 @@ from torch import nn
 
 from workers.parallel.sdp.masks import Assignment
 from workers.parallel.sdp.subnetwork import Piece
-from workers.training.telemetry import CommMeter, ring_allreduce_bytes
+from workers.telemetry import CommMeter, ring_allreduce_bytes
 
 
 def local(t: torch.Tensor) -> torch.Tensor:

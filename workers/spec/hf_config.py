@@ -1,6 +1,6 @@
 """Hugging Face configs: build one from a spec's `model.hf` and read the facts the spec rules need.
 
-Kept apart from the model builder (and free of `workers.spec`) so that validating a spec needs
+Kept apart from the model builder so that validating a spec needs
 only `transformers`' config classes, never weights. `transformers` is the optional extra
 `trainyard[hf]`; without it an `hf` model is refused by name.
 """
@@ -13,13 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
-class FieldError(ValueError):
-    """An error that names the dotted spec field to change; the message starts with it."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
+from workers.spec.errors import FieldError
 
 
 class HFConfigError(FieldError):
