@@ -269,7 +269,7 @@ class RollbackEvent(RunEvent):
     from_step: int
     to_step: int
     first_bad_step: int
-    reason: str  # non_finite | loss_spike (workers/recovery.py)
+    reason: str  # non_finite | loss_spike (workers/training/recovery.py)
     data_window: tuple[int, int] | None
     lr_scale: float
     rollback: int  # how many rollbacks this job has had

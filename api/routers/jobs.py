@@ -15,7 +15,14 @@ from sqlalchemy.orm import Session
 
 from api import gates
 from api.audit import audit_record
-from api.deps import PlaneDep, Principal, PrincipalDep, SessionDep, job_not_found, job_or_404
+from api.deps import (
+    PlaneDep,
+    Principal,
+    PrincipalDep,
+    SessionDep,
+    job_not_found,
+    job_or_404,
+)
 from api.errors import ApiError
 from api.responses import FastJSONResponse
 from api.schemas import job_out
@@ -25,7 +32,8 @@ from service.db import repository as repo
 from service.db.models import Job
 from service.lifecycle import JobState
 from service.scheduler import demand_of, never_fits
-from workers.spec import JobSpec, parse_spec
+from workers.spec import JobSpec
+from workers.spec_loading import parse_spec
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

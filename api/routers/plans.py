@@ -9,8 +9,8 @@ from fastapi.concurrency import run_in_threadpool
 
 from api.deps import PlaneDep, PrincipalDep
 from api.routers.jobs import _decode
-from workers.planner import plan
-from workers.spec import parse_spec
+from workers.parallel.planner import plan
+from workers.spec_loading import parse_spec
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
 

@@ -16,7 +16,16 @@ from datetime import datetime, timezone
 from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
-from service.db.models import ApiToken, AuditRecord, Checkpoint, Job, JobEvent, JobMetric, Tenant, utcnow
+from service.db.models import (
+    ApiToken,
+    AuditRecord,
+    Checkpoint,
+    Job,
+    JobEvent,
+    JobMetric,
+    Tenant,
+    utcnow,
+)
 from service.lifecycle import TERMINAL, JobState, check_transition
 from workers.spec import JobSpec
 

@@ -1,6 +1,6 @@
 """What the run loop needs of a worker group and of the cluster: two small Protocols.
 
-`WorkerGroup` (workers/group.py) and `RayCluster` below are the real ones; a test drives
+`WorkerGroup` (workers/runtime/group.py) and `RayCluster` below are the real ones; a test drives
 the loop with fakes of these interfaces (tests/service/test_supervisor_step.py), no Ray.
 """
 

@@ -36,8 +36,8 @@ from service.supervisor.summary import final_result, layout_of, run_summary
 from workers.checkpointing import latest_checkpoint
 from workers.events import (CheckpointEvent, ExcludedNodesEvent, PreemptedEvent, RankCheckpoint, RankEvent,
                             RankShares, RankStep, ResizeEvent, RestartCause, RestartEvent, SkippedStepEvent)
-from workers.group import GroupFailure, WorkerGroup
-from workers.recovery import RecoveryState
+from workers.runtime.group import GroupFailure, WorkerGroup
+from workers.training.recovery import RecoveryState
 from workers.spec import JobSpec
 
 log = logging.getLogger("trainyard.supervisor")
@@ -134,7 +134,7 @@ class JobRun:
         if self._cancel.is_set():
             return Outcome.cancelled()
         if on_preemption(PreemptionStatus(self._preempt.is_set(), True, live.stop_sent)) == PreemptionAction.ASK_STOP:
-            live.group.request_stop()  # the ranks agree at their next checkpoint step (workers/trainer.py)
+            live.group.request_stop()  # the ranks agree at their next checkpoint step (workers/training/trainer.py)
             live.stop_sent = True
         durable = self._poll(live)
         if durable is not None and (reshape := self._reshape_at(live, durable)) is not None:
@@ -198,7 +198,7 @@ class JobRun:
         self.listener.on_event(RestartEvent(self.restarts, resume, failed.reason, decision.cause, decision.reason))
         ledger = RecoveryState.load(self.job_dir) if decision.cause.rolls_back else None
         rollback = on_restart(RollbackStatus(decision.cause, resume, tuple(ledger.rollbacks) if ledger else ()))
-        if rollback is not None:  # the rollback the ranks recorded (workers/recovery.py)
+        if rollback is not None:  # the rollback the ranks recorded (workers/training/recovery.py)
             self.rollbacks, self.lr_scale = self.rollbacks + 1, rollback.lr_scale
             log.info(rollback.message)
             self.listener.on_event(rollback)

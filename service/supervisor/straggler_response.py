@@ -26,7 +26,7 @@ class StragglerResponse:
     def __init__(self, spec: JobSpec, listener: RunListener, cluster: Cluster):
         self.spec, self.listener, self.cluster = spec, listener, cluster
         self.shares: list[int] | None = None  # uneven data split after a rebalance; kept on restarts
-        self._shares_version = 0  # of the last data split asked of the ranks (workers/control.py)
+        self._shares_version = 0  # of the last data split asked of the ranks (workers/training/control.py)
         self.moved: tuple[int, str, int] | None = None  # (rank, from node, step) for the next group to report
         self._last_replace_step: int | None = None
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from workers.checkpointing import checkpoint_root
 from workers.events import RankCheckpoint, RankEvent, RankShares, RankStep, RestartCause
-from workers.group import GroupFailure
+from workers.runtime.group import GroupFailure
 from workers.spec import JobSpec
 
 

@@ -9,8 +9,8 @@ import ray
 from service.supervisor.run import JobRun
 from tests.helpers import Events, spec_of
 from workers.events import RestartCause
-from workers.group import restart_cause
-from workers.trainer import NonFiniteTraining, SilentDataCorruption
+from workers.runtime.group import restart_cause
+from workers.training.trainer import NonFiniteTraining, SilentDataCorruption
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.pipeline_split import rebalanced_split
+from workers.parallel.pipeline.split import rebalanced_split
 from workers.spec import JobSpec
+from workers.spec_checks import checked_spec
 
 
 @dataclass(frozen=True)
@@ -40,4 +41,4 @@ def resplit_spec(spec: JobSpec, split: tuple[int, ...]) -> JobSpec:
     """`spec` with the pipeline split pinned to `split`."""
     data = spec.model_dump(mode="json")
     data["parallel"]["pipeline"] = {**(data["parallel"].get("pipeline") or {}), "split": list(split)}
-    return JobSpec.model_validate(data, context={"allow_fault_injection": True})  # already admitted
+    return checked_spec(data, allow_fault_injection=True)  # fault injection was admitted at submit

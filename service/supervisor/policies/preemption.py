@@ -1,6 +1,6 @@
 """The preemption policy: how a run makes room for a higher-priority job.
 
-Every rank stops at its next checkpoint step (they agree on it, workers/trainer.py), so the
+Every rank stops at its next checkpoint step (they agree on it, workers/training/trainer.py), so the
 job resumes from that checkpoint when it is admitted again; a group not started yet is not
 started at all.
 """

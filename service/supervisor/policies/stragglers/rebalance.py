@@ -1,7 +1,7 @@
 """The `rebalance` straggler policy: split the global batch by measured speed, live.
 
 The running ranks switch together at their next agreement step, without a restart
-(workers/control.py). The per-sample compute times are medians over the window that
+(workers/training/control.py). The per-sample compute times are medians over the window that
 flagged the rank: mostly the slow regime.
 """
 
