@@ -11,7 +11,7 @@ from workers.events import StragglerAction
 
 
 def with_policy(spec, name):
-    """The spec naming `name`: a real policy adds the name to StragglerSpec.policy (workers/spec.py);
+    """The spec naming `name`: a real policy adds the name to StragglerSpec.policy (workers/spec/job.py);
     this test-only one is set past validation, so the shipped spec does not know it."""
     straggler = spec.supervisor.straggler.model_copy(update={"policy": name})
     return spec.model_copy(update={"supervisor": spec.supervisor.model_copy(update={"straggler": straggler})})

@@ -1,7 +1,7 @@
 """Straggler policies: what to do about a rank the detector flagged as slow.
 
 `supervisor.straggler.policy` names one of the policies in this registry. Adding one takes
-its own module here, one line below, its name in `StragglerSpec.policy` (workers/spec.py)
+its own module here, one line below, its name in `StragglerSpec.policy` (workers/spec/job.py)
 and its test (see tests/fixtures/extra_straggler_policy.py).
 """
 
