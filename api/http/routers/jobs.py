@@ -34,8 +34,9 @@ async def submit_job(
     admitted = await plane.admission.submit(Submission(principal, body, priority, idempotency_key))
     request.state.audited = True  # with the job, in its transaction
     job = job_out(admitted.job)
-    return FastJSONResponse(job, status_code=201, headers={"Location": f"/v1/jobs/{job['id']}",
-                                                           "Idempotent-Replayed": "false" if admitted.created else "true"})
+    replayed = "false" if admitted.created else "true"
+    return FastJSONResponse(job, status_code=201,
+                            headers={"Location": f"/v1/jobs/{job['id']}", "Idempotent-Replayed": replayed})
 
 
 @router.get("")
