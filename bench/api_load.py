@@ -43,7 +43,13 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.live import Server, create_pg_schema, drop_pg_schema, free_port, pg_schema_url  # noqa: E402
+from tests.live import (  # noqa: E402
+    Server,
+    create_pg_schema,
+    drop_pg_schema,
+    free_port,
+    pg_schema_url,
+)
 
 console = Console(width=160)  # tables stay readable when piped to a file
 TINY = {"name": "bench", "model": {"name": "gpt", "n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 32},
@@ -229,7 +235,7 @@ def _wait_warm(ray_address: str, busy: set[str], workers: int = 2, timeout: floa
 
     from service.ray_client import NAMESPACE
     from service.supervisor.standby import STANDBY_PREFIX
-    from workers.pool import find_pool
+    from workers.runtime.pool import find_pool
 
     if not ray.is_initialized():
         ray.init(address=ray_address, namespace="trainyard", log_to_driver=False)

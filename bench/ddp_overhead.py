@@ -9,8 +9,8 @@ One GPT (2 layers, d_model 128, 4 heads, seq_len 64), the byte-level stdlib text
 global batch 32 in micro-batches of 8, dp=2 on CPU with one thread per rank, trained by
   A. Trainyard: `JobRun(spec, ...).run()` on a local Ray (num_cpus=8) that this
      process starts once, before any measurement, and keeps running. "cold": no
-     warm worker pool in the cluster; "warm pool": `workers.pool.start_pool` has
-     filled a pool first (only where the tree has workers/pool.py);
+     warm worker pool in the cluster; "warm pool": `workers.runtime.pool.start_pool` has
+     filled a pool first (only where the tree has workers/runtime/pool.py);
   B. torchrun: `torchrun --nproc-per-node 2 bench/torchrun_ddp.py` (a hand-written
      DDP loop over the project's model/data/loss/LR modules: the same math, so the
      final losses printed below agree);
@@ -47,10 +47,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import print_markdown_table  # noqa: E402
 from bench.ddp_runners import (  # noqa: E402
-    make_spec, run_raytrain, run_torchrun, run_trainyard, start_ray, start_warm_pool, stop_warm_pool, wait_pool_full,
+    make_spec,
+    run_raytrain,
+    run_torchrun,
+    run_trainyard,
+    start_ray,
+    start_warm_pool,
+    stop_warm_pool,
+    wait_pool_full,
 )
+from bench.table import print_markdown_table  # noqa: E402
 from bench.trainyard_startup_profile import format_profile, profile_startup  # noqa: E402
 
 # --- is anyone else using the CPUs? -----------------------------------------
@@ -226,7 +233,7 @@ def main() -> int:
             res["profile_cold"] = profile_startup(make_spec(5, "bench-profile"), work / "profile-cold", "profile-cold")
         pool = None if args.no_warm_pool else start_warm_pool(spec.world_size)
         if pool is None and not args.no_warm_pool:
-            res["notes"].append("no warm pool in this tree (workers/pool.py): warm-pool rows skipped")
+            res["notes"].append("no warm pool in this tree (workers/runtime/pool.py): warm-pool rows skipped")
         if pool is not None:
             try:
                 interleave("warm pool", "warm", pool)

@@ -178,7 +178,7 @@ def start_ray(num_cpus: int) -> float:
 def start_warm_pool(size: int, timeout_s: float = 120.0):
     """The tree's warm worker pool, filled; None where the tree has none (or its API differs)."""
     try:
-        from workers.pool import start_pool
+        from workers.runtime.pool import start_pool
     except ImportError:
         return None
     pool = start_pool(size)

@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import print_markdown_table  # noqa: E402
 from bench.ddp_runners import run_torchrun, run_trainyard, start_ray  # noqa: E402
+from bench.table import print_markdown_table  # noqa: E402
 
 LLAMA = {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4, "num_attention_heads": 8,
          "num_key_value_heads": 4, "vocab_size": 256, "max_position_embeddings": 128}

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service.ray_client import connect  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from service.supervisor.run import JobRun  # noqa: E402
-from workers.spec import PIPELINE_SCHEDULES, parse_spec  # noqa: E402
+from workers.spec import PIPELINE_SCHEDULES  # noqa: E402
+from workers.spec_loading import parse_spec
 
 
 def spec_for(args, pp: int, schedule: str | None, m: int, split=None):

@@ -14,7 +14,7 @@ batch 16 in micro-batches of 4, dp=2 on CPU (one thread per rank), a checkpoint 
   1. Trainyard `JobRun` on a local Ray started once by this process (as bench/ddp_overhead.py):
      - crash: `fault_injection: crash` on rank 1 before step --fault-step (the worker calls os._exit);
      - hang: `fault_injection: hang` on rank 1, `fault_tolerance.hang_timeout_s` = --hang-timeout;
-     - crash again with a warm worker pool (`workers.pool.start_pool`) filled before each run;
+     - crash again with a warm worker pool (`workers.runtime.pool.start_pool`) filled before each run;
   2. Ray Train: `TorchTrainer` + `RunConfig(failure_config=FailureConfig(max_failures=1))`, the same
      model/data/loss/LR modules and step (the loop of bench/torchrun_ddp.py) reporting a
      `ray.train.Checkpoint` every 5 steps; rank 1 calls os._exit before the same step on the first
@@ -59,8 +59,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.table import print_markdown_table  # noqa: E402
 from bench.ddp_runners import start_ray, start_warm_pool, stop_warm_pool, wait_pool_full  # noqa: E402
+from bench.table import print_markdown_table  # noqa: E402
 
 BASE = {
     "name": "bench-recovery",
@@ -77,7 +77,7 @@ BASE = {
 
 def make_spec(name: str, steps: int, **overrides):
     """BASE with dotted-key overrides, parsed with fault injection allowed."""
-    from workers.spec import parse_spec
+    from workers.spec_loading import parse_spec
 
     data = copy.deepcopy(BASE)
     data["name"], data["train"]["steps"] = name, steps
@@ -97,7 +97,7 @@ PHASES: list[tuple[str, float, float]] = []  # (name, start, end) of WorkerGroup
 
 def time_group_phases() -> None:
     """Wrap WorkerGroup.start/_place_actors (in this process: JobRun runs here) to time a restart's phases."""
-    from workers.group import WorkerGroup
+    from workers.runtime.group import WorkerGroup
 
     def timed(name, fn):
         def wrapper(self, *a, **k):
@@ -252,10 +252,10 @@ def raytrain_recovery_loop(config: dict) -> None:
 
     from workers.data import build_datasets
     from workers.data.batches import GlobalBatches
-    from workers.losses import LOSSES
     from workers.models import build_model
-    from workers.schedule import lr_at
     from workers.spec import JobSpec
+    from workers.training.losses import LOSSES
+    from workers.training.lr_schedule import lr_at
 
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()

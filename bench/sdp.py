@@ -37,9 +37,9 @@ from service.ray_client import connect  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from service.supervisor.run import JobRun  # noqa: E402
 from workers.models import build_model  # noqa: E402
-from workers.sdp.subnetwork import build_subnetwork  # noqa: E402
-from workers.spec import parse_spec  # noqa: E402
-from workers.strategies.sdp import assignment_of  # noqa: E402
+from workers.parallel.sdp.assignment import assignment_of  # noqa: E402
+from workers.parallel.sdp.subnetwork import build_subnetwork  # noqa: E402
+from workers.spec_loading import parse_spec  # noqa: E402
 
 
 def variants(coverages: list[float]) -> dict[str, dict | None]:

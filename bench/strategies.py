@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service.ray_client import connect  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from service.supervisor.run import JobRun  # noqa: E402
-from workers.planner import estimate  # noqa: E402
-from workers.spec import parse_spec  # noqa: E402
+from workers.parallel.planner import estimate  # noqa: E402
+from workers.spec_loading import parse_spec  # noqa: E402
 
 
 def layouts(workers: int) -> dict[str, dict]:

@@ -36,10 +36,10 @@ def run_loop(spec_json: dict, rank: int, world_size: int, out_dir: str, phases: 
 
     from workers.data import build_datasets
     from workers.data.batches import GlobalBatches
-    from workers.losses import LOSSES
     from workers.models import build_model
-    from workers.schedule import lr_at
     from workers.spec import JobSpec
+    from workers.training.losses import LOSSES
+    from workers.training.lr_schedule import lr_at
 
     phases["imports_done"] = time.time()
     spec = JobSpec.model_validate(spec_json)

@@ -67,8 +67,8 @@ def run_loop(spec_json: dict, layout: str, rank: int, out_dir: str, phases: dict
 
     from workers.data import build_datasets
     from workers.data.batches import GlobalBatches
-    from workers.schedule import lr_at
     from workers.spec import JobSpec
+    from workers.training.lr_schedule import lr_at
 
     spec = JobSpec.model_validate(spec_json)
     torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))

@@ -1,16 +1,16 @@
 """Where Trainyard's time to first step goes: one real JobRun with timestamps at every phase.
 
 Used by `bench/ddp_overhead.py --profile` (the default). It changes nothing in
-workers/: for the length of one run it swaps `workers.group.TrainWorker` for a
+workers/: for the length of one run it swaps `workers.runtime.group.TrainWorker` for a
 subclass of the real actor class whose only additions are timestamps (process
 start, torch import, module imports, process group, datasets, model, DDP wrap,
-Trainer, first step), and wraps `workers.group.placement_group` to note when the
+Trainer, first step), and wraps `workers.runtime.group.placement_group` to note when the
 placement group is ready. Each rank writes its timestamps to
 JOB_DIR/profile/rank-<r>.json; the driver adds its own and prints a timeline.
 
 This module must not import torch at top level: the actor class is shipped by
 reference, and importing this module in a fresh worker must cost about what the
-real actor's module (workers.actor) costs.
+real actor's module (workers.runtime.actor) costs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import ray
 
-from workers.actor import TrainWorker as _RealTrainWorker
+from workers.runtime.actor import TrainWorker as _RealTrainWorker
 
 _BASE = _RealTrainWorker.__ray_metadata__.modified_class
 
@@ -68,7 +68,7 @@ class _ProfiledTrainWorker(_BASE):
         try:
             import torch.distributed as dist
 
-            import workers.trainer as trainer_module  # the real setup imports it too; time it alone
+            import workers.training.trainer as trainer_module  # the real setup imports it too; time it alone
 
             t["trainyard_modules_imported"] = time.time()
 
@@ -122,7 +122,7 @@ def profile_startup(spec, job_dir: Path, job_id: str) -> dict:
     Fresh actors are the profiled subclass; warm pooled actors (if the tree has a pool and
     one runs) are not, so for them only the driver-side timestamps exist.
     """
-    import workers.group as group_module  # here, not at top: the worker must not pay for it
+    import workers.runtime.group as group_module  # here, not at top: the worker must not pay for it
     from service.supervisor.run import JobRun
 
     driver: dict[str, float] = {}
@@ -191,7 +191,7 @@ TIMELINE = [
     ("assign_entered", "wait for assign()"),
     ("assign_done", "assign() (bind rank, log redirect)"),
     ("setup_entered", "wait for setup() (driver asks rank 0 for address first)"),
-    ("trainyard_modules_imported", "import workers.trainer (DCP, safetensors, models, data)"),
+    ("trainyard_modules_imported", "import workers.training.trainer (DCP, safetensors, models, data)"),
     ("process_group_start", "spec validate, set threads, use_deterministic_algorithms"),
     ("process_group", "init_process_group (gloo rendezvous, waits for the peer)"),
     ("datasets_start", "Trainer.__init__ before datasets (DeviceMesh, meters)"),

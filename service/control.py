@@ -250,7 +250,7 @@ class _Loops:
 
         settings = plane.settings
         if settings.warm_workers:
-            from workers.pool import start_pool
+            from workers.runtime.pool import start_pool
 
             start_pool(settings.warm_workers)  # the cluster's pool of pre-imported rank workers (shared)
         self.plane = plane

@@ -16,7 +16,6 @@ from prometheus_client.registry import Collector
 from sqlalchemy import or_, select
 
 from service.db.engine import Sessions
-
 from service.db.models import Job
 from service.lifecycle import JobState
 

@@ -24,10 +24,9 @@ import logging
 import ray
 from sqlalchemy.orm import Session
 
-from service.db.engine import Sessions
-
 from service import preemption
 from service.db import repository as repo
+from service.db.engine import Sessions
 from service.lifecycle import TERMINAL, IllegalTransition, JobState
 from service.metric_catalogue import LiveMetrics
 from service.settings import Settings

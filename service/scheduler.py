@@ -24,10 +24,9 @@ from dataclasses import dataclass
 import ray
 from sqlalchemy import select
 
-from service.db.engine import Sessions
-
-from service.db import repository as repo
 from service import preemption
+from service.db import repository as repo
+from service.db.engine import Sessions
 from service.db.models import Job, utcnow
 from service.lifecycle import JobState
 from service.metric_catalogue import LiveMetrics

@@ -7,7 +7,7 @@ import time
 
 import ray
 
-from workers.spec import parse_spec
+from workers.spec_loading import parse_spec
 
 TINY_GPT = {
     "name": "tiny",

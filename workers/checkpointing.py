@@ -4,7 +4,7 @@ Layout under the job directory:
   checkpoints/step-00000050/   one DCP checkpoint; complete once `.metadata` exists
   model.safetensors            the consolidated final model, loadable with plain torch
 A checkpoint holds model, optimiser and progress: the step, and what rollbacks
-changed (data windows skipped, the learning-rate factor; see workers/recovery.py).
+changed (data windows skipped, the learning-rate factor; see workers/training/recovery.py).
 The data position and the learning rate are pure functions of those, and RNG is
 reseeded from (seed, step, rank) every step, so that is all the progress there is.
 """
@@ -127,7 +127,9 @@ def load_weights(source: Path, model: nn.Module) -> None:
     """Initialise weights from an exported .safetensors file, a checkpoint, a job directory, or a
     Hugging Face save_pretrained directory (a job's `hf/` export)."""
     if source.is_dir() and (source / "config.json").is_file():
-        from transformers import AutoModelForCausalLM  # it restores weights that save_pretrained tied
+        from transformers import (
+            AutoModelForCausalLM,  # it restores weights that save_pretrained tied
+        )
 
         model.load_state_dict(AutoModelForCausalLM.from_pretrained(str(source), local_files_only=True).state_dict())
         return

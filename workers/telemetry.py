@@ -33,7 +33,7 @@ class StepRecord:
     comm_bytes: int
     model_state_bytes: int | None = None
     skipped: bool = False  # the update was skipped (non-finite gradients)
-    stage: dict | None = None  # pipeline: this rank's stage accounting (see workers/bubble.py)
+    stage: dict | None = None  # pipeline: this rank's stage accounting (see workers/parallel/pipeline/bubble.py)
     peak_memory_bytes: int | None = None  # device max allocated on GPU, process peak RSS on CPU
     ts: float = field(default_factory=time.time)
 

@@ -9,18 +9,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from api.cli.output import err
-from workers.spec import JobSpec, format_validation_error, load_spec
+from workers.spec import SPEC_ERRORS, JobSpec, format_validation_error
+from workers.spec_loading import load_spec
 
 
 def read_spec_or_exit(path: Path, allow_fault_injection: bool | None = None) -> JobSpec:
     try:
         return load_spec(path, allow_fault_injection=allow_fault_injection)
-    except ValidationError as exc:
+    except SPEC_ERRORS as exc:
         for e in format_validation_error(exc):
             err.print(f"[red]invalid spec[/red] {e['message']}")
         raise typer.Exit(2)
@@ -55,7 +55,7 @@ def run(
 
 def _start_warm_pool(size: int):
     """The pool of pre-imported rank workers for `run --warm-workers`, if this command creates it."""
-    from workers.pool import find_pool, start_pool
+    from workers.runtime.pool import find_pool, start_pool
 
     if size <= 0 or find_pool() is not None:
         return None
@@ -121,8 +121,8 @@ def plan(
     """Dry-run the layout planner: every valid layout of SPEC's workers, its predicted bytes and step cost."""
     import yaml
 
-    from workers.planner import GIB
-    from workers.planner import plan as make_plan
+    from workers.parallel.planner import GIB
+    from workers.parallel.planner import plan as make_plan
 
     data = yaml.safe_load(spec_path.read_text())
     if not isinstance(data, dict):
@@ -130,7 +130,7 @@ def plan(
         raise typer.Exit(2)
     try:
         result = make_plan(data, memory_budget_gib=memory_gib)
-    except (ValidationError, ValueError) as exc:
+    except ValueError as exc:  # a SpecError or ValidationError too
         typer.echo(f"{spec_path}: {exc}", err=True)
         raise typer.Exit(2) from None
     if as_json:

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.admission.refusals import Conflict, InvalidRequest, NotAllowed, OverQuota, Refusal
 from service.lifecycle import IllegalTransition
-from workers.spec import format_validation_error
+from workers.spec import SpecError, format_validation_error
 
 log = logging.getLogger("trainyard.api")
 
@@ -53,7 +53,7 @@ def _request_validation(_: Request, exc: RequestValidationError) -> JSONResponse
     return error_response(422, "; ".join(e["message"] for e in errors), errors)
 
 
-def _spec_validation(_: Request, exc: ValidationError) -> JSONResponse:
+def _spec_validation(_: Request, exc: ValidationError | SpecError) -> JSONResponse:
     errors = format_validation_error(exc)
     return error_response(422, "invalid job spec: " + "; ".join(e["message"] for e in errors), errors)
 
@@ -64,6 +64,7 @@ def install_error_handlers(app: FastAPI) -> None:
     install_error_schema(app)  # the OpenAPI document declares these answers
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(ValidationError, _spec_validation)
+    app.add_exception_handler(SpecError, _spec_validation)
 
     @app.exception_handler(ApiError)
     def _api_error(_: Request, exc: ApiError) -> JSONResponse:

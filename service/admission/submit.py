@@ -31,7 +31,8 @@ from service.db.models import Job
 from service.records import JobRecord, Principal, copy_row
 from service.scheduler import demand_of, never_fits
 from service.settings import Settings
-from workers.spec import JobSpec, parse_spec
+from workers.spec import JobSpec
+from workers.spec_loading import parse_spec
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,16 @@ from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 from service.admission.refusals import Conflict, OverQuota
-from service.db.models import ApiToken, AuditRecord, Checkpoint, Job, JobEvent, JobMetric, Tenant, utcnow
+from service.db.models import (
+    ApiToken,
+    AuditRecord,
+    Checkpoint,
+    Job,
+    JobEvent,
+    JobMetric,
+    Tenant,
+    utcnow,
+)
 from service.lifecycle import TERMINAL, JobState, check_transition
 from workers.spec import JobSpec
 

@@ -23,7 +23,7 @@ import ray
 from service.lifecycle import JobState
 from service.ray_client import NAMESPACE
 from service.supervisor.run import JobRun
-from workers.spec import parse_spec
+from workers.spec import JobSpec
 
 MAX_BUFFERED_STEPS = 5000  # a control plane away for long: older steps are thinned, never the newest
 SUPERVISOR_PREFIX = "trainyard-supervisor-"
@@ -53,7 +53,7 @@ class JobSupervisor:
             if self._run is not None:
                 return False
             # The spec was validated at submit (fault injection included), so no policy is re-applied here.
-            spec = parse_spec(spec_json, allow_fault_injection=True)
+            spec = JobSpec.model_validate(spec_json)
             self.job_id, self.epoch, self.metric_stride = job_id, epoch, max(1, metric_stride)
             self._run = JobRun(spec, Path(job_dir), job_id, listener=self)
         threading.Thread(target=self._main, name=f"jobrun-{job_id}", daemon=True).start()

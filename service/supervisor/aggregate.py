@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from workers.bubble import join_stage_reports
+from workers.parallel.pipeline.bubble import join_stage_reports
 
 
 class StepAggregator:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 
 import ray
-from pydantic import ValidationError
 
-from workers.spec import JobSpec
+from workers.spec import SPEC_ERRORS, JobSpec
+from workers.spec_checks import checked_spec
 
 
 def free_slots_per_node(bundle: dict[str, float]) -> dict[str, int]:
@@ -44,8 +44,8 @@ def relayout(spec: JobSpec, workers: int) -> JobSpec | None:
         data["parallel"].update(dp=dp, tp=tp, pp=pp)
         data["train"]["micro_batch_size"] = micro
         try:
-            return JobSpec.model_validate(data, context={"allow_fault_injection": True})
-        except ValidationError:
+            return checked_spec(data, allow_fault_injection=True)  # fault injection was admitted at submit
+        except SPEC_ERRORS:
             continue
     return None
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-from workers.pipeline_split import rebalanced_split
+from workers.parallel.pipeline.split import rebalanced_split
 from workers.spec import JobSpec
+from workers.spec_checks import checked_spec
 
 
 class PipelineRebalancer:
@@ -44,7 +45,7 @@ class PipelineRebalancer:
         self.planned, self.done = None, True
         data = spec.model_dump(mode="json")
         data["parallel"]["pipeline"] = {**(data["parallel"].get("pipeline") or {}), "split": split}
-        new_spec = JobSpec.model_validate(data, context={"allow_fault_injection": True})  # already admitted
+        new_spec = checked_spec(data, allow_fault_injection=True)  # fault injection was admitted at submit
         busy_text = ", ".join(f"{b * 1e3:.1f}" for b in busy)
         reason = (f"pipeline stages unbalanced (busy ms per stage: {busy_text}); re-split blocks to {split} "
                   f"from the checkpoint at step {durable_step}")

@@ -16,19 +16,28 @@ from pathlib import Path
 from typing import Protocol
 
 from service.lifecycle import JobState, check_transition
-from service.supervisor.aggregate import StepAggregator
 from service.supervisor import excluded_nodes
-from service.supervisor.elastic import best_layout, free_slots_per_node, free_worker_slots
+from service.supervisor.aggregate import StepAggregator
+from service.supervisor.elastic import (
+    best_layout,
+    free_slots_per_node,
+    free_worker_slots,
+)
 from service.supervisor.pipeline_balance import PipelineRebalancer
-from service.supervisor.stragglers import StragglerChange, StragglerDetector, even_shares, rebalanced_shares
 from service.supervisor.policies import Action, FailureStatus, on_failure
 from service.supervisor.replacement import ReplaceStatus, on_slow_rank, slots_off
-from workers.bubble import pipeline_summary
+from service.supervisor.stragglers import (
+    StragglerChange,
+    StragglerDetector,
+    even_shares,
+    rebalanced_shares,
+)
 from workers.checkpointing import latest_checkpoint
-from workers.group import GroupFailure, WorkerGroup
-from workers.recovery import RecoveryState
+from workers.parallel import strategy_name
+from workers.parallel.pipeline.bubble import pipeline_summary
+from workers.runtime.group import GroupFailure, WorkerGroup
 from workers.spec import JobSpec
-from workers.strategies import strategy_name
+from workers.training.recovery import RecoveryState
 
 log = logging.getLogger("trainyard.supervisor")
 
@@ -86,7 +95,7 @@ class JobRun:
         self._aggregator: StepAggregator | None = None
         self._stragglers: StragglerDetector | None = None
         self._per_sample: list[deque] = []
-        self._shares_version = 0  # of the last data split asked of the ranks (workers/control.py)
+        self._shares_version = 0  # of the last data split asked of the ranks (workers/training/control.py)
         self._shares_pending: list[int] | None = None  # asked, not yet agreed by the ranks
         self._judge_from_step = 0  # straggler scores count from here (after a live rebalance)
         self._pipeline_balance = PipelineRebalancer(spec)  # re-split unbalanced pipeline stages (opt-in)
@@ -180,7 +189,7 @@ class JobRun:
         self._set_state(JobState.FAILED, reason)
 
     def _report_rollback(self, resume_step: int) -> None:
-        """The rollback the ranks recorded (workers/recovery.py) as an event: bad steps, the step
+        """The rollback the ranks recorded (workers/training/recovery.py) as an event: bad steps, the step
         resumed from, the data window skipped and the learning-rate factor from now on."""
         state = RecoveryState.load(self.job_dir)
         if state is None or not state.rollbacks:
@@ -293,7 +302,7 @@ class JobRun:
             if self._cancel.is_set():
                 return JobState.CANCELLED
             if self._preempt.is_set() and not stop_sent:
-                group.request_stop()  # the ranks agree at their next checkpoint step (workers/trainer.py)
+                group.request_stop()  # the ranks agree at their next checkpoint step (workers/training/trainer.py)
                 stop_sent = True
             durable = None
             for event in group.poll():
@@ -396,7 +405,7 @@ class JobRun:
 
     def _plan_rebalance(self) -> str:
         """Ask the running ranks for a data split that follows their measured speed: they switch
-        together at their next agreement step, without a restart (workers/control.py)."""
+        together at their next agreement step, without a restart (workers/training/control.py)."""
         if self.current.dp < 2 or self._group is None:  # the spec refuses tp, pp, SDP and local SGD
             return "reported (no data-parallel peers to take work)"
         if self._shares_pending is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from api.cli.demo import demo_specs
-from workers.spec import parse_spec
+from workers.spec_loading import parse_spec
 
 
 def test_every_demo_job_is_a_valid_spec_and_the_fault_jobs_are_there():

@@ -12,10 +12,21 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
-from schemathesis.checks import (content_type_conformance, not_a_server_error, response_headers_conformance,
-                                 response_schema_conformance, status_code_conformance)
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
-from tests.live import ADMIN_TOKEN, Server, create_pg_schema, drop_pg_schema, pg_schema_url
+from tests.live import (
+    ADMIN_TOKEN,
+    Server,
+    create_pg_schema,
+    drop_pg_schema,
+    pg_schema_url,
+)
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance]

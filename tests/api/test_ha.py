@@ -12,7 +12,15 @@ import pytest
 from sqlalchemy import select
 
 from tests.helpers import tiny_spec
-from tests.live import TERMINAL, Server, create_pg_schema, drop_pg_schema, pg_schema_url, states_of, wait_for
+from tests.live import (
+    TERMINAL,
+    Server,
+    create_pg_schema,
+    drop_pg_schema,
+    pg_schema_url,
+    states_of,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 LEASE_TTL_S = 3

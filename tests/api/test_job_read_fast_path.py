@@ -22,7 +22,7 @@ from service.db.engine import make_engine
 from service.db.job_reader import JobReader
 from service.db.models import utcnow
 from tests.helpers import tiny_spec
-from workers.spec import parse_spec
+from workers.spec_loading import parse_spec
 
 
 class Downstream:

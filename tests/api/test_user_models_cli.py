@@ -29,8 +29,8 @@ def _validation_loss(model, spec_path: str) -> float:
     """The job's validation loss recomputed from the exported model: the same batches, the same rule."""
     from workers.data import build_datasets
     from workers.data.batches import GlobalBatches
-    from workers.spec import load_spec
-    from workers.trainer import validation_loss
+    from workers.spec_loading import load_spec
+    from workers.training.trainer import validation_loss
 
     spec = load_spec(spec_path)
     _, val = build_datasets(spec)

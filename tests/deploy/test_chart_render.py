@@ -8,7 +8,16 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.chart import CHART_DIR, CI_VALUES, CRD_DIR, SHARED_CRD_DIR, by_kind, ci_values, one, render
+from tests.deploy.chart import (
+    CHART_DIR,
+    CI_VALUES,
+    CRD_DIR,
+    SHARED_CRD_DIR,
+    by_kind,
+    ci_values,
+    one,
+    render,
+)
 from tests.deploy.schemas import CRD_KINDS, raycluster_errors, validate_core
 
 VALUES = {p.name.removesuffix("-values.yaml"): yaml.safe_load(p.read_text()) or {} for p in CI_VALUES}

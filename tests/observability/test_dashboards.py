@@ -9,8 +9,15 @@ import pytest
 
 from deploy import dashboards as generator
 from service.metric_catalogue import exposed_names
-from tests.observability.dashboards import (GRAFANA, METRIC, alert_rules, annotation_queries, dashboards,
-                                            panel_queries, panels)
+from tests.observability.dashboards import (
+    GRAFANA,
+    METRIC,
+    alert_rules,
+    annotation_queries,
+    dashboards,
+    panel_queries,
+    panels,
+)
 
 UIDS = {"trainyard-fleet.json": "trainyard-fleet", "trainyard-job.json": "trainyard-job"}
 

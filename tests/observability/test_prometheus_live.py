@@ -14,7 +14,13 @@ import pytest
 from service.metric_catalogue import exposed_names
 from tests.helpers import tiny_spec
 from tests.live import TERMINAL, Server, wait_for, wait_step
-from tests.observability.dashboards import alert_rules, annotation_queries, dashboards, fill, panel_queries
+from tests.observability.dashboards import (
+    alert_rules,
+    annotation_queries,
+    dashboards,
+    fill,
+    panel_queries,
+)
 from tests.observability.prometheus import Prometheus
 
 pytestmark = pytest.mark.slow

@@ -5,8 +5,15 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.metric_catalogue import (CATALOGUE, LiveMetrics, event_updates, exposed_names, gpt_params, mfu,
-                                      step_updates)
+from service.metric_catalogue import (
+    CATALOGUE,
+    LiveMetrics,
+    event_updates,
+    exposed_names,
+    gpt_params,
+    mfu,
+    step_updates,
+)
 
 STEP = {
     "type": "step", "seq": 3, "step": 7, "loss": 2.5, "step_time_s": 0.2, "samples_per_s": 160.0,

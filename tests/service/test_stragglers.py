@@ -10,15 +10,14 @@ import subprocess
 import sys
 
 import pytest
-from pydantic import ValidationError
 
 from service.supervisor import excluded_nodes
 from service.supervisor.replacement import ReplaceStatus, on_slow_rank, slots_off
 from service.supervisor.run import JobRun
 from service.supervisor.stragglers import StragglerDetector, rebalanced_shares
 from tests.helpers import Events, spec_of
-from workers.faults import FaultInjector
-from workers.spec import FaultSpec, StragglerSpec, format_validation_error
+from workers.spec import SPEC_ERRORS, FaultSpec, StragglerSpec, format_validation_error
+from workers.training.faults import FaultInjector
 
 CONFIG = StragglerSpec(threshold=0.6, recover=0.8, window=5)
 
@@ -171,7 +170,7 @@ def test_a_slow_fault_stays_with_the_node_it_struck_not_with_the_rank(tmp_path):
 
 
 def test_replace_needs_checkpoints_to_resume_from():
-    with pytest.raises(ValidationError) as exc:
+    with pytest.raises(SPEC_ERRORS) as exc:
         spec_of(**{"supervisor.straggler.policy": "replace"})
     [error] = format_validation_error(exc.value)
     assert error["field"] == "supervisor.straggler.policy" and "checkpoint.every_steps > 0" in error["message"]

@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.helpers import spec_of
-from workers.control import RankControl, agreement_due
+from workers.training.control import RankControl, agreement_due
 
 
 def _rank(rank: int, init: str, out: str) -> None:

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from workers.loss_scaling import LossScaler
+from workers.training.loss_scaling import LossScaler
 
 
 def tiny_grads(scaler: LossScaler) -> list[torch.Tensor]:

@@ -8,16 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch.distributed.checkpoint as dcp
-from pydantic import ValidationError
 
 from service.supervisor.run import JobRun
 from tests.api.test_cli_run import json_summary, trainyard, write_spec
 from tests.helpers import Events, spec_of, tiny_spec
 from workers.checkpointing import latest_checkpoint
 from workers.data.batches import GlobalBatches
-from workers.recovery import LossSpikeDetector
-from workers.schedule import lr_at
-from workers.spec import LossSpikeSpec, format_validation_error
+from workers.spec import SPEC_ERRORS, LossSpikeSpec, format_validation_error
+from workers.training.lr_schedule import lr_at
+from workers.training.recovery import LossSpikeDetector
 
 BASE = {"resources.workers": 2, "train.steps": 24, "checkpoint.every_steps": 5,
         "fault_tolerance.loss_spike": {"factor": 3.0, "window": 4}}
@@ -114,7 +113,7 @@ def test_run_json_rolls_back_an_injected_nan_and_skips_its_data(tmp_path):
     ({}, [{"at_step": 2, "kind": "crash", "steps": 2}], "fault_injection[0].steps", "kinds 'nan' and 'spike' only"),
 ])
 def test_bad_numerics_settings_are_refused_naming_the_field(overrides, faults, field, rule):
-    with pytest.raises(ValidationError) as exc:
+    with pytest.raises(SPEC_ERRORS) as exc:
         spec_of(**overrides, fault_injection=faults)
     [error] = format_validation_error(exc.value)
     assert error["field"] == field and rule in error["message"]

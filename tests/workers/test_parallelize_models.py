@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.user_models import LLAMA_SPEC, TOKEN_MLP_SPEC, GPT_SPEC
+from tests.user_models import GPT_SPEC, LLAMA_SPEC, TOKEN_MLP_SPEC
 
 CASES = {
     "llama": (LLAMA_SPEC, False), "llama_sp": (LLAMA_SPEC, True),
@@ -40,13 +40,13 @@ def _init(rank, world, port):
 def _tensor_parallel_case(rank, world, port, queue, spec_data, sequence_parallel):
     from torch.distributed.device_mesh import init_device_mesh
 
-    from workers.losses import cross_entropy
     from workers.model_io import call_model
     from workers.models import build_model
     from workers.models.description import describe_spec_model
-    from workers.spec import parse_spec
-    from workers.strategies.common import reduce_partial_grads
-    from workers.strategies.tensor_parallel import apply_tensor_parallel
+    from workers.parallel.common import reduce_partial_grads
+    from workers.parallel.tensor_parallel import apply_tensor_parallel
+    from workers.spec_loading import parse_spec
+    from workers.training.losses import cross_entropy
 
     _init(rank, world, port)
     spec = parse_spec(spec_data)
@@ -91,9 +91,9 @@ def _fsdp_case(rank, world, port, queue, spec_data):
 
     from workers.models import build_model
     from workers.models.description import describe_spec_model
-    from workers.spec import parse_spec
-    from workers.strategies import StrategyContext
-    from workers.strategies.fsdp import FSDPStrategy
+    from workers.parallel import StrategyContext
+    from workers.parallel.fsdp import FSDPStrategy
+    from workers.spec_loading import parse_spec
     from workers.telemetry import CommMeter
 
     _init(rank, world, port)

@@ -11,7 +11,7 @@ import pytest
 from service.supervisor.run import JobRun
 from tests.helpers import Events
 from tests.workers.test_pipeline_stage import GPT2, LLAMA, USER
-from workers.spec import parse_spec
+from workers.spec_loading import parse_spec
 
 pytestmark = pytest.mark.slow
 

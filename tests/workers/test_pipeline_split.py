@@ -9,18 +9,28 @@ import pytest
 import torch
 
 from tests.helpers import spec_of
-from workers.bubble import StageTimes, join_stage_reports, pipeline_summary, theoretical_bubble
 from workers.models import build_model
 from workers.models.description import describe_spec_model
-from workers.pipeline_probe import probe
-from workers.pipeline_split import (
+from workers.parallel.pipeline.bubble import (
+    StageTimes,
+    join_stage_reports,
+    pipeline_summary,
+    theoretical_bubble,
+)
+from workers.parallel.pipeline.probe import probe
+from workers.parallel.pipeline.split import (
     balanced_split,
     plan_stages,
     rebalanced_split,
     stage_to_rank,
     unit_costs,
 )
-from workers.pipeline_stage import FullNames, StageModule, pruned_copy, replacements_for
+from workers.parallel.pipeline.stage import (
+    FullNames,
+    StageModule,
+    pruned_copy,
+    replacements_for,
+)
 
 
 def pp_spec(**overrides):
@@ -66,7 +76,7 @@ def test_pinned_split_and_description():
 
 
 def test_stages_keep_full_model_names_and_compose_to_the_full_forward():
-    # The built-in GPT through the generic stage module (workers.pipeline_stage), bit for bit.
+    # The built-in GPT through the generic stage module (workers.parallel.pipeline.stage), bit for bit.
     spec = pp_spec()
     torch.manual_seed(0)
     full = build_model(spec)

@@ -11,11 +11,16 @@ import torch
 
 from workers.models import build_model
 from workers.models.description import describe_spec_model
-from workers.pipeline_costs import unit_costs
-from workers.pipeline_probe import probe
-from workers.pipeline_split import plan_stages, stage_to_rank
-from workers.pipeline_stage import FullNames, StageModule, pruned_copy, replacements_for
-from workers.spec import parse_spec
+from workers.parallel.pipeline.costs import unit_costs
+from workers.parallel.pipeline.probe import probe
+from workers.parallel.pipeline.split import plan_stages, stage_to_rank
+from workers.parallel.pipeline.stage import (
+    FullNames,
+    StageModule,
+    pruned_copy,
+    replacements_for,
+)
+from workers.spec_loading import parse_spec
 
 LLAMA = {"hf": {"model_type": "llama", "config": {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -104,7 +109,7 @@ def test_parts_are_found_by_call_order_and_loose_parameters_are_refused():
     from torch import nn
 
     from workers.models.description import ModelStructureError, call_order, describe
-    from workers.pipeline_parts import parts_by_call_order
+    from workers.parallel.pipeline.parts import parts_by_call_order
 
     spec = spec_for(LLAMA)
     full = build_model(spec)

@@ -8,8 +8,9 @@ from typer.testing import CliRunner
 
 from api.cli import app
 from tests.helpers import tiny_spec
-from workers.planner import GIB, candidate_layouts, estimate, plan
-from workers.spec import parse_spec
+from workers.parallel.planner import GIB, candidate_layouts, estimate, plan
+from workers.spec import SPEC_ERRORS
+from workers.spec_loading import parse_spec
 
 SPEC = tiny_spec(**{"model.n_layers": 2, "model.n_heads": 4, "resources.workers": 4})
 
@@ -74,11 +75,10 @@ def test_parallel_auto_resolves_to_the_planned_layout():
 
 def test_parallel_auto_without_a_fitting_layout_is_a_field_named_error():
     import pytest
-    from pydantic import ValidationError
 
     from workers.spec import format_validation_error
 
-    with pytest.raises(ValidationError) as info:
+    with pytest.raises(SPEC_ERRORS) as info:
         parse_spec({**SPEC, "parallel": "auto", "resources": {**SPEC["resources"], "memory_per_worker_gib": 1e-6}})
     [error] = format_validation_error(info.value)
     assert error["field"] == "parallel" and "no layout" in error["message"] and "budget=" in error["message"]

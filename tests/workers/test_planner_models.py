@@ -8,8 +8,8 @@ from torch import nn
 from tests.helpers import tiny_spec
 from workers.models import build_model
 from workers.models.param_counts import glob_regex, tp_sharded_params
-from workers.planner import ModelFacts, estimate, plan
-from workers.spec import parse_spec
+from workers.parallel.planner import ModelFacts, estimate, plan
+from workers.spec_loading import parse_spec
 
 LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 64}

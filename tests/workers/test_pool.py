@@ -11,7 +11,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 
 from service.supervisor.run import JobRun
 from tests.helpers import alive_actors, spec_of, wait_until
-from workers.pool import cpus_idle, start_pool
+from workers.runtime.pool import cpus_idle, start_pool
 
 pytestmark = pytest.mark.slow
 

@@ -21,9 +21,9 @@ from tests.helpers import (
 from workers.checkpointing import complete_checkpoints, state_sha256
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
-from workers.losses import LOSSES
 from workers.models import build_model
-from workers.trainer import validation_loss
+from workers.training.losses import LOSSES
+from workers.training.trainer import validation_loss
 
 pytestmark = pytest.mark.slow
 

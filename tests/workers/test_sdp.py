@@ -161,7 +161,7 @@ def test_trainyard_run_json_reports_the_masks(tmp_path):
 
 @pytest.mark.timeout(1800)
 def test_planner_predicts_measured_sdp_bytes(runs):
-    from workers.planner import estimate
+    from workers.parallel.planner import estimate
 
     for name in ("b05", "n05", "fsdp_b075_ac"):
         summary, _ = runs.get(name)

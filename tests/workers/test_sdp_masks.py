@@ -13,13 +13,12 @@ import sys
 import pytest
 import torch
 import yaml
-from pydantic import ValidationError
 
 from tests.helpers import spec_of, tiny_spec
 from workers.models.gpt import GPT
-from workers.sdp.masks import assign, feasibility_error, held_count
-from workers.sdp.subnetwork import build_subnetwork
-from workers.spec import format_validation_error
+from workers.parallel.sdp.masks import assign, feasibility_error, held_count
+from workers.parallel.sdp.subnetwork import build_subnetwork
+from workers.spec import SPEC_ERRORS, format_validation_error
 
 CASES = list(itertools.product(["block", "neuron"], [1, 2, 3, 4, 5, 8], [2, 4, 6, 8, 12, 24, 128],
                                [0.125, 0.25, 0.375, 0.5, 0.6, 0.75, 0.9, 1.0]))
@@ -73,7 +72,7 @@ def test_infeasible_coverage_names_the_lowest_feasible_one():
 # --- spec rules --------------------------------------------------------------------------------
 
 def errors_of(**overrides) -> list[dict]:
-    with pytest.raises(ValidationError) as exc:
+    with pytest.raises(SPEC_ERRORS) as exc:
         spec_of(**overrides)
     return format_validation_error(exc.value)
 

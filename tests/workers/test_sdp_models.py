@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pydantic import ValidationError
 
 from tests.helpers import Events, alive_actors, tiny_spec
 from workers.models import build_model
-from workers.sdp.subnetwork import build_subnetwork
-from workers.spec import format_validation_error, parse_spec
-from workers.strategies.sdp import assignment_of, blocks_of, load_full_state
+from workers.parallel.sdp.assignment import assignment_of, blocks_of
+from workers.parallel.sdp.strategy import load_full_state
+from workers.parallel.sdp.subnetwork import build_subnetwork
+from workers.spec import SPEC_ERRORS, format_validation_error
+from workers.spec_loading import parse_spec
 
 LLAMA = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
          "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 64}
@@ -24,7 +25,7 @@ def llama(**overrides) -> dict:
 
 
 def errors(data: dict) -> list[dict]:
-    with pytest.raises(ValidationError) as exc:
+    with pytest.raises(SPEC_ERRORS) as exc:
         parse_spec(data)
     return format_validation_error(exc.value)
 
@@ -91,7 +92,7 @@ def test_tied_hf_weights_load_from_one_name():
 
 
 def test_planner_counts_the_held_blocks_of_a_llama():
-    from workers.planner import estimate
+    from workers.parallel.planner import estimate
 
     spec = parse_spec(llama())
     full = sum(p.numel() for p in build_model(spec).parameters())

@@ -11,9 +11,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from workers.models.gpt import GPT
-from workers.sdp.masks import assign
-from workers.sdp.subnetwork import build_subnetwork
-from workers.sdp.sync import HolderSync, _select
+from workers.parallel.sdp.masks import assign
+from workers.parallel.sdp.subnetwork import build_subnetwork
+from workers.parallel.sdp.sync import HolderSync, _select
 from workers.telemetry import CommMeter, ring_allreduce_bytes
 
 WORLD = 4

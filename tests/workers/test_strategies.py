@@ -168,7 +168,7 @@ def test_checkpoint_loads_under_another_layout(runs, tmp_path, source, target):
 
 @pytest.mark.timeout(1800)  # trains the layouts it needs when run on its own
 def test_planner_predicts_measured_bytes_within_10_percent(runs):
-    from workers.planner import estimate
+    from workers.parallel.planner import estimate
 
     for name in LAYOUTS:
         summary, steps = runs[name]

@@ -4,13 +4,12 @@ own rules are checked, and a new strategy is one file plus one registry line."""
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 
 from tests.fixtures.extra_strategy import EchoStrategy
 from tests.helpers import spec_of
-from workers.planner import estimate
-from workers.spec import format_validation_error
-from workers.strategies import registry
+from workers.parallel import registry
+from workers.parallel.planner import estimate
+from workers.spec import SPEC_ERRORS, format_validation_error
 
 LAYOUTS = [
     ({"resources.workers": 2}, "ddp"),
@@ -41,6 +40,6 @@ def test_a_new_strategy_is_one_file_and_one_registry_line(monkeypatch):
     assert registry.strategy_name(spec_of(**{"resources.workers": 2})) == "ddp"  # others unchanged
     est = estimate(spec)  # its own cost
     assert est.strategy == "echo" and est.model_state_bytes_per_rank == 1 and est.comm_bytes_per_step == 2
-    with pytest.raises(ValidationError) as info:  # its own rule, refused by name like every other
+    with pytest.raises(SPEC_ERRORS) as info:  # its own rule, refused by name like every other
         spec_of(name="echo-big", **{"resources.workers": 4})
     assert [e["field"] for e in format_validation_error(info.value)] == ["resources.workers"]

@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import TrainedOnce, alive_actors, train
 from tests.user_models import GPT2_SPEC, LLAMA_SPEC, TOKEN_MLP_SPEC
-from workers.spec import parse_spec
+from workers.spec_loading import parse_spec
 
 pytestmark = pytest.mark.slow
 
@@ -127,7 +127,7 @@ def test_mixed_precision_on_an_hf_model(runs, tmp_path):
 def test_planner_predicts_the_measured_model_state_of_an_hf_model(runs):
     """The planner counts Llama's real parameters (and the ones its TP plan shards): its predicted
     model-state bytes per rank match the measured ones within 10% for every representative layout."""
-    from workers.planner import estimate
+    from workers.parallel.planner import estimate
 
     for layout in sorted(REPRESENTATIVE["llama"]):
         summary, _ = runs["llama", layout]

@@ -9,7 +9,13 @@ from torch.utils.data import Dataset
 from workers.data.pystdlib_text import pystdlib_splits
 from workers.data.synthetic import synthetic_splits
 from workers.entrypoints import EntrypointError, resolve_entrypoint
-from workers.spec import EntrypointSpec, JobSpec, SyntheticDataSpec, TextDataSpec, sequence_length
+from workers.spec import (
+    EntrypointSpec,
+    JobSpec,
+    SyntheticDataSpec,
+    TextDataSpec,
+    sequence_length,
+)
 
 
 def _text(spec: JobSpec):

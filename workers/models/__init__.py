@@ -10,7 +10,14 @@ from torch import nn
 from workers.entrypoints import EntrypointError, resolve_entrypoint
 from workers.models.gpt import GPT
 from workers.models.mlp import MLPRegressor
-from workers.spec import GPTModelSpec, HFModelSpec, HFPretrainedSource, JobSpec, MLPModelSpec, ModelEntrypointSpec
+from workers.spec import (
+    GPTModelSpec,
+    HFModelSpec,
+    HFPretrainedSource,
+    JobSpec,
+    MLPModelSpec,
+    ModelEntrypointSpec,
+)
 
 
 def _gpt(m: GPTModelSpec) -> nn.Module:

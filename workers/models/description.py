@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from workers.models.hf_config import FieldError
+from workers.spec.errors import FieldError
 
 GPT_TP_PLAN = {
     "blocks.*.attn.q": "colwise", "blocks.*.attn.k": "colwise", "blocks.*.attn.v": "colwise",

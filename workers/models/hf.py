@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from workers.models.hf_config import hf_config
+from workers.spec.hf_config import hf_config
 
 
 def build_hf_model(model_type: str | None, fields: dict | None, pretrained: str | None) -> nn.Module:

@@ -16,7 +16,7 @@ from api.http.schemas import checkpoint_out, event_out, metric_out
 from service import job_queries
 from service.control import ControlPlane
 from service.db.repository import metric_stride
-from workers.bubble import spec_theoretical_bubble
+from workers.parallel.pipeline.bubble import spec_theoretical_bubble
 from workers.spec import JobSpec
 
 router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["job artefacts"])
@@ -38,7 +38,7 @@ def metrics(job_id: str, plane: PlaneDep, s: SessionDep, principal: PrincipalDep
             limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000) -> dict:
     job = job_or_404(s, job_id, principal)
     # The schedule's ideal bubble beside each measured one, so a user sees measured vs ideal per step.
-    theory = spec_theoretical_bubble(JobSpec.model_validate(job.spec, context={"allow_fault_injection": True}))
+    theory = spec_theoretical_bubble(JobSpec.model_validate(job.spec))
     points = [metric_out(m) for m in job_queries.list_metrics(s, job_id, after_step, limit)]
     for point in points:
         point["bubble_fraction_theoretical"] = theory if point["bubble_fraction"] is not None else None

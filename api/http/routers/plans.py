@@ -9,8 +9,8 @@ from fastapi.concurrency import run_in_threadpool
 
 from api.http.deps import PlaneDep, PrincipalDep
 from api.http.spec_body import decode_spec_body
-from workers.planner import plan
-from workers.spec import parse_spec
+from workers.parallel.planner import plan
+from workers.spec_loading import parse_spec
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
 

@@ -1,0 +1,131 @@
+"""The one interface every parallel strategy implements.
+
+A strategy turns the plain model into what this rank runs (wrapped, sharded or
+staged), builds the optimiser over this rank's parameters, runs forward and
+backward over the rank's micro-batches (owning gradient synchronisation and
+accumulation), and clips gradients by the *global* norm. Checkpointing goes
+through torch.distributed.checkpoint's get/set_state_dict on `wrapped`, so a
+checkpoint written under one layout loads under another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from workers.model_io import call_model, samples_in, to_device, tokens_in
+from workers.spec import JobSpec
+from workers.telemetry import CommMeter
+
+LossFn = Callable[[Any, torch.Tensor | None], torch.Tensor]  # (model output, targets) -> loss
+
+
+@dataclass(frozen=True)
+class StrategyContext:
+    spec: JobSpec
+    rank: int
+    world_size: int
+    mesh: DeviceMesh
+    device: torch.device
+    comm: CommMeter
+
+
+@dataclass
+class ForwardBackward:
+    loss: float | None  # this rank's mean loss over its micro-batches; None where the rank computes no loss
+    samples: int
+    tokens: int
+    # Optional telemetry a strategy may add (pipeline): communication time it measured itself, and this
+    # rank's stage accounting (busy/comm/idle seconds, bubble fraction, activation bytes in flight).
+    comm_time_s: float | None = None
+    stage: dict | None = None
+
+
+@dataclass(frozen=True)
+class LayoutCost:
+    """What the planner predicts for a strategy's layout (workers/parallel/planner.py adds compute and TP traffic)."""
+    model_state_bytes: float  # per rank: fp32 weights 4 + grads 4 + AdamW moments 8 bytes per parameter, sharded
+    dp_comm_bytes: float  # per step: the data-parallel collectives' logical bytes
+
+
+def ring(k: int) -> float:
+    """Fraction of a buffer one rank sends in a ring all-reduce over k ranks."""
+    return 2 * (k - 1) / k if k > 1 else 0.0
+
+
+def one_pass(k: int) -> float:
+    """... in one all-gather or one reduce-scatter."""
+    return (k - 1) / k if k > 1 else 0.0
+
+
+def params_per_rank(spec: JobSpec, facts) -> float:
+    """Parameters a rank holds before any data-parallel sharding (tensor parallelism splits its plan's)."""
+    return facts.params - facts.tp_params + facts.tp_params / spec.parallel.tp
+
+
+class Strategy(Protocol):
+    """One layout: which specs select it, its own spec rules and cost, and how it trains.
+
+    The registry (workers/parallel/registry.py) asks every strategy for its rules (they check
+    its options wherever they appear) and takes the first strategy that selects a spec.
+    """
+
+    name: str
+
+    @staticmethod
+    def selects(spec: JobSpec) -> bool:
+        """Whether this strategy runs the spec's layout (asked in registry order)."""
+
+    @staticmethod
+    def spec_errors(spec: JobSpec) -> Iterator[str]:
+        """Cross-field rules of this strategy's options, each message starting with its field."""
+
+    @staticmethod
+    def cost(spec: JobSpec, facts) -> LayoutCost:
+        """Model-state bytes per rank and data-parallel bytes per step (facts: workers.parallel.planner.ModelFacts)."""
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        """The module this rank trains and checkpoints."""
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        """The optimiser over this rank's parameters (or parameter shards)."""
+
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        """Accumulate gradients over the micro-batches; gradients are synchronised when it returns."""
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        """Clip by the global gradient norm and return it."""
+
+
+def adamw(params, spec: JobSpec) -> torch.optim.Optimizer:
+    # foreach=False: the same per-parameter arithmetic on every layout and every restart.
+    return torch.optim.AdamW(params, lr=spec.train.lr, weight_decay=spec.train.weight_decay, foreach=False)
+
+
+def local_clip_grad_norm(wrapped: nn.Module, max_norm: float) -> float | None:
+    """Clip when every rank holds whole, identical gradients (data parallel)."""
+    params = [p for p in wrapped.parameters() if p.grad is not None]
+    if not params:
+        return None
+    return float(torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False))
+
+
+def accumulate(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext, no_sync) -> ForwardBackward:
+    """Forward/backward every micro-batch; `no_sync()` suppresses gradient sync on all but the last."""
+    loss_sum, samples, tokens = 0.0, 0, 0
+    device, with_labels = ctx.device, ctx.spec.train.loss == "model"
+    for i, batch in enumerate(micro):
+        inputs, targets = to_device(batch, device)
+        last = i == len(micro) - 1
+        with no_sync() if not last else contextlib.nullcontext():
+            loss = loss_fn(call_model(wrapped, inputs, with_labels), targets) / len(micro)
+            loss.backward()
+        loss_sum += loss.item()
+        samples += samples_in(inputs)
+        tokens += tokens_in(inputs)
+    return ForwardBackward(loss_sum, samples, tokens)

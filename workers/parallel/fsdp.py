@@ -1,0 +1,126 @@
+"""ZeRO-3 with FSDP2 `fully_shard`: parameters, gradients and optimiser state sharded.
+
+Each repeated block (workers/models/description.py) is its own FSDP unit (gathered just before it runs, freed after
+unless `reshard_after_forward` is false), the root unit holds the rest
+(embeddings, final norm and head). Compositions through the DeviceMesh:
+  - FSDP x TP: the blocks are tensor-parallel over "tp" first, then sharded over "dp";
+  - HSDP (`dp_shard` < dp): replicate x shard, a 2-D data-parallel mesh
+    ("dp_replicate", "dp_shard"); gradients reduce-scatter inside a shard group
+    and all-reduce across replicas.
+Traffic per step with resharding: all-gather forward + all-gather backward +
+reduce-scatter = 3(K-1)/K x parameter bytes = 1.5x DDP; without it, 1.0x.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from workers.parallel.base import (
+    ForwardBackward,
+    LayoutCost,
+    LossFn,
+    StrategyContext,
+    accumulate,
+    adamw,
+    one_pass,
+    params_per_rank,
+    ring,
+)
+from workers.parallel.common import (
+    HALF,
+    apply_activation_checkpointing,
+    global_grad_norm_clip,
+    model_description,
+)
+from workers.parallel.metering import metered, metered_calls
+from workers.parallel.tensor_parallel import apply_tensor_parallel
+from workers.spec import Violation
+
+
+def fsdp_meshes(ctx: StrategyContext) -> tuple[DeviceMesh, DeviceMesh]:
+    """(the data-parallel mesh FSDP shards over, the tensor-parallel mesh), from one parent mesh."""
+    p, dp = ctx.spec.parallel, ctx.spec.dp
+    shard = p.dp_shard or dp
+    if shard == dp:
+        return ctx.mesh["dp"], ctx.mesh["tp"]
+    mesh = init_device_mesh(ctx.device.type, (p.pp, dp // shard, shard, p.tp),
+                            mesh_dim_names=("pp", "dp_replicate", "dp_shard", "tp"))
+    return mesh["dp_replicate", "dp_shard"], mesh["tp"]
+
+
+class FSDPStrategy:
+    name = "fsdp"
+
+    @staticmethod
+    def selects(spec) -> bool:
+        return spec.parallel.zero == 3
+
+    @staticmethod
+    def spec_errors(spec):
+        p, dp = spec.parallel, spec.dp
+        if p.dp_shard is not None:
+            if p.zero != 3:
+                yield Violation("parallel.dp_shard",
+                    f"parallel.dp_shard (HSDP) needs parallel.zero 3 (zero={p.zero}, dp_shard={p.dp_shard})")
+            elif dp % p.dp_shard:
+                yield Violation("parallel.dp_shard",
+                    f"parallel.dp_shard must divide parallel.dp (dp={dp}, dp_shard={p.dp_shard})")
+        if not p.reshard_after_forward and p.zero != 3:
+            yield Violation("parallel.reshard_after_forward",
+                f"parallel.reshard_after_forward applies to zero 3 only (zero={p.zero})")
+
+    @staticmethod
+    def cost(spec, facts) -> LayoutCost:
+        p, dp, accum = spec.parallel, spec.dp, spec.grad_accum_steps
+        shard = p.dp_shard or dp
+        grad_bytes = 4 * params_per_rank(spec, facts)
+        gathers = accum * (2 if p.reshard_after_forward else 1)  # per micro-batch: forward (+ backward) gather
+        gather_bytes = grad_bytes / 2 if p.mixed_precision != "fp32" else grad_bytes  # params gathered in 16 bits
+        comm = (gathers * gather_bytes + grad_bytes) * one_pass(shard) + ring(dp // shard) * grad_bytes / shard
+        return LayoutCost(16 / shard * params_per_rank(spec, facts), comm)
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        p = ctx.spec.parallel
+        model = model.to(ctx.device)
+        dp_mesh, tp_mesh = fsdp_meshes(ctx)
+        if p.tp > 1:
+            apply_tensor_parallel(model, tp_mesh, p.sequence_parallel, model_description(model, ctx))
+        apply_activation_checkpointing(model, ctx)
+        half = HALF.get(p.mixed_precision)
+        mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
+        options = {"mesh": dp_mesh, "reshard_after_forward": p.reshard_after_forward, "mp_policy": mp}
+        for block in model_description(model, ctx).blocks(model):  # one FSDP unit per repeated block
+            fully_shard(block, **options)
+        # fp32 logits: the loss (and fp16's scaled loss, far above 65504) is computed in fp32
+        root_mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32, output_dtype=torch.float32)
+        return fully_shard(model, **{**options, "mp_policy": root_mp if half else mp})
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        return adamw(wrapped.parameters(), ctx.spec)
+
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        return fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        return global_grad_norm_clip(wrapped, max_norm)
+
+
+def fsdp_forward_backward(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    """Accumulate unsharded gradients locally; reduce-scatter once, on the last micro-batch."""
+    @contextlib.contextmanager
+    def no_sync():
+        wrapped.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            wrapped.set_requires_gradient_sync(True)
+
+    # With TP inside, DTensor's functional collectives need the dispatch mode; FSDP alone calls dist.*.
+    meter = metered(ctx.comm) if ctx.spec.parallel.tp > 1 else metered_calls(ctx.comm)
+    with meter:
+        return accumulate(wrapped, micro, loss_fn, ctx, no_sync)

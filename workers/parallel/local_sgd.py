@@ -1,0 +1,104 @@
+"""Local SGD: every rank steps on its own gradients; parameters are averaged every `period` steps.
+
+No gradient all-reduce at all: traffic is one parameter all-reduce per period,
+2(K-1)/K x parameter bytes / period per step on average. Between averages the
+replicas drift apart (that is the point: fewer synchronisations); right after
+an average they are identical, and the run ends with one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from workers.parallel.base import (
+    ForwardBackward,
+    LayoutCost,
+    LossFn,
+    StrategyContext,
+    accumulate,
+    local_clip_grad_norm,
+    params_per_rank,
+    ring,
+)
+from workers.parallel.common import (
+    apply_activation_checkpointing,
+    average_in_place,
+    precision,
+)
+from workers.spec import Violation
+from workers.telemetry import CommMeter
+
+
+class LocalSGDAdamW(torch.optim.AdamW):
+    """AdamW that averages the parameters over the group after every `period`-th step."""
+
+    def __init__(self, params, *, period: int, total_steps: int, comm: CommMeter, group=None, **kwargs):
+        super().__init__(params, foreach=False, **kwargs)
+        self.period, self.total_steps, self.comm, self.group = period, total_steps, comm, group
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        out = super().step(closure)
+        # AdamW's own step count survives checkpoints, so the averaging schedule does too.
+        first = next((p for g in self.param_groups for p in g["params"] if p in self.state), None)
+        done = int(self.state[first]["step"]) if first is not None else 0
+        if done % self.period == 0 or done == self.total_steps:
+            self.average_parameters()
+        return out
+
+    @torch.no_grad()
+    def average_parameters(self) -> None:
+        world = dist.get_world_size(self.group)
+        if world == 1:
+            return
+        average_in_place([p for g in self.param_groups for p in g["params"]], self.group, self.comm)
+
+
+class LocalSGDStrategy:
+    name = "local_sgd"
+
+    @staticmethod
+    def selects(spec) -> bool:
+        return spec.parallel.local_sgd is not None
+
+    @staticmethod
+    def spec_errors(spec):
+        p = spec.parallel
+        if p.local_sgd is not None and (p.zero or p.tp > 1 or p.pp > 1):
+            yield Violation("parallel.local_sgd",
+                f"parallel.local_sgd applies to plain data parallelism (zero 0, tp 1, pp 1) "
+                f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
+
+    @staticmethod
+    def cost(spec, facts) -> LayoutCost:
+        per_rank = params_per_rank(spec, facts)  # one parameter all-reduce every `period` steps, on average
+        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank / spec.parallel.local_sgd.period)
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        model = model.to(ctx.device)
+        apply_activation_checkpointing(model, ctx)
+        return model
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        t = ctx.spec.train
+        return LocalSGDAdamW(wrapped.parameters(), period=ctx.spec.parallel.local_sgd.period,
+                             total_steps=t.steps, comm=ctx.comm, lr=t.lr, weight_decay=t.weight_decay)
+
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        with precision(ctx):
+            return accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        norm = local_clip_grad_norm(wrapped, max_norm)
+        # Gradients are not synchronised here, so neither is "non-finite": the trainer skips the
+        # update on a non-finite norm, and a rank that skipped would miss the parameter average
+        # its peers enter (a deadlock). Every rank sees non-finite if any rank does.
+        device = next(wrapped.parameters()).device  # NCCL reduces device tensors only
+        bad = torch.tensor([0.0 if norm is None or math.isfinite(norm) else 1.0], device=device)
+        dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        return float("nan") if bad.item() else norm

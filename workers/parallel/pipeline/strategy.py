@@ -1,0 +1,376 @@
+"""Pipeline parallelism (x data parallelism) on torch.distributed.pipelining.
+
+Each rank of a pipeline holds one stage (or several: interleaved and V-shaped
+schedules) of any model with repeated blocks, split by `workers.parallel.pipeline.split` and cut by
+`workers.parallel.pipeline.stage` (the model's own forward, restricted to the stage). A step runs the
+rank's micro-batches through the schedule in flushes of `microbatches`,
+all-reduces the gradients over the data-parallel replicas of the same stage,
+and broadcasts the last stage's loss so every rank reports the whole model's
+loss. Per-loss scaling by the step's micro-batch count (scale_grads=False)
+makes the arithmetic the same as the single-process reference's accumulation.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import (
+    Schedule1F1B,
+    ScheduleDualPipeV,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+    ScheduleLoopedBFS,
+    ScheduleZBVZeroBubble,
+)
+from torch.distributed.tensor import DTensor, Shard
+
+from workers.models.description import ModelDescription, describe_spec_model
+from workers.parallel.base import (
+    ForwardBackward,
+    LayoutCost,
+    LossFn,
+    StrategyContext,
+    adamw,
+    params_per_rank,
+    ring,
+)
+from workers.parallel.common import average_in_place
+from workers.parallel.layout import Layout
+from workers.parallel.pipeline.bubble import StageMeter, theoretical_bubble
+from workers.parallel.pipeline.probe import Probe
+from workers.parallel.pipeline.probe import probe as probe_model
+from workers.parallel.pipeline.sample import sample_input
+from workers.parallel.pipeline.split import StagePlan, plan_stages, stage_to_rank
+from workers.parallel.pipeline.stage import (
+    FullNames,
+    StageModule,
+    pruned_copy,
+    replacements_for,
+)
+from workers.parallel.tensor_parallel import apply_tensor_parallel
+from workers.spec import (
+    SINGLE_STAGE_SCHEDULES,
+    V_SCHEDULES,
+    JobSpec,
+    PipelineSpec,
+    Violation,
+    pipeline_microbatches,
+    structure_of,
+)
+from workers.training.losses import LOSSES
+
+SCHEDULES = {
+    "gpipe": ScheduleGPipe,
+    "1f1b": Schedule1F1B,
+    "interleaved_1f1b": ScheduleInterleaved1F1B,
+    "looped_bfs": ScheduleLoopedBFS,
+    "zero_bubble": ScheduleInterleavedZeroBubble,
+    "zbv_zero_bubble": ScheduleZBVZeroBubble,
+    "dualpipe_v": ScheduleDualPipeV,
+}
+
+
+class PipelineRank(FullNames):
+    """What this rank trains and checkpoints: its stages' parameters under the full model's FQNs.
+
+    Calling it runs the whole model's forward across the pipeline (no grad; for evaluation)
+    and returns the outputs on every rank of the pipeline.
+    """
+
+    def __init__(self, full: nn.Module, desc: ModelDescription, probe: Probe, mine: list[StagePlan],
+                 all_plans: list[StagePlan], strategy: "PipelineStrategy"):
+        super().__init__()
+        blocks = tuple(i for p in mine for i in p.blocks)
+        first, last = any(p.has_embedding for p in mine), any(p.has_head for p in mine)
+        # The union of this rank's stages; never run itself (the chunks are), so nothing stands in.
+        self.adopt(pruned_copy(full, replacements_for(full, desc, probe, blocks, first, last, runnable=False)))
+        # Plain attributes, not submodules: the chunks share this rank's modules under other copies.
+        object.__setattr__(self, "chunks", {p.stage: StageModule(full, desc, probe, p.blocks, p.has_embedding,
+                                                                 p.has_head) for p in mine})
+        self._all_plans = all_plans
+        self._probe = probe
+        self._strategy = strategy
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        for chunk in self.chunks.values():
+            chunk.train(mode)
+        return self
+
+    @torch.no_grad()
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        s, p = self._strategy, self._probe
+        x = idx
+        for plan in self._all_plans:
+            owner = s.owner(plan.stage)
+            if owner != s.pp_rank:
+                continue
+            if plan.stage > 0 and s.owner(plan.stage - 1) != s.pp_rank:
+                x = torch.empty((idx.shape[0], *p.hidden_shape[1:]), dtype=p.hidden_dtype, device=idx.device)
+                dist.recv(x, src=s.global_rank(s.owner(plan.stage - 1)), group=s.pp_group)
+            x = self.chunks[plan.stage](x)
+            if plan.stage < len(self._all_plans) - 1 and s.owner(plan.stage + 1) != s.pp_rank:
+                dist.send(x.contiguous(), dst=s.global_rank(s.owner(plan.stage + 1)), group=s.pp_group)
+        last = s.owner(len(self._all_plans) - 1)
+        out = x if last == s.pp_rank else torch.empty(p.output.shape_for(idx), dtype=p.output.dtype,
+                                                      device=idx.device)
+        dist.broadcast(out, src=s.global_rank(last), group=s.pp_group)
+        return out
+
+
+def pipeline_errors(spec: JobSpec):
+    p, pipe = spec.parallel, spec.parallel.pipeline
+    if p.zero and p.pp > 1:
+        yield Violation("parallel.zero",
+            f"parallel.zero must be 0 with pipeline parallelism (zero={p.zero}, pp={p.pp})")
+    if p.mixed_precision != "fp32" and p.pp > 1:
+        yield Violation("parallel.mixed_precision",
+            f"parallel.mixed_precision must be 'fp32' with pipeline parallelism: the stages exchange fp32 "
+            f"activations (mixed_precision={p.mixed_precision!r}, pp={p.pp})")
+    if p.pp == 1:
+        if pipe is not None:
+            yield Violation("parallel.pipeline", f"parallel.pipeline needs parallel.pp > 1 (pp={p.pp})")
+        return
+    facts = structure_of(spec)
+    if facts.name == "mlp":
+        yield Violation("parallel.pp",
+            f"parallel.pp > 1 needs a model with repeated blocks: stages are cut at block boundaries (pp={p.pp})")
+        return
+    if facts.tied_embeddings:
+        yield Violation("model.hf.config.tie_word_embeddings",
+            f"model.hf.config.tie_word_embeddings must be false with parallel.pp > 1: the input embedding lives "
+            f"on the first stage and the output head on the last (pp={p.pp})")
+    pipe = pipe or PipelineSpec()
+    if spec.train.loss == "model":
+        yield Violation("train.loss",
+            f"train.loss 'model' is not available with parallel.pp > 1: only the last stage sees the outputs "
+            f"and the labels stay with the first; use 'cross_entropy' (pp={p.pp})")
+    if spec.supervisor.straggler.policy == "rebalance":  # uneven dp shares would break the flush size
+        yield Violation("supervisor.straggler.policy",
+            f"supervisor.straggler.policy 'rebalance' is not available with pipeline parallelism; use 'report' "
+            f"(pp={p.pp}); parallel.pipeline.rebalance_threshold balances the stages")
+    for name, on in (("sequence_parallel", p.sequence_parallel), ("activation_checkpointing", p.activation_checkpointing),
+                     ("mixed_precision", p.mixed_precision != "fp32")):
+        if on:  # stages pass replicated fp32 activations and run blocks without recomputation
+            yield Violation(f"parallel.{name}",
+                f"parallel.{name} is not available with pipeline parallelism yet (pp={p.pp}, {name}={getattr(p, name)!r})")
+    per_step, m, v = spec.grad_accum_steps, pipeline_microbatches(spec), pipe.stages_per_rank
+    stages, layers = p.pp * v, facts.layers
+    if per_step and per_step % m:
+        yield Violation("parallel.pipeline.microbatches",
+            f"parallel.pipeline.microbatches must divide the micro-batches per step, global_batch_size / "
+            f"(dp x micro_batch_size) (microbatches={m}, global_batch_size={spec.train.global_batch_size}, "
+            f"dp={spec.dp}, micro_batch_size={spec.train.micro_batch_size}, per step={per_step})")
+    if pipe.schedule in SINGLE_STAGE_SCHEDULES and v != 1:
+        yield Violation("parallel.pipeline.virtual_stages",
+            f"parallel.pipeline.virtual_stages must be 1 for schedule {pipe.schedule!r} (virtual_stages={v})")
+    if pipe.schedule in V_SCHEDULES and v != 2:
+        yield Violation("parallel.pipeline.virtual_stages",
+            f"parallel.pipeline.virtual_stages must be 2 for V-shaped schedule {pipe.schedule!r} (virtual_stages={v})")
+    if pipe.schedule in ("1f1b", "zbv_zero_bubble") and m < p.pp:
+        yield Violation("parallel.pipeline.microbatches",
+            f"parallel.pipeline.microbatches must be >= parallel.pp for {pipe.schedule!r} (microbatches={m}, pp={p.pp})")
+    if pipe.schedule in ("interleaved_1f1b", "zero_bubble") and m % p.pp:
+        yield Violation("parallel.pipeline.microbatches",
+            f"parallel.pipeline.microbatches must be a multiple of parallel.pp for interleaved schedule "
+            f"{pipe.schedule!r} (microbatches={m}, pp={p.pp})")
+    if pipe.schedule == "dualpipe_v" and m < stages:
+        yield Violation("parallel.pipeline.microbatches",
+            f"parallel.pipeline.microbatches must be >= pp x virtual_stages for 'dualpipe_v' "
+            f"(microbatches={m}, pp={p.pp}, virtual_stages={v})")
+    if pipe.rebalance_threshold is not None and (v != 1 or spec.checkpoint.every_steps == 0):
+        yield Violation("parallel.pipeline.rebalance_threshold",
+            f"parallel.pipeline.rebalance_threshold needs one stage per rank (gpipe/1f1b) and "
+            f"checkpoint.every_steps > 0 (schedule={pipe.schedule!r}, virtual_stages={v}, "
+            f"every_steps={spec.checkpoint.every_steps})")
+    if layers is None:  # a user module: its blocks are counted when the job builds it
+        return
+    if pipe.split is None:
+        if stages > layers + 2:
+            yield Violation("parallel.pipeline",
+                f"parallel.pipeline: pp x virtual_stages must be <= model.n_layers + 2, one block or the "
+                f"embedding/head per stage (pp={p.pp}, virtual_stages={v}, n_layers={layers})")
+        return
+    split = pipe.split
+    if len(split) != stages or sum(split) != layers or min(split) < 0 or 0 in split[1:-1]:
+        yield Violation("parallel.pipeline.split",
+            f"parallel.pipeline.split must have pp x virtual_stages entries summing to model.n_layers, "
+            f"each >= 1 except the first and last stage (split={split}, pp={p.pp}, virtual_stages={v}, "
+            f"n_layers={layers})")
+
+
+class PipelineStrategy:
+    name = "pipeline"
+
+    @staticmethod
+    def selects(spec) -> bool:
+        return spec.parallel.pp > 1
+
+    spec_errors = staticmethod(pipeline_errors)
+
+    @staticmethod
+    def cost(spec, facts) -> LayoutCost:  # the planner's search covers pp = 1 layouts; replicated stages
+        per_rank = params_per_rank(spec, facts)
+        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank)
+
+    # --- setup -------------------------------------------------------------
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        spec = ctx.spec
+        pipe = spec.parallel.pipeline or PipelineSpec()
+        self.schedule_name, self.pp = pipe.schedule, spec.parallel.pp
+        self.virtual_stages, self.microbatches = pipe.stages_per_rank, pipeline_microbatches(spec)
+        self.n_stages = self.pp * self.virtual_stages
+        self.v_shape = pipe.schedule in V_SCHEDULES
+        coords = Layout.of(spec).coordinates(ctx.rank)
+        self.pp_rank, self.dp, self.dp_rank = coords["pp"], spec.dp, coords["dp"]
+        self.tp, self.tp_rank = spec.parallel.tp, coords["tp"]
+        self.tp_group = ctx.mesh["tp"].get_group()
+        self.pp_group = ctx.mesh["pp"].get_group()
+        self.dp_group = ctx.mesh["dp"].get_group()
+        self.plans = plan_stages(spec, self.n_stages, pipe.split)
+        mine = [p for p in self.plans if self.owner(p.stage) == self.pp_rank]
+        model = model.to(ctx.device)
+        desc = describe_spec_model(model, spec.model)
+        if self.tp > 1:  # PP x TP: shard every block by the model's plan first; stages pass replicated activations
+            apply_tensor_parallel(model, ctx.mesh["tp"], sequence_parallel=False, desc=desc)
+        probe = probe_model(model, desc, sample_input(spec).to(ctx.device))
+
+        wrapped = PipelineRank(model, desc, probe, mine, self.plans, self)
+        self.stages = [PipelineStage(wrapped.chunks[plan.stage], plan.stage, self.n_stages, ctx.device,
+                                     group=self.pp_group) for plan in mine]
+        self.has_first = any(p.stage == 0 for p in mine)
+        self.has_last = any(p.stage == self.n_stages - 1 for p in mine)
+        # The step's loss function (the trainer's, e.g. poisoned by a nan fault) and micro-batch count.
+        self._step_loss, self._step_micro = LOSSES[spec.train.loss], spec.grad_accum_steps
+
+        def scaled_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            return self._step_loss(outputs, targets) / self._step_micro
+
+        stages = self.stages[0] if pipe.schedule in SINGLE_STAGE_SCHEDULES else self.stages
+        self.schedule = SCHEDULES[pipe.schedule](stages, n_microbatches=self.microbatches,
+                                                 loss_fn=scaled_loss, scale_grads=False)
+        params = {_local(p).untyped_storage().data_ptr() for p in wrapped.parameters()}
+        self.meter = StageMeter(self.stages, self.schedule, params)
+        self.theoretical = theoretical_bubble(self.schedule_name, self.pp, self.microbatches, self.virtual_stages)
+        hidden = torch.empty(probe.hidden_shape, dtype=probe.hidden_dtype)  # one sample micro-batch's
+        self.hidden_bytes = hidden.numel() * hidden.element_size()
+        return wrapped
+
+    def owner(self, stage: int) -> int:
+        """The pipeline rank (index in the pp group) that holds `stage`."""
+        return stage_to_rank(stage, self.pp, self.v_shape)
+
+    def global_rank(self, pp_index: int) -> int:
+        return dist.get_global_rank(self.pp_group, pp_index)
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        return adamw(wrapped.parameters(), ctx.spec)
+
+    def describe_split(self) -> list[dict]:
+        return [{**p.to_dict(), "rank": self.owner(p.stage)} for p in self.plans]
+
+    # --- one step ----------------------------------------------------------
+
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        m = self.microbatches
+        if len(micro) % m:
+            raise ValueError(f"pipeline: {len(micro)} micro-batches this step is not a multiple of "
+                             f"parallel.pipeline.microbatches={m} (uneven data shares are not supported)")
+        self._step_loss, self._step_micro = loss_fn, len(micro)
+        self.meter.reset()
+        losses: list[torch.Tensor] = []
+        entered = time.perf_counter()
+        dist.barrier(group=self.pp_group)  # the pipeline's ranks start the flush together: a common clock
+        with self.meter.measuring():
+            for start in range(0, len(micro), m):  # one pipeline flush per `microbatches` micro-batches
+                flush = micro[start:start + m]
+                inputs = torch.cat([x for x, _ in flush]).to(ctx.device)
+                targets = torch.cat([y for _, y in flush]).to(ctx.device)
+                args = (inputs,) if self.has_first else ()
+                self.schedule.step(*args, target=targets, losses=losses, return_outputs=False)
+        loss, makespan = self._pipeline_loss_and_makespan(losses, self.meter.times.wall_s)
+        stage = self.meter.times.report(self.pp_rank, self.theoretical, makespan)
+        ctx.comm.logical_bytes += self._p2p_bytes(len(micro))
+        if self.dp > 1:
+            self._allreduce_grads(wrapped, ctx)
+        # Everything here but the stage's own compute was spent blocked on peers (start barrier, p2p
+        # transfers and waits, the makespan all-gather, the dp all-reduce): like a DDP rank's comm time,
+        # so that compute time (step - comm) blames a slow stage and not the stages waiting for it.
+        comm_s = max(0.0, time.perf_counter() - entered - stage["busy_s"])
+        first_replica_stage = self.pp_rank == 0 and self.tp_rank == 0  # count data once per pipeline
+        samples = sum(x.shape[0] for x, _ in micro) if first_replica_stage else 0
+        tokens = sum(x.numel() for x, _ in micro if x.dtype == torch.long) if first_replica_stage else 0
+        return ForwardBackward(loss, samples, tokens, comm_time_s=comm_s, stage=stage)
+
+    def _pipeline_loss_and_makespan(self, losses: list[torch.Tensor], wall_s: float) -> tuple[float, float]:
+        """The whole model's loss (from the rank holding the last stage) and the slowest rank's schedule
+        time, on every rank of the pipeline: one small all-gather."""
+        mine = torch.tensor([wall_s, sum(float(l.detach()) for l in losses) if self.has_last else 0.0],
+                            dtype=torch.float64)
+        every = [torch.zeros(2, dtype=torch.float64) for _ in range(self.pp)]
+        dist.all_gather(every, mine, group=self.pp_group)
+        loss = float(every[self.owner(self.n_stages - 1)][1])
+        return loss, max(float(t[0]) for t in every)
+
+    def _allreduce_grads(self, wrapped: nn.Module, ctx: StrategyContext) -> float:
+        """Average gradients over the data-parallel replicas of this rank's stages; returns seconds."""
+        t0 = time.perf_counter()
+        average_in_place([_local(p.grad) for p in wrapped.parameters() if p.grad is not None], self.dp_group, ctx.comm)
+        return time.perf_counter() - t0
+
+    def _p2p_bytes(self, n_micro: int) -> int:
+        """Logical bytes this rank sends per step: activations forward and their gradients backward."""
+        sends = 0
+        for stage in self.stages:
+            s = stage.stage_index
+            if s < self.n_stages - 1 and self.owner(s + 1) != self.pp_rank:
+                sends += 1
+            if s > 0 and self.owner(s - 1) != self.pp_rank:
+                sends += 1
+        return sends * n_micro * self.hidden_bytes
+
+    # --- clipping and evaluation ---------------------------------------------
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        """Clip by the norm over the whole model: squared norms summed over the pipeline's stages (and,
+        with TP, over the tensor-parallel shards, counting a replicated parameter once)."""
+        grads = [p.grad for p in wrapped.parameters() if p.grad is not None]
+        local = torch.zeros(1, dtype=torch.float32)
+        for g in grads:
+            piece = torch.linalg.vector_norm(_local(g)) ** 2
+            local += piece if _sharded(g) or self.tp == 1 else piece / self.tp
+        dist.all_reduce(local, group=self.pp_group)
+        if self.tp > 1:
+            dist.all_reduce(local, group=self.tp_group)
+        total = local.sqrt()
+        if math.isfinite(max_norm):
+            coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # as clip_grad_norm_ does, in float32
+            for g in grads:
+                _local(g).mul_(coef)
+        return float(total)
+
+    def full_model_state(self, wrapped: nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model on every rank (collective): the stages' states gathered over the pipeline."""
+        local = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu().clone()
+                 for k, v in wrapped.state_dict().items()}  # full_tensor: a collective over tp, same order
+        gathered: list[dict] = [None] * self.pp  # type: ignore[list-item]
+        dist.all_gather_object(gathered, local, group=self.pp_group)
+        state: dict[str, torch.Tensor] = {}
+        for part in gathered:
+            state.update(part)
+        return state
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t._local_tensor if isinstance(t, DTensor) else t
+
+
+def _sharded(t: torch.Tensor) -> bool:
+    return isinstance(t, DTensor) and any(isinstance(pl, Shard) for pl in t.placements)

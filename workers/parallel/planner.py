@@ -1,0 +1,263 @@
+"""Dry-run layout planner: enumerate the layouts a spec allows, predict each one's
+per-rank model-state bytes, activation bytes and logical communication bytes per
+step, and pick the cheapest predicted step that fits the per-worker memory budget.
+
+The byte predictions use the same accounting the strategies are measured by
+(fp32 AdamW, ring collectives, workers/parallel/metering.py), so they can be
+checked against a run: tests/workers/test_strategies.py does, within 10%.
+Step time is a roofline guess: 6 x params x tokens FLOPs (8x with activation
+checkpointing) at the worker's sustained rate, plus bytes over the link
+bandwidth plus a latency per collective, with no overlap assumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from workers.models import MODEL_BUILDERS
+from workers.models.description import ModelStructureError, describe_spec_model
+from workers.models.param_counts import norm_params, tp_sharded_params
+from workers.parallel.registry import strategy_class
+from workers.parallel.tensor_parallel import tensor_parallel_comm_bytes
+from workers.spec import (
+    SPEC_ERRORS,
+    GPTModelSpec,
+    JobSpec,
+    SpecError,
+    Violation,
+    format_validation_error,
+    sequence_length,
+)
+from workers.spec_checks import checked_spec
+
+GIB = 1024**3
+# Sustained FLOP/s of one worker and link bandwidth/latency: deliberately round guesses.
+CPU_FLOPS_PER_CORE = 2.0e10
+GPU_FLOPS = 4.0e14  # a bf16 H100/H200-class accelerator at ~40% MFU
+CPU_LINK = (1.0e9, 2e-4)  # bytes/s, s per collective (gloo over loopback/TCP)
+GPU_LINK = (1.0e11, 2e-5)  # NVLink-class
+
+@dataclass(frozen=True)
+class ModelFacts:
+    params: int  # all parameters
+    tp_params: int  # of which tensor parallelism shards
+    layers: int = 0
+    d_model: int = 0
+    n_heads: int = 0
+    seq_len: int = 0
+    vocab: int = 0
+    layernorm_params: int = 0  # of the norm layers (their grads are reduced under sequence parallelism)
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> ModelFacts:
+        """Counted on the model itself, built on the meta device (shapes only, no memory)."""
+        with torch.device("meta"):
+            model = MODEL_BUILDERS[type(spec.model)](spec.model)
+        total = sum(p.numel() for p in model.parameters())
+        try:
+            desc = describe_spec_model(model, spec.model)
+        except ModelStructureError:  # no repeated blocks (the mlp): parameters are all the planner counts
+            return cls(params=total, tp_params=0)
+        d_model, n_heads, vocab = _dims(spec, model)
+        return cls(total, tp_sharded_params(model, desc.tp_plan), desc.n_blocks, d_model, n_heads,
+                   sequence_length(spec) or 0, vocab, norm_params(model))
+
+
+def _dims(spec: JobSpec, model: torch.nn.Module) -> tuple[int, int, int]:
+    """(width, attention heads, vocabulary): the gpt spec's, else the model config's (0 when unknown:
+    an entrypoint model without a transformers-style config gets no activation estimate)."""
+    m = spec.model
+    if isinstance(m, GPTModelSpec):
+        return m.d_model, m.n_heads, m.vocab_size
+    config = getattr(model, "config", None)
+    return tuple(int(getattr(config, k, 0) or 0) for k in ("hidden_size", "num_attention_heads", "vocab_size"))
+
+
+@dataclass
+class Estimate:
+    parallel: dict[str, Any]
+    strategy: str
+    model_state_bytes_per_rank: int
+    activation_bytes_per_rank: int
+    comm_bytes_per_step: int
+    compute_s: float
+    comm_s: float
+    fits: bool = True
+    note: str = ""
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.comm_s
+
+    @property
+    def memory_bytes_per_rank(self) -> int:
+        return self.model_state_bytes_per_rank + self.activation_bytes_per_rank
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "predicted_step_s": self.step_s, "memory_bytes_per_rank": self.memory_bytes_per_rank}
+
+
+def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
+    """Predicted bytes and step time of the layout `spec.parallel` (pp = 1 layouts)."""
+    f = facts or ModelFacts.of(spec)
+    p, t = spec.parallel, spec.train
+    tp, accum = p.tp, spec.grad_accum_steps
+    strategy = strategy_class(spec)
+    layout = strategy.cost(spec, f)  # the strategy's own accounting of state and data-parallel traffic
+    state = layout.model_state_bytes
+    comm = layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f)
+    act = _activation_bytes(spec, f)
+    gpu = spec.resources.gpus_per_worker > 0
+    flops_rate = GPU_FLOPS * spec.resources.gpus_per_worker if gpu else CPU_FLOPS_PER_CORE * spec.resources.cpus_per_worker
+    bandwidth, latency = GPU_LINK if gpu else CPU_LINK
+    tokens = t.global_batch_size * (f.seq_len or 1)
+    flops = (8 if p.activation_checkpointing else 6) * f.params * tokens / spec.world_size
+    collectives = (accum * (f.layers or 1) * (6 if tp > 1 else 0)) + (accum * 2 * (f.layers + 1) if p.zero == 3 else 1)
+    return Estimate(
+        parallel=_compact(p.model_dump(mode="json")),
+        strategy=strategy.name,
+        model_state_bytes_per_rank=int(state),
+        activation_bytes_per_rank=int(act),
+        comm_bytes_per_step=int(comm),
+        compute_s=flops / flops_rate,
+        comm_s=comm / bandwidth + latency * collectives,
+    )
+
+
+def _activation_bytes(spec: JobSpec, f: ModelFacts) -> float:
+    """Activations of one micro-batch kept for backward (Korthikanti et al. 2022, scaled to the dtype)."""
+    p, mb = spec.parallel, spec.train.micro_batch_size
+    if not f.layers:
+        return 0.0
+    s, h, a, tp = f.seq_len, f.d_model, f.n_heads, p.tp
+    half = 1 if p.mixed_precision != "fp32" else 2  # the formula counts 16-bit activations
+    if p.activation_checkpointing:
+        per_layer = 2 * s * mb * h / (tp if p.sequence_parallel else 1)
+    elif p.sequence_parallel:
+        per_layer = s * mb * h * (34 + 5 * a * s / h) / tp
+    else:
+        per_layer = s * mb * h * (10 + 24 / tp + 5 * a * s / (h * tp))
+    logits = 2 * 4 * s * mb * f.vocab  # fp32 logits and their gradient
+    return half * f.layers * per_layer + logits
+
+
+def _compact(parallel: dict) -> dict:
+    defaults = {"pipeline": None, "dp_shard": None, "reshard_after_forward": True, "offload_optimizer": False,
+                "sequence_parallel": False, "activation_checkpointing": False, "mixed_precision": "fp32",
+                "compression": None, "local_sgd": None, "pp": 1}
+    return {k: v for k, v in parallel.items() if k not in defaults or v != defaults[k]}
+
+
+# --- search --------------------------------------------------------------------------------------
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidate_layouts(workers: int) -> list[dict]:
+    """Every pp=1 layout of `workers` ranks the strategies implement (the spec rules prune them)."""
+    out = []
+    for tp in _divisors(workers):
+        dp = workers // tp
+        out.append({"dp": dp, "tp": tp, "zero": 0})
+        if tp > 1:
+            out.append({"dp": dp, "tp": tp, "zero": 0, "sequence_parallel": True})
+        if dp > 1 and tp == 1:
+            out += [{"dp": dp, "tp": 1, "zero": 1}, {"dp": dp, "tp": 1, "zero": 2}]
+        if dp > 1:
+            for shard in _divisors(dp)[1:]:
+                hsdp = {} if shard == dp else {"dp_shard": shard}
+                out.append({"dp": dp, "tp": tp, "zero": 3, **hsdp})
+                out.append({"dp": dp, "tp": tp, "zero": 3, "reshard_after_forward": False, **hsdp})
+    return out
+
+
+@dataclass
+class Plan:
+    chosen: Estimate | None
+    candidates: list[Estimate]
+    rejected: list[dict] = field(default_factory=list)  # layouts the spec rules refuse, with the reason
+    memory_budget_bytes: int | None = None
+    explanation: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "chosen": self.chosen.to_dict() if self.chosen else None,
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "explanation": self.explanation,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "rejected": self.rejected,
+        }
+
+
+def plan(data: dict | JobSpec, memory_budget_gib: float | None = None) -> Plan:
+    """Rank every valid layout of the spec's workers; `data` is a spec (its `parallel` is ignored)."""
+    raw = data.model_dump(mode="json") if isinstance(data, JobSpec) else dict(data)
+    raw.pop("parallel", None)
+    workers = int(raw.get("resources", {}).get("workers", 1))
+    budget_gib = memory_budget_gib if memory_budget_gib is not None else raw.get("resources", {}).get("memory_per_worker_gib")
+    budget = int(budget_gib * GIB) if budget_gib else None
+    facts, estimates, rejected = None, [], []
+    for layout in candidate_layouts(workers):
+        try:
+            spec = checked_spec({**raw, "parallel": layout}, allow_fault_injection=True)
+        except SPEC_ERRORS as exc:
+            reason = "; ".join(e["message"] for e in format_validation_error(exc))
+            rejected.append({"parallel": layout, "reason": reason})
+            continue
+        facts = facts or ModelFacts.of(spec)
+        est = estimate(spec, facts)
+        if budget is not None and est.memory_bytes_per_rank > budget:
+            est.fits = False
+            est.note = f"needs {est.memory_bytes_per_rank / GIB:.2f} GiB per rank > budget {budget / GIB:.3g} GiB"
+        estimates.append(est)
+    estimates.sort(key=lambda e: (not e.fits, e.step_s, e.memory_bytes_per_rank))
+    chosen = estimates[0] if estimates and estimates[0].fits else None
+    return Plan(chosen, estimates, rejected, budget, _explain(chosen, estimates, budget, workers))
+
+
+def _explain(chosen: Estimate | None, estimates: list[Estimate], budget: int | None, workers: int) -> str:
+    if not estimates:
+        return f"no layout of {workers} workers passes the spec rules"
+    if chosen is None:
+        least = min(estimates, key=lambda e: e.memory_bytes_per_rank)
+        return (f"no layout fits the budget of {budget / GIB:.3g} GiB per worker; the leanest, "
+                f"{_label(least)}, needs {least.memory_bytes_per_rank / GIB:.3g} GiB")
+    text = (f"{_label(chosen)} ({chosen.strategy}): predicted step {chosen.step_s * 1e3:.1f} ms "
+            f"(compute {chosen.compute_s * 1e3:.1f} ms + comm {chosen.comm_s * 1e3:.1f} ms for "
+            f"{chosen.comm_bytes_per_step / 1e6:.2f} MB), {chosen.memory_bytes_per_rank / GIB:.3g} GiB per rank")
+    text += f" within {budget / GIB:.3g} GiB" if budget else " (no memory budget given)"
+    runner_up = next((e for e in estimates[1:] if e.fits), None)
+    if runner_up is not None:
+        text += f"; next best {_label(runner_up)} at {runner_up.step_s * 1e3:.1f} ms"
+    over = sum(not e.fits for e in estimates)
+    if over:
+        text += f"; {over} layout(s) do not fit"
+    return text
+
+
+def _label(e: Estimate) -> str:
+    p = e.parallel
+    parts = [f"dp={p['dp']}", f"tp={p['tp']}", f"zero={p['zero']}"]
+    parts += [f"{k}={v}" for k, v in p.items() if k not in ("dp", "tp", "zero")]
+    return " ".join(parts)
+
+
+def resolve_auto(data: dict) -> dict:
+    """The `parallel` block `parallel: auto` stands for: the plan's choice. When no layout passes the
+    rules at all, the default layout, so that validation reports why."""
+    result = plan(data)
+    chosen = result.chosen
+    if chosen is None and result.candidates:
+        least = min(result.candidates, key=lambda e: e.memory_bytes_per_rank)
+        raise SpecError([Violation("parallel",
+            f"parallel: auto found no layout of resources.workers={data.get('resources', {}).get('workers', 1)} "
+            f"that fits resources.memory_per_worker_gib (budget={result.memory_budget_bytes / GIB:.3g} GiB, "
+            f"leanest {_label(least)} needs {least.memory_bytes_per_rank / GIB:.3g} GiB)")])
+    if chosen is None:
+        return {}
+    return {k: v for k, v in chosen.parallel.items() if v is not None}

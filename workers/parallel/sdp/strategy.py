@@ -1,0 +1,249 @@
+"""Subnetwork data parallelism (parallel.sdp): each worker trains its own subnetwork of the model.
+
+wrap: assign masks (workers/parallel/sdp/masks.py), cut this worker's subnetwork
+(workers/parallel/sdp/subnetwork.py), optionally FSDP-shard it over the worker's
+dp_shard ranks (zero 3), and create the holder-set process groups.
+Synchronisation (workers/parallel/sdp/sync.py): sync every_step averages gradients
+among each piece's holders before the update; sync {period: H} lets workers
+step on their own gradients and averages parameters among holders every H
+updates (and after the last). Backward masking then has each piece's lowest
+holder broadcast the new values to the workers that use it frozen.
+
+Checkpoints: the module a rank trains is named after its worker
+("worker2.blocks.0..."), so DCP saves every worker's subnetwork side by side
+with its optimiser state and its mask (buffer "mask_worker2", checked on
+load); they resume SDP -> SDP at the same world size and masks. The exported
+model (model.safetensors) is the full model assembled from all workers, which
+any layout loads (train.init_from).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+
+from workers.models import build_model
+from workers.parallel.base import (
+    ForwardBackward,
+    LayoutCost,
+    LossFn,
+    StrategyContext,
+    accumulate,
+    adamw,
+    local_clip_grad_norm,
+)
+from workers.parallel.common import apply_activation_checkpointing, precision
+from workers.parallel.fsdp import fsdp_forward_backward
+from workers.parallel.sdp.assignment import assignment_of, blocks_of
+from workers.parallel.sdp.masks import feasibility_error
+from workers.parallel.sdp.plan import sdp_bytes
+from workers.parallel.sdp.subnetwork import build_subnetwork, mask_tensor
+from workers.parallel.sdp.sync import HolderSync
+from workers.spec import (
+    GPTModelSpec,
+    JobSpec,
+    MLPModelSpec,
+    Violation,
+    sdp_components,
+    sdp_workers,
+    structure_of,
+)
+
+
+class SDPModel(nn.Module):
+    """This worker's subnetwork under a per-worker name, plus the mask it was cut with."""
+
+    def __init__(self, subnet: nn.Module, worker: int, mask: torch.Tensor):
+        super().__init__()
+        self.worker = worker
+        self.add_module(f"worker{worker}", subnet)
+        self.register_buffer(f"mask_worker{worker}", mask.clone())
+        self.register_load_state_dict_post_hook(_check_mask(mask))
+
+    @property
+    def subnet(self) -> nn.Module:
+        return getattr(self, f"worker{self.worker}")
+
+    def forward(self, *args, **kwargs):
+        return self.subnet(*args, **kwargs)  # any model's call convention (workers/model_io.py)
+
+
+def load_full_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load the assembled parameters; names a tied weight also goes by (lm_head = embed_tokens) are
+    left out of `state` (named_parameters lists a shared tensor once) and are filled by the tie."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    loaded = {id(q) for n, q in model.named_parameters() if n in state}
+    aliases = {n for n, q in model.named_parameters(remove_duplicate=False) if id(q) in loaded}
+    buffers = {n for n, _ in model.named_buffers()}  # the full model's own, as built
+    left = set(missing) - aliases - buffers
+    if left or unexpected:
+        raise RuntimeError(f"SDP: the assembled state does not fit the model (missing {sorted(left)}, "
+                           f"unexpected {sorted(unexpected)})")
+
+
+def _check_mask(expected: torch.Tensor):
+    def hook(module, incompatible_keys):
+        got = getattr(module, f"mask_worker{module.worker}")
+        if got.shape != expected.shape or not torch.equal(got.cpu(), expected):
+            raise ValueError(f"SDP checkpoint: worker {module.worker}'s mask in the checkpoint {got.tolist()} differs "
+                             f"from this layout's {expected.tolist()} (parallel.sdp seed/coverage/mode or workers changed)")
+    return hook
+
+
+def sdp_errors(spec: JobSpec):
+    p, sdp, r = spec.parallel, spec.parallel.sdp, spec.resources
+    if sdp is None:
+        return
+    if isinstance(spec.model, MLPModelSpec):
+        yield Violation("parallel.sdp",
+            "parallel.sdp needs a model with repeated blocks to cut subnetworks from (model 'mlp' has none): "
+            "use the gpt, a model.hf or a model.entrypoint")
+        return
+    if sdp.mode == "neuron" and not isinstance(spec.model, GPTModelSpec):
+        # Neuron masking rewrites the GPT's own MLP (fc/proj); other models' MLPs have other shapes.
+        yield Violation("parallel.sdp.mode",
+            f"parallel.sdp.mode 'neuron' needs the built-in gpt model, whose MLP hidden units it masks; use "
+            f"mode 'block' for model {structure_of(spec).name!r} (its repeated blocks)")
+        return
+    if p.tp > 1 or p.pp > 1:
+        yield Violation("parallel.sdp",
+            f"parallel.sdp needs parallel.tp = 1 and parallel.pp = 1: each worker runs a whole subnetwork (tp={p.tp}, pp={p.pp})")
+    if p.zero not in (0, 3):
+        yield Violation("parallel.sdp",
+            f"parallel.sdp needs parallel.zero 0 or 3: ZeRO-1/2 shard state over all dp ranks, but each SDP "
+            f"worker holds different parameters (zero={p.zero})")
+    if p.compression is not None or p.local_sgd is not None:
+        yield Violation("parallel.sdp",
+            "parallel.sdp excludes parallel.compression and parallel.local_sgd: SDP does its own averaging "
+            "among each piece's holders (use parallel.sdp.sync {period: H} for periodic averaging)")
+    if p.zero == 3:
+        if p.dp_shard is None or p.dp_shard < 2:
+            yield Violation("parallel.sdp",
+                f"parallel.sdp with parallel.zero 3 needs parallel.dp_shard >= 2: the ranks that shard one "
+                f"subnetwork with FSDP (dp_shard={p.dp_shard})")
+        if sdp.mode != "block" or sdp.masking != "forward":
+            yield Violation("parallel.sdp",
+                f"parallel.sdp with parallel.zero 3 needs mode 'block' and masking 'forward': FSDP shards whole "
+                f"blocks of the subnetwork (mode={sdp.mode!r}, masking={sdp.masking!r})")
+    elif p.dp_shard is not None:
+        return  # FSDPStrategy's rules already refuse dp_shard without zero 3
+    if r.min_workers not in (None, r.workers) or r.max_workers not in (None, r.workers):
+        yield Violation("parallel.sdp",
+            f"parallel.sdp needs a fixed world size (resources.min_workers = max_workers = workers): the masks "
+            f"and checkpoints are per worker (min_workers={r.min_workers}, workers={r.workers}, "
+            f"max_workers={r.max_workers})")
+    if spec.supervisor.straggler.policy == "rebalance":
+        yield Violation("supervisor.straggler.policy",
+            "supervisor.straggler.policy 'rebalance' is not available with parallel.sdp, use 'report' "
+            "(gradients are averaged per holder set, not weighted by data shares)")
+    if p.zero == 3 and (p.dp_shard is None or spec.dp % p.dp_shard):
+        return
+    n, what = sdp_components(spec)
+    if n is None:  # an entrypoint model (or an unread pretrained directory): checked when the job builds it
+        return
+    problem = feasibility_error(n, sdp_workers(spec), sdp.coverage, what)
+    if problem:
+        yield Violation("parallel.sdp.coverage",
+            f"parallel.sdp.coverage is infeasible for this model ({sdp.mode} mode, coverage={sdp.coverage}): {problem}")
+
+
+class SDPStrategy:
+    name = "sdp"
+
+    @staticmethod
+    def selects(spec) -> bool:
+        return spec.parallel.sdp is not None
+
+    spec_errors = staticmethod(sdp_errors)
+
+    @staticmethod
+    def cost(spec, facts) -> LayoutCost:  # subnetworks: bytes from the mask assignment itself
+        return LayoutCost(*sdp_bytes(spec))
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        spec = ctx.spec
+        sdp, p = spec.parallel.sdp, spec.parallel
+        self.spec, self.comm, self.every_step = spec, ctx.comm, sdp.sync == "every_step"
+        self.period = None if self.every_step else sdp.sync.period
+        self.backward_masking = sdp.masking == "backward"
+        self.shards = p.dp_shard if p.zero == 3 else 1
+        self.worker, shard = divmod(ctx.rank, self.shards)
+        self.blocks_path = blocks_of(model, spec)
+        self.assignment = assignment_of(spec, len(model.get_submodule(self.blocks_path)))
+        self.shapes = {n: t.shape for n, t in model.named_parameters()}
+        subnet, pieces = build_subnetwork(model, self.assignment, self.worker, sdp.masking, self.blocks_path)
+        subnet = subnet.to(ctx.device)
+        apply_activation_checkpointing(subnet, ctx)
+        wrapped = SDPModel(subnet, self.worker, mask_tensor(self.assignment, self.worker)).to(ctx.device)
+        if self.shards > 1:
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = init_device_mesh(ctx.device.type, (self.assignment.workers, self.shards),
+                                    mesh_dim_names=("sdp", "shard"))["shard"]
+            for block in subnet.get_submodule(self.blocks_path):
+                fully_shard(block, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
+            wrapped = fully_shard(wrapped, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
+        params = dict(wrapped.subnet.named_parameters())
+        self.sync = HolderSync(self.assignment, self.worker, shard, self.shards, pieces, params, ctx.comm)
+        return wrapped
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        optimizer = adamw([q for q in wrapped.parameters() if q.requires_grad], ctx.spec)
+        optimizer.register_step_post_hook(lambda opt, args, kwargs: self._after_update(opt))
+        return optimizer
+
+    def _after_update(self, optimizer: torch.optim.Optimizer) -> None:
+        if not self.every_step:
+            # AdamW's own step count survives checkpoints, so the averaging schedule does too.
+            first = next((q for g in optimizer.param_groups for q in g["params"] if q in optimizer.state), None)
+            done = int(optimizer.state[first]["step"]) if first is not None else 0
+            if done % self.period and done != self.spec.train.steps:
+                return
+            self.sync.average(grad=False)
+        if self.backward_masking:
+            self.sync.refresh_unheld()
+
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        if self.shards > 1:
+            fb = fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
+        else:
+            with precision(ctx):
+                fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
+        if self.every_step:
+            self.sync.average(grad=True)
+        return fb
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        if self.every_step:
+            return self.sync.grad_norm_clip(max_norm)
+        norm = local_clip_grad_norm(wrapped, max_norm)
+        # Workers step on their own gradients; all skip a non-finite update together, or one would
+        # miss the parameter average its peers enter.
+        bad = torch.tensor([0.0 if norm is None or math.isfinite(norm) else 1.0],
+                           device=next(wrapped.parameters()).device)
+        dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        return float("nan") if bad.item() else norm
+
+    # --- the whole model, for evaluation and export -------------------------------
+
+    def full_model_state(self, wrapped: nn.Module) -> dict[str, torch.Tensor]:
+        gathered = {n: (q.full_tensor() if hasattr(q, "full_tensor") else q)
+                    for n, q in wrapped.subnet.named_parameters()}
+        return self.sync.full_state(self.shapes, gathered)
+
+    def evaluation_model(self, wrapped: nn.Module) -> nn.Module:
+        """The full model assembled from every worker's held pieces (collective)."""
+        model = build_model(self.spec)
+        load_full_state(model, self.full_model_state(wrapped))
+        return model.to(next(wrapped.parameters()).device)
+
+    def report(self) -> dict:
+        sdp = self.spec.parallel.sdp
+        return {"mode": sdp.mode, "masking": sdp.masking, "coverage": sdp.coverage,
+                "sync": sdp.sync if isinstance(sdp.sync, str) else sdp.sync.model_dump(),
+                "seed": sdp.seed, **self.assignment.report()}

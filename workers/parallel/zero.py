@@ -1,0 +1,239 @@
+"""ZeRO stages 1 and 2 over the data-parallel dimension (parameters stay whole).
+
+Every parameter is split by rows exactly as a DTensor `Shard(0)` would split it
+(ceil(rows / K) rows per rank, the last ranks possibly shorter or empty). After
+the local backward over all micro-batches, one flat reduce-scatter over all
+parameters leaves each rank the averaged gradient of its rows; each rank runs AdamW on its
+rows only and an all-gather rebuilds the whole parameter. Traffic per step is
+reduce-scatter + all-gather = 2(K-1)/K x gradient bytes, the same as DDP.
+
+  stage 1: gradients stay whole in `p.grad` (only this rank's rows are averaged);
+           optimiser state is sharded -> 4 + 4 + 8/K bytes per fp32 param.
+  stage 2: the whole gradient is freed once reduced; this rank keeps its rows
+           -> 4 + 12/K bytes per param.
+
+The optimiser state is exposed as `Shard(0)` DTensors keyed by the model's own
+parameters, so torch.distributed.checkpoint saves and reshards it exactly like
+an FSDP2 optimiser's: a ZeRO checkpoint loads under DDP, FSDP or another K.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Shard
+from torch.optim.adam import adam
+
+from workers.parallel.base import (
+    ForwardBackward,
+    LayoutCost,
+    LossFn,
+    StrategyContext,
+    accumulate,
+    params_per_rank,
+    ring,
+)
+from workers.parallel.common import apply_activation_checkpointing, precision
+from workers.spec import Violation
+from workers.telemetry import CommMeter
+
+
+def _rows(n: int, k: int, r: int) -> tuple[int, int, int]:
+    """(rows per shard, first row, end row) of rank r's Shard(0) slice of n rows."""
+    per = math.ceil(n / k) if n else 0
+    lo = min(r * per, n)
+    return per, lo, min(lo + per, n)
+
+
+def _padded(t: torch.Tensor, rows: int) -> torch.Tensor:
+    if t.shape[0] == rows:
+        return t
+    return torch.cat([t, t.new_zeros((rows - t.shape[0], *t.shape[1:]))])
+
+
+class ShardedAdamW(torch.optim.Optimizer):
+    """AdamW whose state (and, at stage 2, gradient) covers only this rank's rows of each parameter."""
+
+    def __init__(self, params, *, lr: float, weight_decay: float, stage: int, mesh: DeviceMesh,
+                 comm: CommMeter, offload: bool = False):
+        # AdamW's own defaults (amsgrad, foreach, ...) so that checkpoints carry the same param_groups keys.
+        defaults = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=lr, weight_decay=weight_decay,
+                                     foreach=False).defaults
+        super().__init__(params, defaults)
+        self.stage, self.mesh, self.comm, self.offload = stage, mesh, comm, offload
+        self.group = mesh.get_group()
+        self.k, self.r = self.group.size(), dist.get_rank(self.group)
+        self.grad_shards: dict[nn.Parameter, torch.Tensor] = {}
+
+    def _params(self):
+        for group in self.param_groups:
+            yield from (p for p in group["params"] if p.dim() > 0)
+
+    def sharded_grads(self) -> list[torch.Tensor]:
+        """Gradient storage held outside `p.grad` (stage 2), for memory accounting."""
+        return list(self.grad_shards.values())
+
+    # --- gradients ---------------------------------------------------------
+
+    @torch.no_grad()
+    def reduce_scatter_grads(self) -> None:
+        """Average each gradient over the data-parallel group, keeping only this rank's rows.
+
+        One reduce-scatter for all parameters: rank r's segment of the flat input holds rows
+        [r x per, (r+1) x per) of every gradient (zero-padded), so the output is this rank's rows.
+        """
+        params = [p for p in self._params() if p.grad is not None]
+        if not params:
+            return
+        layout = [(p, *_rows(p.shape[0], self.k, self.r)) for p in params]
+        flat = torch.cat([_padded(p.grad.div_(self.k), per * self.k).reshape(self.k, -1) for p, per, _, _ in layout],
+                         dim=1)
+        out = flat.new_empty(flat.shape[1])
+        self.comm.launched(int((self.k - 1) / self.k * flat.numel() * flat.element_size()))
+        dist.reduce_scatter_tensor(out, flat.view(-1), group=self.group)  # rank-major segments
+        self.comm.finished()
+        offset = 0
+        for p, per, lo, hi in layout:
+            size = per * (p.numel() // p.shape[0])
+            mine = out[offset: offset + size].view(per, *p.shape[1:])[: hi - lo]
+            offset += size
+            if self.stage == 1:
+                p.grad[lo:hi].copy_(mine)
+            else:
+                self.grad_shards[p] = mine.clone()
+                p.grad = None  # stage 2: the whole gradient is not kept
+
+    def _grad_rows(self, p: nn.Parameter) -> torch.Tensor | None:
+        if p in self.grad_shards:
+            return self.grad_shards[p]
+        if p.grad is None:
+            return None
+        _, lo, hi = _rows(p.shape[0], self.k, self.r)
+        return p.grad[lo:hi]
+
+    @torch.no_grad()
+    def clip_grad_norm(self, max_norm: float) -> float | None:
+        shards = [g for g in (self._grad_rows(p) for p in self._params()) if g is not None]
+        if not shards:
+            return None
+        total = sum(g.double().pow(2).sum() for g in shards)
+        dist.all_reduce(total, group=self.group)
+        norm = math.sqrt(float(total))
+        coef = max_norm / (norm + 1e-6)
+        if coef < 1.0:
+            for g in shards:
+                g.mul_(coef)
+        return norm
+
+    # --- the update ----------------------------------------------------------
+
+    def _state_of(self, p: nn.Parameter, like: torch.Tensor) -> dict:
+        state = self.state[p]
+        if not state:
+            def sharded_zeros() -> DTensor:
+                local = torch.zeros_like(like, device="cpu" if self.offload else like.device)
+                return DTensor.from_local(local, self.mesh, [Shard(0)], run_check=False,
+                                          shape=p.shape, stride=p.stride())
+            state.update(step=torch.tensor(0.0), exp_avg=sharded_zeros(), exp_avg_sq=sharded_zeros())
+        return state
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                grad = self._grad_rows(p)
+                if grad is None:
+                    continue
+                _, lo, hi = _rows(p.shape[0], self.k, self.r)
+                state = self._state_of(p, grad)
+                rows = p.data[lo:hi]
+                work = rows.to(state["exp_avg"].device) if self.offload else rows
+                # The same single-tensor AdamW arithmetic as torch.optim.AdamW(foreach=False).
+                adam([work], [grad.to(work.device)], [state["exp_avg"]._local_tensor],
+                     [state["exp_avg_sq"]._local_tensor], [], [state["step"]], foreach=False,
+                     decoupled_weight_decay=True, amsgrad=False, beta1=beta1, beta2=beta2,
+                     lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
+                if work is not rows:
+                    rows.copy_(work)
+        self._all_gather_params()
+
+    @torch.no_grad()
+    def _all_gather_params(self) -> None:
+        """One all-gather of every parameter's rows (the inverse of the reduce-scatter's layout)."""
+        layout = [(p, *_rows(p.shape[0], self.k, self.r)) for p in self._params()]
+        if not layout:
+            return
+        mine = torch.cat([_padded(p.data[lo:hi], per).reshape(-1) for p, per, lo, hi in layout])
+        full = mine.new_empty(self.k * mine.numel())
+        self.comm.launched(int((self.k - 1) / self.k * full.numel() * full.element_size()))
+        dist.all_gather_into_tensor(full, mine, group=self.group)
+        full = full.view(self.k, -1)
+        self.comm.finished()
+        offset = 0
+        for p, per, _, _ in layout:
+            size = per * (p.numel() // p.shape[0])
+            p.data.copy_(full[:, offset: offset + size].reshape(per * self.k, *p.shape[1:])[: p.shape[0]])
+            offset += size
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
+        self.grad_shards.clear()
+
+
+class ZeroStrategy:
+    """`parallel.zero: 1 | 2`: a plain replicated model and a sharded AdamW."""
+
+    name = "zero"
+
+    @staticmethod
+    def selects(spec) -> bool:
+        return spec.parallel.zero in (1, 2)
+
+    @staticmethod
+    def spec_errors(spec):
+        p = spec.parallel
+        if p.zero in (1, 2) and p.tp > 1:
+            yield Violation("parallel.zero",
+                f"parallel.zero 1/2 shard over dp only: use zero 3 (FSDP x TP) with tp > 1 (zero={p.zero}, tp={p.tp})")
+        if p.offload_optimizer and p.zero not in (1, 2):
+            yield Violation("parallel.offload_optimizer",
+                f"parallel.offload_optimizer needs parallel.zero 1 or 2 (zero={p.zero})")
+
+    @staticmethod
+    def cost(spec, facts) -> LayoutCost:
+        # ZeRO-1: weights and grads whole, moments sharded; ZeRO-2: grads sharded too. Reduce-scatter +
+        # all-gather move what one all-reduce does.
+        k, per_rank = spec.dp, params_per_rank(spec, facts)
+        per_param = 8 + 8 / k if spec.parallel.zero == 1 else 4 + 12 / k
+        return LayoutCost(per_param * per_rank, ring(k) * 4 * per_rank)
+
+    def __init__(self) -> None:
+        self.optimizer: ShardedAdamW | None = None
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        model = model.to(ctx.device)
+        apply_activation_checkpointing(model, ctx)
+        return model
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        p = ctx.spec.parallel
+        self.optimizer = ShardedAdamW(
+            wrapped.parameters(), lr=ctx.spec.train.lr, weight_decay=ctx.spec.train.weight_decay,
+            stage=p.zero, mesh=ctx.mesh["dp"], comm=ctx.comm, offload=p.offload_optimizer,
+        )
+        return self.optimizer
+
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+        with precision(ctx):
+            fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
+        self.optimizer.reduce_scatter_grads()
+        return fb
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        return self.optimizer.clip_grad_norm(max_norm)

@@ -1,0 +1,128 @@
+"""TrainWorker: the Ray actor of one rank.
+
+It is a threaded actor: `train` runs the loop in one thread while `poll`
+drains telemetry from another, so the supervisor sees every step live.
+stdout/stderr of the process go to the job's per-rank log file.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import ray
+from ray.util.placement_group import placement_group_table
+
+from workers.training.control import RankControl
+
+
+def _redirect_output(log_path: Path) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _exit_when_removed(pg, interval_s: float = 2.0) -> None:
+    # A pooled worker is detached from its job's owner; tie its life to the job's placement group
+    # so that a vanished supervisor cannot leave it orphaned.
+    while True:
+        time.sleep(interval_s)
+        try:
+            state = placement_group_table(pg).get("state")
+        except Exception:
+            state = "REMOVED"
+        if state == "REMOVED":
+            os._exit(0)
+
+
+@ray.remote(max_concurrency=4)
+class TrainWorker:
+    """Created either for one job (inside its placement group) or ahead of time by the warm pool."""
+
+    def __init__(self) -> None:
+        from workers.runtime.warmup import import_training_stack
+
+        import_training_stack()  # the slow part of a cold start, done before any job asks
+        self._lock = threading.Lock()
+        self._events: list[dict] = []
+        self.control = RankControl()  # stop and rebalance requests, agreed on between steps
+        self.trainer = None
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def assign(self, rank: int, world_size: int, job_dir: str, log_name: str, pg=None) -> int:
+        """Bind this process to one rank of one job. With `pg`, exit once that placement group is gone."""
+        self.rank, self.world_size, self.job_dir = rank, world_size, Path(job_dir)
+        _redirect_output(self.job_dir / "logs" / log_name)
+        if pg is not None:
+            threading.Thread(target=_exit_when_removed, args=(pg,), daemon=True).start()
+        return os.getpid()
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP and a free port (asked of rank 0, which hosts the TCP store)."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def setup(self, spec_json: dict, master_addr: str, master_port: int, timeout_s: float,
+              shares: list[int] | None = None) -> dict:
+        import torch
+        import torch.distributed as dist
+
+        from workers.spec import JobSpec
+        from workers.training.trainer import Trainer
+
+        spec = JobSpec.model_validate(spec_json)  # admitted at submit
+        use_cuda = spec.resources.gpus_per_worker > 0 and torch.cuda.is_available()
+        device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
+        if use_cuda:
+            torch.cuda.set_device(device)
+        torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        print(f"[rank {self.rank}] joining {master_addr}:{master_port} "
+              f"({'nccl' if use_cuda else 'gloo'}, world {self.world_size})", flush=True)
+        dist.init_process_group(
+            "nccl" if use_cuda else "gloo", init_method=f"tcp://{master_addr}:{master_port}",
+            rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
+        )
+        self.trainer = Trainer(spec, self.rank, self.world_size, device, self.job_dir, shares)
+        start = self.trainer.resume_from_latest()
+        print(f"[rank {self.rank}] ready at step {start}", flush=True)
+        return {"rank": self.rank, "start_step": start, "device": str(device)}
+
+    def train(self) -> dict:
+        try:
+            result = self.trainer.run(self._emit, self.control)
+            print(f"[rank {self.rank}] finished: {result}", flush=True)
+            return result
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            raise
+
+    def _emit(self, event: dict) -> None:
+        with self._lock:
+            self._events.append(event)
+
+    def poll(self) -> list[dict]:
+        with self._lock:
+            events, self._events = self._events, []
+        return events
+
+    def request_stop(self) -> None:
+        self.control.request_stop()
+
+    def request_shares(self, version: int, shares: list[int]) -> None:
+        self.control.request_shares(version, shares)

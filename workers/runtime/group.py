@@ -1,0 +1,185 @@
+"""WorkerGroup: one placement group, one TrainWorker actor per rank, one process group.
+
+Teardown kills every actor and removes the placement group, whatever state the
+group is in, so a failed or cancelled run leaves nothing behind in Ray.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ray
+from ray.util.placement_group import (
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from workers.model_io import UserModelError
+from workers.runtime.actor import TrainWorker
+from workers.runtime.pool import find_pool
+from workers.spec import JobSpec
+
+
+class GroupFailure(RuntimeError):
+    """A rank died, raised, or the group could not form. `retryable` is False for bad configuration."""
+
+    def __init__(self, message: str, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+# Errors that a restart cannot fix: the spec or the user's code is wrong.
+CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, KeyError)  # incl. UserModelError
+
+
+class WorkerGroup:
+    def __init__(self, spec: JobSpec, job_dir: Path, attempt: int, namespace_tag: str,
+                 avoid_nodes: frozenset[str] = frozenset()):
+        self.spec, self.job_dir, self.attempt, self.tag = spec, job_dir, attempt, namespace_tag
+        self.avoid_nodes = avoid_nodes  # degraded nodes no rank may be placed on (straggler `replace`)
+        self.nodes: list[str] = []  # the node of each rank, once placed
+        self.pg = None
+        self.actors: list = []
+        self.train_refs: list = []
+        self.results: list[dict | None] = []
+        self.warm_workers = 0
+        self.master: tuple[str, int] | None = None  # the rank-0 TCP store
+
+    @staticmethod
+    def bundle_of(spec: JobSpec) -> dict[str, float]:
+        r = spec.resources
+        b = {"CPU": r.cpus_per_worker}
+        if r.gpus_per_worker:
+            b["GPU"] = r.gpus_per_worker
+        return b
+
+    def bundle(self) -> dict[str, float]:
+        return self.bundle_of(self.spec)
+
+    def start(self, timeout_s: float, shares: list[int] | None = None) -> list[dict]:
+        """Reserve resources, start the actors, rendezvous, load the latest checkpoint, begin training."""
+        n = self.spec.world_size
+        # Every bundle avoids the degraded nodes: Ray's default node-id label, matched with "not in".
+        selector = ([{"ray.io/node-id": f"!in({','.join(sorted(self.avoid_nodes))})"}] * n
+                    if self.avoid_nodes else None)
+        self.pg = placement_group([self.bundle()] * n, strategy="PACK", name=f"{self.tag}-pg-{self.attempt}",
+                                  bundle_label_selector=selector)
+        try:
+            ray.get(self.pg.ready(), timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise GroupFailure(f"resources for {n} workers x {self.bundle()} not available within {timeout_s:.0f}s") from exc
+        spec_json = self.spec.model_dump(mode="json")
+        try:
+            self._place_actors(timeout_s)
+            addr, port = self.master = ray.get(self.actors[0].address.remote(), timeout=timeout_s)
+            # Collectives time out well after the supervisor's own hang timer, so that a hang is
+            # diagnosed as one (by the supervisor) rather than as a peer's collective error.
+            collective_timeout = 2 * self.spec.fault_tolerance.hang_timeout_s + 30
+            setups = ray.get([a.setup.remote(spec_json, addr, port, collective_timeout, shares)
+                              for a in self.actors], timeout=timeout_s)
+        except ray.exceptions.RayTaskError as exc:
+            retryable = not isinstance(exc.cause, CONFIGURATION_ERRORS)
+            raise GroupFailure(f"group did not form: {_reason(exc)}", retryable) from exc
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+            raise GroupFailure(f"group did not form: {_reason(exc)}") from exc
+        self.train_refs = [a.train.remote() for a in self.actors]
+        self.results = [None] * n
+        return setups
+
+    def _place_actors(self, timeout_s: float) -> None:
+        """One actor per bundle: a warm pooled worker on the bundle's node if there is one, else a fresh one."""
+        n, r = self.spec.world_size, self.spec.resources
+        bundle_nodes = placement_group_table(self.pg)["bundles_to_node_id"]
+        self.nodes = [bundle_nodes[i] for i in range(n)]
+        pool = find_pool() if not r.gpus_per_worker else None
+        warm = ray.get(pool.take.remote([bundle_nodes[i] for i in range(n)])) if pool else [None] * n
+        self.warm_workers = sum(name is not None for name in warm)
+        actors, assigned = [], []
+        for i, name in enumerate(warm):
+            if name is not None:
+                actor = ray.get_actor(name)
+            else:
+                actor = TrainWorker.options(
+                    num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker, max_restarts=0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
+                ).remote()
+            actors.append(actor)
+            assigned.append(actor.assign.remote(i, n, str(self.job_dir), f"rank-{i}.log",
+                                                self.pg if name is not None else None))
+        self.actors = actors
+        ray.get(assigned, timeout=timeout_s)
+
+    def poll(self) -> list[dict]:
+        """Telemetry from every live rank since the last poll."""
+        events: list[dict] = []
+        refs = [a.poll.remote() for a in self.actors]
+        for ref in refs:
+            try:
+                events.extend(ray.get(ref, timeout=30))
+            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                pass  # a dead rank shows up in check()
+        return events
+
+    def check(self) -> bool:
+        """True once every rank finished; raises GroupFailure if any rank failed."""
+        ready, _ = ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=0)
+        failures = self._collect(ready)
+        if failures:
+            # Peers of a dead rank fail too (broken connections); give them a moment so the
+            # report names the rank that died rather than the first peer to notice.
+            ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=2.0)
+            failures = self._collect(self.train_refs)
+            rank, exc = min(failures, key=lambda f: (not isinstance(f[1], ray.exceptions.RayActorError), f[0]))
+            raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", not self._same_user_error(failures)) from exc
+        return all(res is not None for res in self.results)
+
+    def _same_user_error(self, failures: list[tuple[int, ray.exceptions.RayError]]) -> bool:
+        """Every rank failed with the same model/data error: a restart would fail the same way."""
+        causes = [getattr(exc, "cause", None) for _, exc in failures]
+        return (len(failures) == len(self.train_refs)
+                and all(isinstance(c, UserModelError) for c in causes) and len({str(c) for c in causes}) == 1)
+
+    def _collect(self, refs: list) -> list[tuple[int, ray.exceptions.RayError]]:
+        failures = []
+        for ref in refs:
+            i = self.train_refs.index(ref)
+            try:
+                self.results[i] = ray.get(ref, timeout=0)
+            except ray.exceptions.GetTimeoutError:
+                continue
+            except ray.exceptions.RayError as exc:
+                failures.append((i, exc))
+        return failures
+
+    def request_stop(self) -> None:
+        for a in self.actors:
+            a.request_stop.remote()
+
+    def request_shares(self, version: int, shares: list[int]) -> None:
+        """A new data split per dp rank; the ranks switch together at their next agreement step."""
+        for a in self.actors:
+            a.request_shares.remote(version, shares)
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # already dead
+                pass
+        self.actors, self.train_refs = [], []
+        if self.pg is not None:
+            try:
+                remove_placement_group(self.pg)
+            except Exception:
+                pass
+            self.pg = None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(getattr(exc, "cause", None), UserModelError):  # the whole message: it says what to change
+        return f"UserModelError: {exc.cause}"
+    text = str(exc).strip().splitlines()
+    tail = [line for line in text if line.strip()][-1:] or [type(exc).__name__]
+    return f"{type(exc).__name__}: {tail[0][:300]}"

@@ -1,0 +1,114 @@
+"""The job spec: one frozen description of a training job (job.py), section by section.
+
+base.py      what every section shares        model.py  the `model` section (+ HF config facts)
+data.py      the `data` section               parallel.py  the `parallel` section
+job.py       JobSpec and its other sections   derived.py   values the rules and strategies derive
+rules.py     the rules spanning fields        errors.py    Violation, SpecError, the 422 shape
+hf_config.py transformers config classes, never weights
+
+A stored spec loads with `JobSpec.model_validate`; a submitted one goes through
+workers/spec_loading.py (`parallel: auto`, then every rule and each strategy's own).
+"""
+
+from workers.spec.base import ENTRYPOINT_PATTERN, EntrypointSpec
+from workers.spec.data import DataSpec, SyntheticDataSpec, TextDataSpec
+from workers.spec.derived import (
+    ModelStructure,
+    pipeline_microbatches,
+    sdp_components,
+    sdp_workers,
+    sequence_length,
+    structure_of,
+)
+from workers.spec.errors import (
+    SPEC_ERRORS,
+    FieldError,
+    SpecError,
+    Violation,
+    format_validation_error,
+)
+from workers.spec.job import (
+    CheckpointSpec,
+    FaultSpec,
+    FaultToleranceSpec,
+    JobSpec,
+    LossSpikeSpec,
+    ResourcesSpec,
+    StragglerSpec,
+    SupervisorSpec,
+    TrainSpec,
+)
+from workers.spec.model import (
+    USER_MODELS,
+    GPTModelSpec,
+    HFConfigSource,
+    HFModelSpec,
+    HFPretrainedSource,
+    MLPModelSpec,
+    ModelEntrypointSpec,
+    ModelSpec,
+)
+from workers.spec.parallel import (
+    PIPELINE_SCHEDULES,
+    SINGLE_STAGE_SCHEDULES,
+    V_SCHEDULES,
+    CompressionSpec,
+    LocalSGDSpec,
+    ParallelSpec,
+    PipelineSpec,
+    SDPPeriodSpec,
+    SDPSpec,
+)
+from workers.spec.rules import (
+    FAULT_INJECTION_ENV,
+    fault_injection_allowed,
+    rule_violations,
+)
+
+__all__ = [
+    "CheckpointSpec",
+    "CompressionSpec",
+    "DataSpec",
+    "ENTRYPOINT_PATTERN",
+    "EntrypointSpec",
+    "fault_injection_allowed",
+    "FAULT_INJECTION_ENV",
+    "FaultSpec",
+    "FaultToleranceSpec",
+    "FieldError",
+    "format_validation_error",
+    "GPTModelSpec",
+    "HFConfigSource",
+    "HFModelSpec",
+    "HFPretrainedSource",
+    "JobSpec",
+    "LocalSGDSpec",
+    "LossSpikeSpec",
+    "MLPModelSpec",
+    "ModelEntrypointSpec",
+    "ModelSpec",
+    "ModelStructure",
+    "ParallelSpec",
+    "pipeline_microbatches",
+    "PIPELINE_SCHEDULES",
+    "PipelineSpec",
+    "ResourcesSpec",
+    "rule_violations",
+    "sdp_components",
+    "sdp_workers",
+    "SDPPeriodSpec",
+    "SDPSpec",
+    "sequence_length",
+    "SINGLE_STAGE_SCHEDULES",
+    "SPEC_ERRORS",
+    "SpecError",
+    "StragglerSpec",
+    "structure_of",
+    "SupervisorSpec",
+    "SyntheticDataSpec",
+    "TextDataSpec",
+    "TrainSpec",
+    "USER_MODELS",
+    "V_SCHEDULES",
+    "Violation",
+]

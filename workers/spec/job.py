@@ -1,0 +1,130 @@
+"""JobSpec: the one description of a training job, and its training, resource and fault sections.
+
+It is the REST request body, the CLI input, the database payload and what the worker actors
+receive. Unknown keys are errors. This module checks each field on its own; the rules that
+span several fields (spec/rules.py) and each strategy's own (workers/parallel/registry.py)
+run in workers/spec_checks.py, so a stored, already admitted spec loads with
+`JobSpec.model_validate` alone.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from workers.spec.base import Strict
+from workers.spec.data import DataSpec, TextDataSpec
+from workers.spec.model import GPTModelSpec, ModelSpec
+from workers.spec.parallel import ParallelSpec
+
+
+class TrainSpec(Strict):
+    steps: int = Field(100, ge=1, le=10_000_000)
+    global_batch_size: int = Field(32, ge=1)
+    micro_batch_size: int = Field(8, ge=1)
+    lr: float = Field(3e-3, gt=0.0, le=10.0)
+    warmup_steps: int = Field(0, ge=0)
+    lr_schedule: Literal["cosine", "constant"] = "cosine"
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="cosine floor as a fraction of lr")
+    weight_decay: float = Field(0.0, ge=0.0)
+    grad_clip: float | None = Field(1.0, gt=0.0, description="max global grad norm; null disables")
+    seed: int = Field(0, ge=0)
+    eval_every: int = Field(0, ge=0, description="validation loss every N steps; 0 disables")
+    eval_batches: int = Field(2, ge=1)
+    loss: Literal["cross_entropy", "mse", "model"] = Field(
+        "cross_entropy", description="cross_entropy on class-last logits (..., classes); mse; model: the loss the "
+                                     "model itself returns (batches that carry its labels)")
+    init_from: str | None = Field(None, description="checkpoint directory or exported .safetensors to start from")
+
+
+
+class ResourcesSpec(Strict):
+    workers: int = Field(1, ge=1, le=4096)
+    min_workers: int | None = Field(None, ge=1, description="elastic floor: shrink to no fewer; default workers")
+    max_workers: int | None = Field(None, ge=1, description="elastic ceiling: grow to no more; default workers")
+    cpus_per_worker: float = Field(1.0, gt=0.0)
+    gpus_per_worker: float = Field(0.0, ge=0.0)
+    memory_per_worker_gib: float | None = Field(None, gt=0.0, description="per-worker memory budget that "
+                                                "parallel: auto and trainyard plan must fit; default no limit")
+
+    @property
+    def elastic_range(self) -> tuple[int, int]:
+        return (self.min_workers or self.workers, self.max_workers or self.workers)
+
+
+class CheckpointSpec(Strict):
+    every_steps: int = Field(0, ge=0, description="0 = only at the end")
+    keep: int = Field(2, ge=1)
+
+
+class LossSpikeSpec(Strict):
+    factor: float = Field(3.0, gt=1.0, description="a step whose loss exceeds factor x the median of the "
+                                                   "last `window` good steps' losses is a spike")
+    window: int = Field(10, ge=2, le=10_000, description="good steps the running median is taken over "
+                                                        "(no spike is called before the window is full)")
+
+
+class FaultToleranceSpec(Strict):
+    max_restarts: int = Field(3, ge=0)
+    hang_timeout_s: float = Field(120.0, gt=0.0, description="no step finished for this long = hung")
+    max_skipped_steps: int = Field(3, ge=0, description="consecutive bad steps (non-finite gradients or loss "
+                                                       "spikes) skipped before rolling back to the last checkpoint")
+    loss_spike: LossSpikeSpec | None = Field(None, description="skip the update of a step whose loss spikes; "
+                                                               "null: only non-finite steps are bad")
+    skip_data_on_rollback: bool = Field(True, description="after a rollback, skip the batches of the bad steps "
+                                                         "that caused it (resumed steps draw the next batches)")
+    lr_backoff: float | None = Field(None, gt=0.0, le=1.0, description="multiply the learning rate by this "
+                                                                      "after each rollback; null keeps it")
+    integrity_check_every: int = Field(0, ge=0, description="compare parameter hashes across data-parallel "
+                                                           "replicas every N steps; 0 disables")
+
+
+class FaultSpec(Strict):
+    at_step: int = Field(ge=1)
+    rank: int = Field(0, ge=0)
+    kind: Literal["crash", "hang", "slow", "nan", "spike", "bitflip"]
+    factor: float = Field(2.0, ge=1.0, description="kind=slow: slow-down factor; kind=spike: loss multiplier")
+    steps: int = Field(1, ge=1, description="kind=nan/spike: consecutive steps the fault lasts from at_step")
+
+
+class StragglerSpec(Strict):
+    policy: Literal["off", "report", "rebalance", "replace"] = Field(
+        "report", description="report: event and metric; rebalance: also shift data away from the slow rank (live); "
+                              "replace: move the slow rank off its node (at the next checkpoint)")
+    threshold: float = Field(0.6, gt=0.0, lt=1.0, description="slow when median compute time / this rank's is below this")
+    recover: float = Field(0.8, gt=0.0, le=1.0, description="no longer slow once the score is back above this")
+    window: int = Field(8, ge=2, le=1000, description="steps the score is averaged over")
+    cooldown: int | None = Field(None, ge=1, description="replace: steps after a replacement before the next "
+                                                         "one may start; default 2 x window")
+
+
+class SupervisorSpec(Strict):
+    straggler: StragglerSpec = Field(default_factory=StragglerSpec)
+
+
+class JobSpec(Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$", description="lower-case job name")
+    model: ModelSpec = Field(default_factory=GPTModelSpec)
+    data: DataSpec = Field(default_factory=lambda: TextDataSpec(name="text:pystdlib"))
+    train: TrainSpec = Field(default_factory=TrainSpec)
+    parallel: ParallelSpec = Field(default_factory=ParallelSpec, description="the layout, or 'auto': "
+                                   "the planner's cheapest layout that fits resources.memory_per_worker_gib")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
+    fault_injection: list[FaultSpec] = Field(default_factory=list)
+    supervisor: SupervisorSpec = Field(default_factory=SupervisorSpec)
+
+    @property
+    def dp(self) -> int:
+        p = self.parallel
+        return p.dp if p.dp is not None else max(1, self.resources.workers // (p.tp * p.pp))
+
+    @property
+    def world_size(self) -> int:
+        return self.resources.workers
+
+    @property
+    def grad_accum_steps(self) -> int:
+        return self.train.global_batch_size // (self.dp * self.train.micro_batch_size)

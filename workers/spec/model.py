@@ -1,0 +1,125 @@
+"""The `model` section: the built-in gpt and mlp, a Hugging Face causal LM, any user nn.Module."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, Discriminator, Field, Tag, model_validator
+
+from workers.spec.base import EntrypointSpec, Strict
+from workers.spec.errors import FieldError
+from workers.spec.hf_config import HFFacts, hf_config, hf_facts, readable_pretrained
+
+TP_STYLES = ("colwise", "rowwise", "colwise_gather_output", "embedding_rowwise", "sequence_parallel")
+FQN_PATTERN = r"^[A-Za-z_]\w*(\.\w+)*$"
+TP_PLAN_KEY = r"^[\w*]+(\.[\w*]+)*$"
+
+
+class _ModelStructure(Strict):
+    """What the strategies need of any model (workers/models/description.py finds it when left out)."""
+    blocks: str | None = Field(None, pattern=FQN_PATTERN, description="FQN of the repeated layers, e.g. "
+                               "'model.layers'; default: the largest ModuleList of same-class children")
+    tp_plan: dict[Annotated[str, Field(pattern=TP_PLAN_KEY)], Literal[TP_STYLES]] | None = Field(  # type: ignore[valid-type]
+        None, description="tensor-parallel plan {module FQN glob: colwise | rowwise | colwise_gather_output | "
+                          "embedding_rowwise | sequence_parallel}; default: the model's own "
+                          "(transformers' base_model_tp_plan, the built-in gpt's)")
+
+
+class GPTModelSpec(_ModelStructure):
+    name: Literal["gpt"] = "gpt"
+    n_layers: int = Field(2, ge=1, le=256, description="transformer blocks")
+    d_model: int = Field(64, ge=8, le=16384, description="embedding width")
+    n_heads: int = Field(4, ge=1, le=256, description="attention heads; must divide d_model")
+    seq_len: int = Field(64, ge=2, le=65536, description="context length in tokens")
+    vocab_size: int = Field(256, ge=2, description="byte-level vocabulary by default")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> "GPTModelSpec":
+        if self.d_model % self.n_heads:
+            raise FieldError("model.d_model", f"must be divisible by model.n_heads "
+                                              f"(d_model={self.d_model}, n_heads={self.n_heads})")
+        return self
+
+
+class MLPModelSpec(_ModelStructure):
+    name: Literal["mlp"]
+    in_features: int = Field(16, ge=1)
+    hidden: int = Field(64, ge=1)
+    out_features: int = Field(1, ge=1)
+    n_layers: int = Field(2, ge=1, le=64, description="hidden layers")
+
+
+
+class ModelEntrypointSpec(EntrypointSpec, _ModelStructure):
+    """Any nn.Module a user factory returns."""
+
+
+class HFConfigSource(Strict):
+    model_type: str = Field(min_length=1, description="a transformers model type, e.g. 'llama', 'gpt2'")
+    config: dict[str, Any] = Field(default_factory=dict, description="fields of that model type's config")
+
+
+class HFPretrainedSource(Strict):
+    pretrained: str = Field(min_length=1, description="a local save_pretrained directory under the storage root "
+                                                      "(never a hub download)")
+
+
+def _hf_source(value: Any) -> str | None:
+    if isinstance(value, BaseModel):
+        return "pretrained" if isinstance(value, HFPretrainedSource) else "config"
+    return ("pretrained" if "pretrained" in value else "config") if isinstance(value, dict) else None
+
+
+class HFModelSpec(_ModelStructure):
+    """A Hugging Face transformers causal LM (the optional extra `trainyard[hf]`)."""
+    hf: Annotated[Union[Annotated[HFConfigSource, Tag("config")], Annotated[HFPretrainedSource, Tag("pretrained")]],
+                  Discriminator(_hf_source, custom_error_type="model.hf",
+                                custom_error_message="model.hf must give model_type (and config) or pretrained")]
+
+    @model_validator(mode="after")
+    def _config_builds(self) -> "HFModelSpec":
+        hf_facts_of(self)  # an unknown model type or config field is refused here, by name
+        return self
+
+
+def name_or_entrypoint(value: Any) -> str | None:
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    if not isinstance(value, dict):
+        return None
+    if "entrypoint" in value:
+        return "entrypoint"
+    if "hf" in value:
+        return "hf"
+    return value.get("name", "gpt")
+
+
+ModelSpec = Annotated[
+    Union[
+        Annotated[GPTModelSpec, Tag("gpt")],
+        Annotated[MLPModelSpec, Tag("mlp")],
+        Annotated[ModelEntrypointSpec, Tag("entrypoint")],
+        Annotated[HFModelSpec, Tag("hf")],
+    ],
+    Discriminator(name_or_entrypoint, custom_error_type="model.name",
+                  custom_error_message="model.name must be 'gpt' or 'mlp', or give model.hf or model.entrypoint"),
+]
+USER_MODELS = (ModelEntrypointSpec, HFModelSpec)  # models the strategies only know through their description
+
+
+def hf_facts_of(m: HFModelSpec) -> HFFacts | None:
+    """The config facts the rules need; None for a pretrained directory the service cannot read yet."""
+    src = m.hf
+    if isinstance(src, HFPretrainedSource):
+        return _cached_hf_facts(None, "{}", src.pretrained)
+    return _cached_hf_facts(src.model_type, json.dumps(src.config, sort_keys=True, default=str), None)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_hf_facts(model_type: str | None, config: str, pretrained: str | None) -> HFFacts | None:
+    if pretrained is not None and not readable_pretrained(pretrained):
+        return None
+    return hf_facts(hf_config(model_type, json.loads(config), pretrained))

@@ -1,0 +1,92 @@
+"""The `parallel` section: degrees, ZeRO stage, pipeline schedule, SDP, and per-strategy options."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from workers.spec.base import Strict
+
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "looped_bfs",
+                      "zero_bubble", "zbv_zero_bubble", "dualpipe_v")
+SINGLE_STAGE_SCHEDULES = ("gpipe", "1f1b")  # one stage per rank
+V_SCHEDULES = ("zbv_zero_bubble", "dualpipe_v")  # exactly two stages per rank, V-shaped
+
+
+class PipelineSpec(Strict):
+    schedule: Literal[PIPELINE_SCHEDULES] = Field(  # type: ignore[valid-type]
+        "1f1b", description="gpipe | 1f1b | interleaved_1f1b | looped_bfs | zero_bubble (interleaved ZB) "
+                            "| zbv_zero_bubble | dualpipe_v")
+    microbatches: int | None = Field(
+        None, ge=1, description="micro-batches per pipeline flush (each train.micro_batch_size samples); "
+                                "default: all of the step's, global_batch_size / (dp x micro_batch_size)")
+    virtual_stages: int | None = Field(
+        None, ge=1, description="stages per rank; default 1 for gpipe/1f1b, 2 for the others")
+    split: list[int] | None = Field(
+        None, description="pin the partition: transformer blocks per stage, pp x virtual_stages entries in "
+                          "stage order (embedding goes to the first stage, head to the last); "
+                          "default: balanced by estimated cost")
+    rebalance_threshold: float | None = Field(
+        None, gt=0.0, description="gpipe/1f1b: when the slowest stage's measured busy time exceeds the fastest's "
+                                  "by more than this fraction, re-split by measured cost at the next checkpoint (once)")
+
+    @property
+    def stages_per_rank(self) -> int:
+        if self.virtual_stages is not None:
+            return self.virtual_stages
+        return 1 if self.schedule in SINGLE_STAGE_SCHEDULES else 2
+
+
+class CompressionSpec(Strict):
+    kind: Literal["fp16", "bf16", "powersgd"]
+    rank: int = Field(1, ge=1, le=1024, description="powersgd: matrix approximation rank")
+    start_step: int = Field(2, ge=2, description="powersgd: plain all-reduce for the first steps "
+                                                 "(>= 2: error feedback needs fixed bucket shapes)")
+
+
+class LocalSGDSpec(Strict):
+    period: int = Field(ge=1, description="steps between parameter averages (1 = every step)")
+
+
+class SDPPeriodSpec(Strict):
+    period: int = Field(ge=1, description="steps between parameter averages among each piece's holders")
+
+
+class SDPSpec(Strict):
+    """Subnetwork data parallelism (docs/sdp.md): each data-parallel worker trains a subnetwork."""
+    mode: Literal["block", "neuron"] = Field(
+        "block", description="block: each worker keeps a subset of the transformer blocks; neuron: a subset "
+                             "of every MLP's hidden units (embeddings, attention, norms and head always kept)")
+    masking: Literal["forward", "backward"] = Field(
+        "forward", description="forward: masked components are dropped from the worker's model (saves parameters, "
+                               "gradients, optimiser state, activations); backward: full forward, gradients and "
+                               "optimiser state only for held components (an unbiased gradient estimate)")
+    coverage: float = Field(0.5, gt=0.0, le=1.0, description="C: fraction of the maskable components each worker holds")
+    sync: Literal["every_step"] | SDPPeriodSpec = Field(
+        "every_step", description="every_step: average gradients among holders; {period: H}: average parameters "
+                                  "among holders every H steps")
+    seed: int = Field(0, ge=0, description="the mask assignment is a pure function of this seed")
+
+
+class ParallelSpec(Strict):
+    dp: int | None = Field(None, ge=1, description="data-parallel degree; default workers / (tp x pp)")
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    zero: int = Field(0, ge=0, le=3, description="0 DDP; 1 shard optimiser state; 2 + gradients; 3 + parameters (FSDP2)")
+    pipeline: PipelineSpec | None = Field(None, description="pipeline schedule; only with pp > 1")
+    dp_shard: int | None = Field(None, ge=1, description="zero 3: shard within groups of this many dp ranks and "
+                                                         "replicate across groups (HSDP); default dp")
+    reshard_after_forward: bool = Field(True, description="zero 3: free gathered parameters after forward "
+                                                          "(re-gather in backward: 1.5x DDP traffic, less memory)")
+    offload_optimizer: bool = Field(False, description="zero 1/2: keep optimiser state in host memory")
+    sequence_parallel: bool = Field(False, description="tp > 1: split LayerNorm/residual activations along the sequence")
+    activation_checkpointing: bool = Field(False, description="recompute each transformer block in backward")
+    mixed_precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="bf16: autocast with fp32 master weights (FSDP: bf16 gathers, fp32 reduction); "
+                            "fp16: the same in fp16, with a dynamic loss scaler")
+    compression: CompressionSpec | None = Field(None, description="zero 0, tp 1: compress DDP gradient all-reduces")
+    local_sgd: LocalSGDSpec | None = Field(None, description="zero 0, tp 1: average parameters every `period` steps")
+    sdp: SDPSpec | None = Field(None, description="subnetwork data parallelism over the dp workers (tp 1, pp 1, "
+                                                  "zero 0, or zero 3 with dp_shard ranks per subnetwork)")
+

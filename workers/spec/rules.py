@@ -1,0 +1,144 @@
+"""The rules that span several fields of a spec. Each yields a Violation naming the field to change;
+its message starts with that field, states the rule and prints the values."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from workers.spec.data import EntrypointSpec, SyntheticDataSpec, TextDataSpec
+from workers.spec.derived import structure_of
+from workers.spec.errors import Violation
+from workers.spec.job import JobSpec
+from workers.spec.model import USER_MODELS, GPTModelSpec, MLPModelSpec
+
+FAULT_INJECTION_ENV = "TRAINYARD_ALLOW_FAULT_INJECTION"
+
+
+def rule_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None) -> Iterator[Violation]:
+    """Every broken cross-field rule of the spec (the strategies' own rules are in workers/parallel/)."""
+    yield from _size_and_policy_errors(spec)
+    yield from _model_data_errors(spec)
+    yield from _model_structure_errors(spec)
+    yield from _fault_injection_errors(spec, allow_fault_injection)
+
+
+def _size_and_policy_errors(spec: JobSpec) -> Iterator[Violation]:
+    p, r, t = spec.parallel, spec.resources, spec.train
+    dp = spec.dp
+    if dp * p.tp * p.pp != r.workers:
+        yield Violation("parallel",
+            f"parallel: dp x tp x pp must equal resources.workers "
+            f"(dp={dp} x tp={p.tp} x pp={p.pp} = {dp * p.tp * p.pp}, workers={r.workers})")
+    elif t.global_batch_size % (dp * t.micro_batch_size):
+        yield Violation("train.global_batch_size",
+            f"train.global_batch_size must be divisible by parallel.dp x train.micro_batch_size "
+            f"(global_batch_size={t.global_batch_size}, dp={dp}, micro_batch_size={t.micro_batch_size})")
+    low, high = r.elastic_range
+    if not low <= r.workers <= high:
+        yield Violation("resources.workers",
+            f"resources.workers must lie within resources.min_workers..max_workers "
+            f"(min_workers={low}, workers={r.workers}, max_workers={high})")
+    straggler = spec.supervisor.straggler
+    if straggler.recover <= straggler.threshold:
+        yield Violation("supervisor.straggler.recover",
+            f"supervisor.straggler.recover must exceed supervisor.straggler.threshold "
+            f"(recover={straggler.recover}, threshold={straggler.threshold})")
+    if straggler.policy == "replace" and spec.checkpoint.every_steps == 0:
+        yield Violation("supervisor.straggler.policy",
+            "supervisor.straggler.policy 'replace' needs checkpoint.every_steps > 0: the moved rank resumes "
+            "from the next checkpoint (every_steps=0)")
+    if straggler.policy == "rebalance" and (p.tp > 1 or p.local_sgd is not None):
+        # Shares are per data-parallel rank and weight each rank's gradient in the all-reduced mean.
+        yield Violation("supervisor.straggler.policy",
+            "supervisor.straggler.policy 'rebalance' needs pure data parallelism that averages gradients "
+            f"(tp 1, no local_sgd); use 'report' or 'replace' (tp={p.tp}, "
+            f"local_sgd={'set' if p.local_sgd is not None else 'none'})")
+    if t.warmup_steps > t.steps:
+        yield Violation("train.warmup_steps",
+            f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})")
+
+
+def _model_structure_errors(spec: JobSpec) -> Iterator[Violation]:
+    if spec.parallel.activation_checkpointing and structure_of(spec).name == "mlp":
+        yield Violation("parallel.activation_checkpointing",
+            "parallel.activation_checkpointing needs a model with repeated blocks to recompute (model 'mlp' has none)")
+
+
+def _model_data_errors(spec: JobSpec) -> Iterator[Violation]:
+    m, d, loss = spec.model, spec.data, spec.train.loss
+    if isinstance(m, USER_MODELS) and isinstance(d, TextDataSpec):
+        if d.seq_len is None:
+            yield Violation("data.seq_len",
+                f"data.seq_len is required with a model other than the built-in gpt: the tokens per sample "
+                f"of {d.name!r} (model={type(m).__name__})")
+        vocab = structure_of(spec).vocab
+        if vocab is not None and vocab < 256:
+            yield Violation("model.hf.config.vocab_size",
+                f"model.hf.config.vocab_size must be >= 256 for byte-level 'text:pystdlib' (vocab_size={vocab})")
+    if isinstance(m, GPTModelSpec) and isinstance(d, TextDataSpec) and d.seq_len and d.seq_len > m.seq_len:
+        yield Violation("data.seq_len",
+            f"data.seq_len must be <= model.seq_len, the built-in gpt's context "
+            f"(data.seq_len={d.seq_len}, model.seq_len={m.seq_len})")
+    if loss == "model" and not isinstance(d, EntrypointSpec):
+        yield Violation("train.loss",
+            f"train.loss 'model' needs batches that carry the model's own labels (a data.entrypoint whose "
+            f"samples are dicts with 'labels'); {d.name!r} gives (input, target) pairs: use 'cross_entropy'")
+    if loss == "model" and not isinstance(m, USER_MODELS):
+        yield Violation("train.loss",
+            f"train.loss 'model' needs a model that returns its own loss (model.hf or model.entrypoint), not {m.name!r}")
+    if isinstance(m, GPTModelSpec):
+        if isinstance(d, SyntheticDataSpec):
+            yield Violation("data.name",
+                "data.name 'synthetic' is a regression set: model 'gpt' needs token data (data.name 'text:pystdlib' or an entrypoint)")
+        if loss == "mse":
+            yield Violation("train.loss", f"train.loss must be 'cross_entropy' for model 'gpt' (loss={loss!r})")
+        if isinstance(d, TextDataSpec) and m.vocab_size < 256:
+            yield Violation("model.vocab_size",
+                f"model.vocab_size must be >= 256 for byte-level 'text:pystdlib' (vocab_size={m.vocab_size})")
+    if isinstance(m, MLPModelSpec):
+        if isinstance(d, TextDataSpec):
+            yield Violation("data.name",
+                "data.name 'text:pystdlib' is token data: model 'mlp' needs vector data (data.name 'synthetic' or an entrypoint)")
+        if isinstance(d, SyntheticDataSpec):
+            if d.in_features != m.in_features or d.out_features != m.out_features:
+                yield Violation("model.in_features/out_features",
+                    f"model.in_features/out_features must match data.in_features/out_features "
+                    f"(model {m.in_features}->{m.out_features}, data {d.in_features}->{d.out_features})")
+            if loss != "mse":
+                yield Violation("train.loss",
+                    f"train.loss must be 'mse' for regression data 'synthetic' (loss={loss!r})")
+
+
+def fault_injection_allowed(allowed: bool | None = None) -> bool:
+    """The server's choice (`allowed`), else the environment's."""
+    if allowed is not None:
+        return allowed
+    return os.environ.get(FAULT_INJECTION_ENV, "").lower() in {"1", "true", "yes", "on"}
+
+
+def _fault_injection_errors(spec: JobSpec, allowed: bool | None) -> Iterator[Violation]:
+    if not spec.fault_injection:
+        return
+    if not fault_injection_allowed(allowed):
+        yield Violation("fault_injection",
+            f"fault_injection is refused: the server does not allow it (set {FAULT_INJECTION_ENV}=1)")
+        return
+    for i, fault in enumerate(spec.fault_injection):
+        if fault.at_step > spec.train.steps:
+            yield Violation(f"fault_injection[{i}].at_step",
+                f"fault_injection[{i}].at_step must be <= train.steps "
+                f"(at_step={fault.at_step}, steps={spec.train.steps})")
+        if fault.rank >= spec.resources.workers:
+            yield Violation(f"fault_injection[{i}].rank",
+                f"fault_injection[{i}].rank must be < resources.workers "
+                f"(rank={fault.rank}, workers={spec.resources.workers})")
+        if fault.steps > 1 and fault.kind not in ("nan", "spike"):
+            yield Violation(f"fault_injection[{i}].steps",
+                f"fault_injection[{i}].steps applies to kinds 'nan' and 'spike' only "
+                f"(kind={fault.kind!r}, steps={fault.steps})")
+        elif fault.at_step + fault.steps - 1 > spec.train.steps:
+            yield Violation(f"fault_injection[{i}].steps",
+                f"fault_injection[{i}].steps must end by train.steps: at_step + steps - 1 <= steps "
+                f"(at_step={fault.at_step}, steps={fault.steps}, train.steps={spec.train.steps})")
+

@@ -1,0 +1,22 @@
+"""A submitted spec, checked whole: each field (pydantic), the rules that span fields
+(workers/spec/rules.py) and each parallel strategy's own (workers/parallel/registry.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers.parallel.registry import layout_errors
+from workers.spec import JobSpec, SpecError, Violation, rule_violations
+
+
+def spec_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None) -> list[Violation]:
+    return [*rule_violations(spec, allow_fault_injection=allow_fault_injection), *layout_errors(spec)]
+
+
+def checked_spec(data: Any, *, allow_fault_injection: bool | None = None) -> JobSpec:
+    """The JobSpec of `data` with an explicit layout; raises ValidationError or SpecError naming every field."""
+    spec = JobSpec.model_validate(data)
+    violations = spec_violations(spec, allow_fault_injection=allow_fault_injection)
+    if violations:
+        raise SpecError(violations)
+    return spec

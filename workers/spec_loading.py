@@ -1,0 +1,27 @@
+"""Loading a submitted spec: `parallel: auto` becomes the planner's choice, so the stored spec is
+explicit, then every rule is checked (workers/spec_checks.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workers.parallel.planner import resolve_auto
+from workers.spec import JobSpec
+from workers.spec_checks import checked_spec
+
+
+def parse_spec(data: Any, *, allow_fault_injection: bool | None = None) -> JobSpec:
+    if isinstance(data, dict) and data.get("parallel") == "auto":
+        data = {**data, "parallel": resolve_auto(data)}
+    return checked_spec(data, allow_fault_injection=allow_fault_injection)
+
+
+def load_spec(path: str | Path, **kwargs: Any) -> JobSpec:
+    """Read a YAML or JSON spec file (JSON is valid YAML)."""
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a job spec must be a mapping, got {type(data).__name__}")
+    return parse_spec(data, **kwargs)

@@ -1,8 +1,0 @@
-"""Parallel strategies: one file per strategy behind one interface (base.py), chosen by registry.py."""
-
-from __future__ import annotations
-
-from workers.strategies.base import Strategy, StrategyContext
-from workers.strategies.registry import REGISTRY, STRATEGIES, build_strategy, strategy_name
-
-__all__ = ["REGISTRY", "STRATEGIES", "Strategy", "StrategyContext", "build_strategy", "strategy_name"]

@@ -1,0 +1,392 @@
+"""The training loop of one rank. Reads top to bottom: build, resume, step, checkpoint, export.
+
+Determinism: the model is built from `train.seed`; the global batch of step s is
+a pure function of (seed, s); the learning rate is a pure function of s; RNG is
+reseeded from (seed, s, rank) every step; DDP reduces buckets in a fixed order.
+So a run resumed from a checkpoint at the same world size ends bit-identical to
+the uninterrupted run, which `params_sha256` proves.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from workers import checkpointing
+from workers.data import build_datasets
+from workers.data.batches import GlobalBatches
+from workers.model_io import UserModelError, call_model, logits_of, to_device
+from workers.models import build_model, hf_source
+from workers.models.hf import save_pretrained
+from workers.parallel import StrategyContext, build_strategy
+from workers.parallel.layout import Layout
+from workers.spec import HFModelSpec, JobSpec
+from workers.telemetry import (
+    CommMeter,
+    StepRecord,
+    model_state_bytes,
+    peak_memory_bytes,
+)
+from workers.training.control import RankControl, agreement_due
+from workers.training.faults import FaultInjector
+from workers.training.loss_scaling import LossScaler
+from workers.training.losses import LOSSES
+from workers.training.lr_schedule import lr_at
+from workers.training.recovery import LossSpikeDetector, RecoveryState
+
+
+class Trainer:
+    def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device, job_dir: Path,
+                 shares: list[int] | None = None):
+        self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
+        self.job_dir = job_dir
+        self.layout = Layout.of(spec)
+        self.mesh = self.layout.build_mesh(device)
+        # Ranks that share a dp index see the same data (tensor/pipeline peers).
+        self.dp, self.dp_rank = self.layout.dp, self.layout.coordinates(rank)["dp"]
+        self.accum = spec.grad_accum_steps
+        self.comm = CommMeter()
+        self.loss_fn = LOSSES[spec.train.loss]
+        self.faults = FaultInjector(spec.fault_injection, rank, job_dir)
+        self.step = 0  # optimizer steps completed
+        self.skipped_in_a_row = 0
+        self.skip_reason: str | None = None  # why the last step's update was skipped
+        # Rollbacks so far: data windows never to draw again and the LR factor (workers/training/recovery.py).
+        self.recovery = RecoveryState.load(job_dir)
+        self.spikes = LossSpikeDetector(spec.fault_tolerance.loss_spike)
+        self.scaler = LossScaler(enabled=spec.parallel.mixed_precision == "fp16")
+        self.shares = shares  # uneven data-parallel slices (straggler rebalance); None = even
+        self.model_state_bytes: int | None = None
+        self.steps_trained = 0  # by this process (a restarted rank starts again at 0)
+
+        train_set, val_set = build_datasets(spec)
+        self.batches = GlobalBatches(train_set, spec.train.global_batch_size, spec.train.seed,
+                                     self.recovery.data_skips if self.recovery else None)
+        self.val_batches = GlobalBatches(val_set, spec.train.global_batch_size, spec.train.seed + 1)
+
+        model = build_model(spec)
+        if spec.train.init_from:
+            checkpointing.load_weights(Path(spec.train.init_from), model)
+        self.strategy = build_strategy(spec)
+        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm)
+        self.model = self.strategy.wrap(model, self.ctx)
+        self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
+        self.checkpointer = checkpointing.Checkpointer(job_dir, spec.checkpoint.keep, rank)
+        self.checkpointer.progress = (self.recovery or RecoveryState()).progress()
+
+    # --- resume ----------------------------------------------------------
+
+    def resume_from_latest(self) -> int:
+        latest = checkpointing.latest_checkpoint(self.job_dir)
+        if latest is not None:
+            progress = checkpointing.load_state(latest[1], self.model, self.optimizer)
+            self.step = int(progress["step"])
+            self.scaler.load_state_dict(progress)
+            if self.recovery is None:  # no ledger in this job directory: what the checkpoint recorded
+                self.recovery = RecoveryState.from_progress(progress)
+                for a, b in self.recovery.data_skips:
+                    self.batches.skip_window(a, b)
+                self.checkpointer.progress = self.recovery.progress()
+        return self.step
+
+    # --- one step --------------------------------------------------------
+
+    def train_step(self) -> StepRecord:
+        spec, s = self.spec, self.step
+        self.faults.before_step(s + 1)
+        torch.manual_seed(spec.train.seed * 1_000_003 + s * 4099 + self.rank)
+        self.model.train()
+        self.comm.reset()
+        t0, cpu0 = time.perf_counter(), _cpu_clock()
+        micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size,
+                                                    self.shares))
+        loss_fn = self._step_loss(len(micro))
+        if self.faults.fires(s + 1, "nan"):  # poison before backward so every replica sees it
+            loss_fn = _poisoned(loss_fn)
+        if (spike := self.faults.spike_factor(s + 1)) > 1.0:
+            loss_fn = _scaled(loss_fn, spike)
+        if self.scaler.enabled:
+            loss_fn = _scaled(loss_fn, self.scaler.scale)
+        fb = self._forward_backward(micro, loss_fn)
+        if fb.loss is not None:
+            fb.loss /= self.scaler.factor  # a power of two: exact
+        self.scaler.unscale_(self.model)
+        backward_done = time.perf_counter()
+        # Time blocked after the last gradient was ready is exposed communication.
+        comm_time = max(0.0, backward_done - self.comm.last_launch) if self.comm.last_launch else 0.0
+        if fb.comm_time_s is not None:  # the strategy timed its own communication (pipeline p2p + all-reduce)
+            comm_time = fb.comm_time_s
+
+        grad_norm = self._clip_gradients()
+        lr = lr_at(spec.train, s) * (self.recovery.lr_scale if self.recovery else 1.0)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        # Gradients are synchronised, so every rank sees the same norm and takes the same decision.
+        non_finite = grad_norm is not None and not math.isfinite(grad_norm)
+        if self.scaler.overflowed(grads_finite=not non_finite):
+            self.skip_reason = "fp16_overflow"  # skipped with the scale halved: no fault, not counted
+        else:
+            self.skip_reason = "non_finite" if non_finite else "loss_spike" if self._loss_spiked(fb.loss) else None
+        skipped = self.skip_reason is not None
+        if self.skip_reason in ("non_finite", "loss_spike"):
+            self.skipped_in_a_row += 1
+            if self.skipped_in_a_row > spec.fault_tolerance.max_skipped_steps:
+                raise self._roll_back(s + 1)
+        elif not skipped:
+            self.skipped_in_a_row = 0
+            self.spikes.observe(fb.loss)
+            self.optimizer.step()
+        if self.scaler.enabled:  # checkpoints carry the scale, so a resumed run continues identically
+            self.checkpointer.progress.update(self.scaler.state_dict())
+        self._inject_slowness(s + 1, time.perf_counter() - t0 - comm_time, _cpu_clock() - cpu0)
+        if self.model_state_bytes is None:  # measured once, while grads and optimiser state exist
+            self.model_state_bytes = model_state_bytes(self.model, self.optimizer)["total"]
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        step_time = time.perf_counter() - t0
+
+        self.step = s + 1
+        self.faults.flip_a_bit(self.step, self.model)
+        self._check_replicas_agree()
+        record = StepRecord(
+            step=self.step, rank=self.rank, loss=fb.loss, step_time_s=step_time,
+            compute_time_s=self._compute_time(step_time - comm_time, _cpu_clock() - cpu0),
+            comm_time_s=comm_time,
+            samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
+            comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
+            skipped=skipped, peak_memory_bytes=peak_memory_bytes(self.device),
+        )
+        return record
+
+    def _forward_backward(self, micro: list, loss_fn):
+        """The strategy's forward/backward. A failure of this rank's first step that is not a peer's
+        (communication) error is the model's or the data's: typed, so that when every rank fails the
+        same way the supervisor fails the job at once instead of restarting it (workers/runtime/group.py)."""
+        if self.steps_trained:
+            return self.strategy.forward_backward(self.model, micro, loss_fn, self.ctx)
+        try:
+            fb = self.strategy.forward_backward(self.model, micro, loss_fn, self.ctx)
+        except UserModelError:
+            raise
+        except dist.DistError:
+            raise
+        except Exception as exc:
+            shapes = _shapes(micro[0]) if micro else "no micro-batch"
+            raise UserModelError(f"the first training step failed in the model or the loss "
+                                 f"({type(exc).__name__}: {exc}); batch {shapes}") from exc
+        self.steps_trained += 1
+        return fb
+
+    def _loss_spiked(self, loss: float | None) -> bool:
+        """Whether any rank's loss spiked (a collective when `fault_tolerance.loss_spike` is set):
+        every rank must skip the same updates, as with non-finite gradients."""
+        if self.spec.fault_tolerance.loss_spike is None:
+            return False
+        flag = torch.tensor([1.0 if self.spikes.is_spike(loss) else 0.0], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def _roll_back(self, step: int) -> "NonFiniteTraining":
+        """Too many bad steps in a row: record what the rollback changes (rank 0 writes the ledger,
+        every rank raises at the same step) and return the error that asks the supervisor for it."""
+        ft, bad = self.spec.fault_tolerance, self.skipped_in_a_row
+        first = step - bad + 1  # 1-based steps first..step went bad; step k draws batch_of(k - 1)
+        window = [self.batches.batch_of(first - 1), self.batches.batch_of(step - 1) + 1]
+        state = self.recovery or RecoveryState()
+        if ft.skip_data_on_rollback:
+            state.data_skips = [list(w) for w in sorted({tuple(w) for w in state.data_skips} | {tuple(window)})]
+        state.lr_scale *= ft.lr_backoff or 1.0
+        state.rollbacks.append({"at_step": step, "bad_steps": [first, step], "reason": self.skip_reason,
+                                "data_window": window if ft.skip_data_on_rollback else None,
+                                "lr_scale": state.lr_scale})
+        if self.rank == 0:
+            state.save(self.job_dir)
+        what = "non-finite" if self.skip_reason == "non_finite" else "loss-spike"
+        return NonFiniteTraining(f"{bad} bad steps in a row ({what} at step {step}): "
+                                 f"rolling back to the last checkpoint")
+
+    def _check_replicas_agree(self) -> None:
+        """Data-parallel replicas must hold identical parameters; compare a hash every N steps."""
+        every = self.spec.fault_tolerance.integrity_check_every
+        if not every or self.step % every or self.strategy.name != "ddp" or self.dp == 1:
+            return
+        digest = torch.tensor([parameter_digest(self.model)], dtype=torch.int64)
+        digests = [torch.zeros_like(digest) for _ in range(self.world_size)]
+        dist.all_gather(digests, digest)
+        values = [int(d) for d in digests]
+        if len(set(values)) > 1:
+            odd = [r for r, v in enumerate(values) if values.count(v) == 1]
+            raise SilentDataCorruption(f"replicas disagree on their parameters at step {self.step} "
+                                       f"(odd ranks: {odd}): restoring the last checkpoint")
+
+    def _step_loss(self, n_micro: int):
+        """The loss as strategies see it: with uneven shares, weight each micro-batch by its size.
+
+        Strategies divide by the number of micro-batches and DDP averages over dp ranks, so a
+        micro-batch of m samples must count m x dp / G (x n_micro to undo the division): the
+        gradient stays that of the global-batch mean and the reported per-rank losses still
+        average to the global loss.
+        """
+        if self.shares is None:
+            return self.loss_fn
+        scale = self.dp * n_micro / self.spec.train.global_batch_size
+        return lambda outputs, targets: self.loss_fn(outputs, targets) * (logits_of(outputs).shape[0] * scale)
+
+    def _compute_time(self, wall_busy: float, cpu: float) -> float:
+        """Time this rank spent computing, not waiting. On CPU that is CPU time (_cpu_clock):
+        unlike wall time it does not grow when other processes take the cores (a busy host is
+        not a slow rank). On GPU, wall time outside communication."""
+        return wall_busy if self.device.type == "cuda" else min(cpu, wall_busy) if wall_busy > 0 else cpu
+
+    def _clip_gradients(self) -> float | None:
+        max_norm = self.spec.train.grad_clip if self.spec.train.grad_clip is not None else math.inf
+        return self.strategy.clip_grad_norm(self.model, max_norm)
+
+    def _inject_slowness(self, step: int, wall_compute: float, cpu_compute: float) -> None:
+        factor = self.faults.slow_factor(step)
+        if factor > 1.0 and self.device.type == "cuda":
+            _busy_wait((factor - 1.0) * wall_compute)
+        elif factor > 1.0:
+            # A slower CPU: factor x the CPU work. Measured in CPU time, not wall time, which a busy
+            # host inflates (a wall-time slowdown fed back on itself once both ranks competed for cores).
+            _burn_cpu((factor - 1.0) * cpu_compute)
+
+    def evaluate(self) -> float:
+        # An SDP rank holds a subnetwork: its strategy assembles the whole model to evaluate (collective).
+        model = self.strategy.evaluation_model(self.model) if hasattr(self.strategy, "evaluation_model") else self.model
+        return validation_loss(model, self.val_batches, self.spec, self.dp_rank, self.dp, self.device)
+
+    # --- the loop --------------------------------------------------------
+
+    def run(self, emit: Callable[[dict], None], control: RankControl) -> dict:
+        spec = self.spec
+        every = spec.checkpoint.every_steps
+        while self.step < spec.train.steps:
+            try:
+                record = self.train_step().to_dict()
+                if record["skipped"]:
+                    record["skip_reason"] = self.skip_reason
+            except (NonFiniteTraining, SilentDataCorruption):
+                # Every replica raises at the same step: let the save in flight (a good state)
+                # become durable, so the rollback loses as little as possible.
+                self.checkpointer.wait()
+                raise
+            if spec.train.eval_every and self.step % spec.train.eval_every == 0:
+                record["val_loss"] = self.evaluate()
+            checkpointed = bool(every) and self.step % every == 0 and self.step < spec.train.steps
+            if checkpointed:
+                self._report_durable(emit, self.checkpointer.wait())  # at most one save in flight
+                self.checkpointer.save(self.model, self.optimizer, self.step)
+            stop, shares = (control.agree(self.device, may_stop=checkpointed)
+                            if agreement_due(spec, self.step, checkpointed) else (False, None))
+            emit({"kind": "step", **record})
+            if shares is not None:  # a live straggler rebalance: the next step splits the global batch anew
+                self.shares = shares
+                emit({"kind": "shares", "rank": self.rank, "step": self.step, "shares": shares})
+            if stop:  # preempted: stop after this checkpoint, which finish() makes durable
+                break
+            self._report_durable(emit, self.checkpointer.completed())
+        return self.finish(emit)
+
+    def _report_durable(self, emit: Callable[[dict], None], step: int | None) -> None:
+        if step is not None:
+            emit({"kind": "checkpoint", "rank": self.rank, "step": step,
+                  "duration_s": self.checkpointer.last_duration_s})
+
+    def finish(self, emit: Callable[[dict], None]) -> dict:
+        self._report_durable(emit, self.checkpointer.wait())
+        if self.step < self.spec.train.steps:
+            return {"stopped_at": self.step}
+        self.checkpointer.save(self.model, self.optimizer, self.step)
+        self.checkpointer.wait()
+        emit({"kind": "checkpoint", "rank": self.rank, "step": self.step, "duration_s": self.checkpointer.last_duration_s})
+        # A pipeline rank holds only its stages: its strategy gathers the whole model.
+        state = getattr(self.strategy, "full_model_state", checkpointing.full_model_state)(self.model)
+        result = {"step": self.step, "model_state_bytes": self.model_state_bytes, "val_loss": self.evaluate()}
+        if hasattr(self.strategy, "report"):  # SDP: masks, spectral gap, held fractions
+            result["sdp"] = self.strategy.report()
+        if self.rank == 0:
+            result["params_sha256"] = checkpointing.state_sha256(state)
+            result["export_path"] = str(checkpointing.export_model(
+                self.job_dir, state, {"job": self.spec.name, "step": self.step,
+                                      "spec": self.spec.model_dump(mode="json")}))
+            if isinstance(self.spec.model, HFModelSpec):  # also as transformers loads it: hf/ beside it
+                result["hf_export_path"] = str(save_pretrained(*hf_source(self.spec.model), state, self.job_dir / "hf"))
+        dist.barrier()
+        return result
+
+
+@torch.no_grad()
+def validation_loss(model, val_batches: GlobalBatches, spec: JobSpec, dp_rank: int, dp: int,
+                    device: torch.device = torch.device("cpu")) -> float:
+    """Mean loss of this rank's first micro-batch of `eval_batches` fixed validation batches.
+
+    The job's validation loss is the mean over data-parallel ranks of this value.
+    """
+    model.eval()
+    losses = []
+    for b in range(spec.train.eval_batches):
+        batch = next(val_batches.rank_microbatches(b, dp_rank, dp, spec.train.micro_batch_size))
+        inputs, targets = to_device(batch, device)
+        output = call_model(model, inputs, with_labels=spec.train.loss == "model")
+        losses.append(float(LOSSES[spec.train.loss](output, targets)))
+    model.train()
+    return sum(losses) / len(losses)
+
+
+class NonFiniteTraining(RuntimeError):
+    """Too many non-finite steps in a row: the supervisor rolls back to the last checkpoint."""
+
+
+class SilentDataCorruption(RuntimeError):
+    """Replicas that must be identical are not: the supervisor restores the last checkpoint."""
+
+
+def parameter_digest(model) -> int:
+    crc = 0
+    for p in model.parameters():
+        crc = zlib.crc32(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), crc)
+    return crc
+
+
+def _shapes(batch) -> str:
+    inputs, targets = batch
+    described = ({k: tuple(v.shape) for k, v in inputs.items()} if isinstance(inputs, dict)
+                 else tuple(inputs.shape))
+    return f"inputs {described}, targets {None if targets is None else tuple(targets.shape)}"
+
+
+def _poisoned(loss_fn):
+    return lambda outputs, targets: loss_fn(outputs, targets) * float("nan")
+
+
+def _scaled(loss_fn, factor: float):
+    return lambda outputs, targets: loss_fn(outputs, targets) * factor
+
+
+def _cpu_clock() -> float:
+    """CPU seconds of the computing thread: the training thread alone when torch computes on one
+    thread (Ray's RPC threads, gloo's communication and async checkpoint threads are not compute,
+    and on a busy host their share made clean ranks look slow); the whole process otherwise."""
+    return time.thread_time() if torch.get_num_threads() == 1 else time.process_time()
+
+
+def _burn_cpu(seconds: float) -> None:
+    end = _cpu_clock() + seconds
+    while _cpu_clock() < end:
+        pass
+
+
+def _busy_wait(seconds: float) -> None:
+    # Burn CPU rather than sleep: a degraded node computes slowly, it does not idle.
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
