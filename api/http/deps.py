@@ -10,31 +10,17 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
-from api.errors import ApiError
+from api.http.errors import ApiError
+from service import job_queries, tenancy
 from service.control import ControlPlane
-from service.db import repository as repo
-from service.db.models import utcnow
-
-
-@dataclass(frozen=True)
-class Principal:
-    tenant_id: str
-    token_id: int
-    token_name: str
-    scopes: frozenset[str]
-    expires_at: datetime | None = None
-
-    @property
-    def is_admin(self) -> bool:
-        return "admin" in self.scopes
+from service.db.repository import hash_token
+from service.records import JobRecord, Principal
 
 
 # The cheap dependencies are `async def`: FastAPI runs a plain `def` dependency in the thread
@@ -83,13 +69,7 @@ UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
 def _lookup(plane: ControlPlane, token: str) -> Principal | str:
     """The principal, or why the token is refused."""
     with plane.sessions() as s:
-        row = repo.token_row(s, token)
-    if row is None or row.revoked_at is not None:
-        return "authorization: unknown or revoked token"
-    if not repo.token_usable(row):
-        return f"authorization: token expired at {repo.aware(row.expires_at).isoformat()}"
-    return Principal(row.tenant_id, row.id, row.name, frozenset(row.scopes.split(",")) - {""},
-                     repo.aware(row.expires_at))
+        return tenancy.authenticate(s, token)
 
 
 async def get_principal(request: Request, plane: PlaneDep) -> Principal:
@@ -101,7 +81,7 @@ async def get_principal(request: Request, plane: PlaneDep) -> Principal:
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "authorization: must be 'Bearer <token>'", headers=UNAUTHORIZED)
     token = token.strip()
-    key = repo.hash_token(token)
+    key = hash_token(token)
     principal = token_cache.get(key)
     if principal is None:
         found = await run_in_threadpool(_lookup, plane, token)
@@ -109,7 +89,7 @@ async def get_principal(request: Request, plane: PlaneDep) -> Principal:
             raise ApiError(401, found, headers=UNAUTHORIZED)
         principal = found
         token_cache.put(key, principal, plane.settings.auth_cache_s)
-    if principal.expires_at is not None and principal.expires_at <= utcnow():
+    if principal.expired():
         raise ApiError(401, f"authorization: token expired at {principal.expires_at.isoformat()}", headers=UNAUTHORIZED)
     limiter = getattr(request.app.state, "rate_limiter", None)
     if limiter is not None and (wait := limiter.take(principal.token_id)) is not None:
@@ -149,9 +129,9 @@ async def require_by_method(request: Request, principal: PrincipalDep) -> Princi
 AdminDep = Annotated[Principal, Depends(require("admin"))]
 
 
-def job_or_404(s: Session, job_id: str, principal: Principal):
+def job_or_404(s: Session, job_id: str, principal: Principal) -> JobRecord:
     """Another tenant's job is indistinguishable from a missing one."""
-    job = repo.get_job(s, job_id, tenant_id=principal.tenant_id)
+    job = job_queries.get_job(s, job_id, principal.tenant_id)
     if job is None:
         raise job_not_found(job_id)
     return job

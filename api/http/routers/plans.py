@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from api.deps import PlaneDep, PrincipalDep
-from api.routers.jobs import _decode
+from api.http.deps import PlaneDep, PrincipalDep
+from api.http.spec_body import decode_spec_body
 from workers.parallel.planner import plan
 from workers.spec_loading import parse_spec
 
@@ -24,7 +24,7 @@ async def create_plan(
     """Every valid layout of the spec's workers with predicted per-rank model-state, activation and
     communication bytes per step and step cost, and the one `parallel: auto` would choose.
     The spec's own `parallel` block is ignored; nothing is queued."""
-    data = _decode(await request.body())
+    data = decode_spec_body(await request.body())
     data.pop("parallel", None)
     result = await run_in_threadpool(plan, data, memory_gib)
     if not result.candidates:  # no layout passes the rules: report the spec's own errors (422)

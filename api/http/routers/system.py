@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
-from api.deps import PlaneDep
+from api.http.deps import PlaneDep
 from service.metrics import render
 
 router = APIRouter(tags=["system"])

@@ -7,14 +7,14 @@ from contextlib import asynccontextmanager
 import anyio.to_thread
 from fastapi import Depends, FastAPI
 
-from api.audit import AuditMiddleware
-from api.deps import require, require_by_method
-from api.errors import install_error_handlers
-from api.job_read_fast_path import JobReadFastPath
-from api.limits import BodyLimitMiddleware
-from api.ratelimit import TokenBuckets
-from api.request_metrics import RequestMetricsMiddleware
-from api.routers import artifacts, audit, jobs, plans, system, tenants, tokens
+from api.http.audit import AuditMiddleware
+from api.http.deps import require, require_by_method
+from api.http.errors import install_error_handlers
+from api.http.job_read_fast_path import JobReadFastPath
+from api.http.limits import BodyLimitMiddleware
+from api.http.ratelimit import TokenBuckets
+from api.http.request_metrics import RequestMetricsMiddleware
+from api.http.routers import artifacts, audit, jobs, plans, system, tenants, tokens
 from service.control import ControlPlane
 from service.settings import Settings, get_settings
 from service.shared_state import SharedState
@@ -22,7 +22,7 @@ from service.shared_state import SharedState
 
 def create_app(settings: Settings | None = None, shared: SharedState | None = None, api_only: bool = False,
                on_started=None) -> FastAPI:
-    """shared/api_only: one process of `trainyard serve --workers N` (api/processes.py);
+    """shared/api_only: one process of `trainyard serve --workers N` (api/cli/processes.py);
     on_started(plane) runs once the control plane is up (the primary starts its API workers then)."""
     settings = settings or get_settings()
 
@@ -58,7 +58,8 @@ def create_app(settings: Settings | None = None, shared: SharedState | None = No
 
     app.add_middleware(RequestMetricsMiddleware, observe=observe)  # outermost: times the 413s too
     # Every /v1 route's scope, in one place: job reads need read, submit and cancel need submit,
-    # administration needs admin (tests/api/test_tenancy_scopes.py checks every route).
+    # administration needs admin (tests/api/test_tenancy.py::test_every_route_checks_its_scope
+    # checks every route).
     app.include_router(system.router)
     app.include_router(jobs.router, dependencies=[Depends(require_by_method)])
     app.include_router(artifacts.router, dependencies=[Depends(require("read"))])

@@ -1,4 +1,4 @@
-"""The OpenAPI document states what api/errors.py sends: every error is an ErrorOut.
+"""The OpenAPI document states what api/http/errors.py sends: every error is an ErrorOut.
 
 FastAPI documents only the success answer and its own 422 shape. Clients (and the
 schemathesis fuzz test) need the truth: bearer auth on /v1, and the 4xx answers

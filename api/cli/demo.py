@@ -23,10 +23,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from api.client import ApiFailure, Client
-from api.follow import follow_jobs
+from api.cli.client import ApiFailure, Client
+from api.cli.follow import follow_jobs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (api/cli/demo.py)
 console = Console()
 
 

@@ -8,16 +8,20 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, Path, Query, Request
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from api.deps import AdminDep, PlaneDep, SessionDep, token_cache
-from api.errors import ApiError
-from api.routers.tenants import tenant_or_404
-from api.schemas import iso
-from service.db import repository as repo
-from service.db.models import ApiToken, utcnow
+from api.http.deps import AdminDep, PlaneDep, SessionDep, token_cache
+from api.http.errors import ApiError
+from api.http.routers.tenants import tenant_or_404
+from api.http.schemas import token_out
+from service import tenancy
+from service.db.repository import NotFound
 
 router = APIRouter(prefix="/v1/tokens", tags=["admin"])
 Scope = Literal["read", "submit", "admin"]
 MAX_LIFETIME = timedelta(days=10 * 365)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 class TokenIn(BaseModel):
@@ -43,19 +47,12 @@ class TokenIn(BaseModel):
         return self.expires_at.astimezone(timezone.utc) if self.expires_at else None  # stored as UTC
 
 
-def token_out(t: ApiToken) -> dict:
-    expires = repo.aware(t.expires_at)
-    return {"id": t.id, "tenant_id": t.tenant_id, "name": t.name, "scopes": t.scopes.split(","),
-            "created_at": iso(t.created_at), "expires_at": iso(expires), "revoked_at": iso(t.revoked_at),
-            "active": repo.token_usable(t)}
-
-
 @router.post("", status_code=201)
 def create_token(body: Annotated[TokenIn, Body()], request: Request, plane: PlaneDep, _: AdminDep) -> dict:
     """A new token for a tenant. The secret is in this answer only; the service keeps its hash."""
     with plane.sessions.begin() as s:
         tenant = tenant_or_404(s, body.tenant)
-        row, secret = repo.create_token(s, tenant, body.name, body.scopes, body.expiry())
+        row, secret = tenancy.create_token(s, tenant, body.name, body.scopes, body.expiry())
         request.state.audit_target, request.state.audit_target_tenant = str(row.id), tenant.id
         return {**token_out(row), "token": secret}
 
@@ -64,7 +61,7 @@ def create_token(body: Annotated[TokenIn, Body()], request: Request, plane: Plan
 def list_tokens(s: SessionDep, _: AdminDep,
                 tenant: Annotated[str | None, Query(description="only this tenant's (id or name)")] = None) -> dict:
     tenant_id = tenant_or_404(s, tenant).id if tenant else None
-    return {"tokens": [token_out(t) for t in repo.list_tokens(s, tenant_id)]}
+    return {"tokens": [token_out(t) for t in tenancy.list_tokens(s, tenant_id)]}
 
 
 @router.delete("/{token_id}")
@@ -77,10 +74,10 @@ def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**31 - 1)], request: Re
                             "admin token", [{"field": "token_id", "message": "the calling token cannot revoke itself"}])
     try:
         with plane.sessions.begin() as s:
-            row = repo.revoke_token(s, token_id)
+            row = tenancy.revoke_token(s, token_id)
             request.state.audit_target_tenant = row.tenant_id
             out = token_out(row)
-    except repo.NotFound as exc:
+    except NotFound as exc:
         raise ApiError(404, str(exc)) from None
     token_cache.clear()  # this replica forgets every cached token: the revoked one is looked up again
     return out

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.db.repository import IdempotencyConflict, QuotaExceeded
+from service.admission.refusals import Conflict, InvalidRequest, NotAllowed, OverQuota, Refusal
 from service.lifecycle import IllegalTransition
 from workers.spec import SpecError, format_validation_error
 
@@ -32,6 +32,19 @@ def error_response(status: int, message: str, errors: list[dict] | None = None, 
     return JSONResponse({"detail": message, "errors": errors or []}, status_code=status, headers=headers)
 
 
+# A service refusal's kind -> its status and extra headers (the first class it is an instance of).
+REFUSAL_STATUS: tuple[tuple[type[Refusal], int, dict | None], ...] = (
+    (NotAllowed, 403, None), (InvalidRequest, 422, None), (Conflict, 409, None),
+    (OverQuota, 429, {"Retry-After": "30"}),  # a quota frees up as jobs finish
+)
+
+
+def refusal_response(exc: Refusal) -> JSONResponse:
+    status, headers = next(((code, h) for kind, code, h in REFUSAL_STATUS if isinstance(exc, kind)), (400, None))
+    errors = [{"field": exc.field, "message": exc.rule}] if exc.field else []
+    return error_response(status, exc.message, errors, headers)
+
+
 def _request_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
     errors = []
     for e in exc.errors():
@@ -46,7 +59,7 @@ def _spec_validation(_: Request, exc: ValidationError | SpecError) -> JSONRespon
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    from api.error_schema import install_error_schema
+    from api.http.error_schema import install_error_schema
 
     install_error_schema(app)  # the OpenAPI document declares these answers
     app.add_exception_handler(RequestValidationError, _request_validation)
@@ -61,13 +74,7 @@ def install_error_handlers(app: FastAPI) -> None:
     def _illegal(_: Request, exc: IllegalTransition) -> JSONResponse:
         return error_response(409, str(exc), [{"field": "state", "message": str(exc)}])
 
-    @app.exception_handler(QuotaExceeded)
-    def _quota(_: Request, exc: QuotaExceeded) -> JSONResponse:
-        return error_response(429, str(exc), headers={"Retry-After": "30"})
-
-    @app.exception_handler(IdempotencyConflict)
-    def _conflict(_: Request, exc: IdempotencyConflict) -> JSONResponse:
-        return error_response(409, str(exc))
+    app.add_exception_handler(Refusal, lambda _, exc: refusal_response(exc))
 
     @app.exception_handler(DataError)
     def _data(_: Request, exc: DataError) -> JSONResponse:

@@ -14,12 +14,12 @@ import asyncio
 import json
 import logging
 
-from service.db import repository as repo
+from service.admission.audit import SUBMIT, audit_record, write_audit
 
 log = logging.getLogger("trainyard.audit")
 CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
 ACTIONS = {
-    ("POST", "/v1/jobs"): "job.submit",
+    ("POST", "/v1/jobs"): SUBMIT,
     ("POST", "/v1/jobs/{job_id}/cancel"): "job.cancel",
     ("POST", "/v1/tenants"): "tenant.create",
     ("PATCH", "/v1/tenants/{tenant_id}"): "tenant.update",
@@ -27,23 +27,8 @@ ACTIONS = {
     ("DELETE", "/v1/tokens/{token_id}"): "token.revoke",
 }
 UNAUDITED = {"/v1/plans"}  # dry runs: nothing changes
-
-
-def outcome_of(status: int) -> str:
-    if status < 400:
-        return "ok"
-    if status in (401, 403):
-        return "denied"
-    return "error" if status >= 500 else "rejected"
-
-
-def audit_record(principal, method: str, route: str, status: int, target: str, detail: str = "",
-                 target_tenant_id: str | None = None) -> dict:
-    """The audit record's columns. A handler that writes its own record in its transaction (the
-    submit does: one commit for the job and its record) sets `request.state.audited`."""
-    return dict(tenant_id=principal.tenant_id, token_id=principal.token_id, token_name=principal.token_name,
-                action=ACTIONS.get((method, route), f"{method} {route}")[:32], target=str(target)[:128] or None,
-                target_tenant_id=target_tenant_id, status=status, outcome=outcome_of(status), detail=detail)
+# A handler that writes its own record in its transaction (a submit: service/admission/submit.py)
+# sets `request.state.audited`.
 
 
 class AuditMiddleware:
@@ -81,11 +66,12 @@ class AuditMiddleware:
             except (ValueError, AttributeError):
                 detail = body[:200].decode(errors="replace")
         params = scope.get("path_params") or {}
-        record = audit_record(principal, scope["method"], route or scope["path"], status,
+        method, path = scope["method"], route or scope["path"]
+        record = audit_record(principal, ACTIONS.get((method, path), f"{method} {path}"), status,
                               state.get("audit_target") or next(iter(params.values()), ""), detail,
                               state.get("audit_target_tenant", principal.tenant_id if (route or "").startswith("/v1/jobs") else None))
         plane = scope["app"].state.plane
-        try:  # committed with other requests' records and submits (service/db/group_commit.py)
-            await asyncio.wrap_future(plane.writes.submit(lambda s: repo.add_audit(s, **record)))
+        try:
+            await asyncio.wrap_future(write_audit(plane.writes, record))
         except Exception:  # the call itself is done; a lost audit record is logged, not a failed request
             log.exception("writing the audit record %s failed", record)

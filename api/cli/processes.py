@@ -35,7 +35,7 @@ def run_uvicorn(app, options: dict, read_timeout_s: float, sockets: list[socket.
                 host: str | None = None, port: int | None = None) -> None:
     import uvicorn
 
-    from api.slow_clients import bounded_http
+    from api.http.slow_clients import bounded_http
 
     config = uvicorn.Config(app, host=host or "127.0.0.1", port=port or 8600, http=bounded_http(read_timeout_s),
                             **options)
@@ -55,7 +55,7 @@ def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
 
 def serve_processes(settings, host: str, port: int, workers: int) -> None:
     """Run the primary in this process and `workers - 1` API workers beside it."""
-    from api.app import create_app
+    from api.http.app import create_app
     from service.shared_state import SharedState
 
     ctx = mp.get_context("spawn")  # never fork a process that holds threads and a Ray connection
@@ -132,7 +132,7 @@ class ApiWorkers:
 
 
 def api_worker_main(address: tuple[str, int], shared, options: dict, read_timeout_s: float) -> None:
-    from api.app import create_app
+    from api.http.app import create_app
     from service.settings import get_settings
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)

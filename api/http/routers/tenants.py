@@ -7,11 +7,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import AdminDep, PlaneDep, SessionDep
-from api.errors import ApiError
-from api.schemas import iso
-from service.db import repository as repo
-from service.db.models import Tenant
+from api.http.deps import AdminDep, PlaneDep, SessionDep
+from api.http.errors import ApiError
+from api.http.schemas import tenant_out
+from service import tenancy
+from service.records import TenantRecord
 
 router = APIRouter(prefix="/v1/tenants", tags=["admin"])
 
@@ -33,37 +33,36 @@ class TenantPatch(Quotas):
     """Only the fields sent change; send null to lift a limit."""
 
 
-def tenant_out(t: Tenant) -> dict:
-    return {"id": t.id, "name": t.name, "created_at": iso(t.created_at), "max_workers": t.max_workers,
-            "max_queued_jobs": t.max_queued_jobs, "quota_mode": t.quota_mode, "allow_user_code": t.allow_user_code}
-
-
-def tenant_or_404(s, id_or_name: str) -> Tenant:
-    tenant = repo.find_tenant(s, id_or_name)
+def tenant_or_404(s, id_or_name: str) -> TenantRecord:
+    tenant = tenancy.find_tenant(s, id_or_name)
     if tenant is None:
-        raise ApiError(404, f"tenant {id_or_name!r} not found")
+        raise tenant_not_found(id_or_name)
     return tenant
+
+
+def tenant_not_found(id_or_name: str) -> ApiError:
+    return ApiError(404, f"tenant {id_or_name!r} not found")
 
 
 @router.post("", status_code=201)
 def create_tenant(body: Annotated[TenantIn, Body()], request: Request, plane: PlaneDep, _: AdminDep) -> dict:
     """A new tenant, its quotas, and its first token (scopes read and submit; shown once, stored hashed)."""
     with plane.sessions.begin() as s:
-        tenant, token = repo.create_tenant(s, body.name, **body.model_dump(exclude={"name"}))
+        tenant, token = tenancy.create_tenant(s, body.name, **body.model_dump(exclude={"name"}))
         request.state.audit_target = request.state.audit_target_tenant = tenant.id
         return {**tenant_out(tenant), "token": token}
 
 
 @router.get("")
 def list_tenants(s: SessionDep, _: AdminDep) -> dict:
-    return {"tenants": [tenant_out(t) for t in repo.list_tenants(s)]}
+    return {"tenants": [tenant_out(t) for t in tenancy.list_tenants(s)]}
 
 
 @router.get("/{tenant_id}")
 def get_tenant(tenant_id: str, s: SessionDep, _: AdminDep) -> dict:
     """A tenant (by id or name) with what it uses now against its quotas."""
     tenant = tenant_or_404(s, tenant_id)
-    usage = repo.tenant_usage(s, tenant.id)
+    usage = tenancy.tenant_usage(s, tenant.id)
     return {**tenant_out(tenant), "usage": {"queued_jobs": usage.queued, "running_workers": usage.active_workers,
                                             "queued_workers": usage.queued_workers}}
 
@@ -74,8 +73,8 @@ def update_tenant(tenant_id: str, body: Annotated[TenantPatch, Body()], request:
     """Change quotas or allow_user_code (by id or name). Jobs already accepted stay; the scheduler
     applies a new max_workers from its next tick."""
     with plane.sessions.begin() as s:
-        tenant = tenant_or_404(s, tenant_id)
+        tenant = tenancy.update_tenant(s, tenant_id, body.model_dump(exclude_unset=True))
+        if tenant is None:
+            raise tenant_not_found(tenant_id)
         request.state.audit_target = request.state.audit_target_tenant = tenant.id
-        for field, value in body.model_dump(exclude_unset=True).items():
-            setattr(tenant, field, value)
         return tenant_out(tenant)

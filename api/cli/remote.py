@@ -9,22 +9,11 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.console import Console
 from rich.table import Column, Table
 
-from api.client import ApiFailure, Client
-from api.follow import TERMINAL, follow_jobs
-
-out = Console()
-err = Console(stderr=True)
-
-
-def _fail(exc: ApiFailure) -> typer.Exit:
-    err.print(f"[red]error{f' {exc.status}' if exc.status else ''}:[/red] {exc.message}")
-    for e in exc.errors:
-        if e.get("message") and e["message"] not in exc.message:
-            err.print(f"  {e['message']}")
-    return typer.Exit(2 if exc.status == 422 else 1)
+from api.cli.client import ApiFailure, Client
+from api.cli.follow import TERMINAL, follow_jobs
+from api.cli.output import err, fail, out
 
 
 def _num(value, fmt=".4g") -> str:
@@ -40,11 +29,11 @@ def serve(
     """Run the control plane (REST API, scheduler, reconciler) in the foreground."""
     import logging
 
-    from api.app import create_app
-    from api.processes import LOG_FORMAT, run_uvicorn, serve_processes, uvicorn_options
+    from api.cli.processes import LOG_FORMAT, run_uvicorn, serve_processes, uvicorn_options
+    from api.http.app import create_app
     from service.settings import get_settings
 
-    settings = get_settings()  # invalid: api/cli.py main() says which variable and exits 2
+    settings = get_settings()  # invalid: api/cli/commands.py main() says which variable and exits 2
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     host, port, workers = host or settings.host, port or settings.port, workers or settings.api_workers
     if workers > 1:
@@ -80,7 +69,7 @@ def submit(
             if job["state"] != "SUCCEEDED":
                 raise typer.Exit(1)
     except ApiFailure as exc:
-        raise _fail(exc)
+        raise fail(exc)
 
 
 def list_jobs(
@@ -92,7 +81,7 @@ def list_jobs(
     try:
         jobs = Client().jobs(state, limit)
     except ApiFailure as exc:
-        raise _fail(exc)
+        raise fail(exc)
     if as_json:
         print(json.dumps(jobs))
         return
@@ -124,7 +113,7 @@ def get(job_id: Annotated[str, typer.Argument(metavar="ID")],
     try:
         job = Client().job(job_id)
     except ApiFailure as exc:
-        raise _fail(exc)
+        raise fail(exc)
     print(json.dumps(job)) if as_json else print_job(job)
 
 
@@ -140,7 +129,7 @@ def cancel(job_id: Annotated[str, typer.Argument(metavar="ID")],
             time.sleep(0.5)
             job = client.job(job_id)
     except ApiFailure as exc:
-        raise _fail(exc)
+        raise fail(exc)
     out.print(f"job {job_id}: {job['state']}{' (cancel requested)' if job['state'] not in TERMINAL else ''}")
 
 
@@ -150,7 +139,7 @@ def events(job_id: Annotated[str, typer.Argument(metavar="ID")],
     try:
         rows = Client().events(job_id)
     except ApiFailure as exc:
-        raise _fail(exc)
+        raise fail(exc)
     if as_json:
         print(json.dumps(rows))
         return
@@ -174,10 +163,10 @@ def logs(job_id: Annotated[str, typer.Argument(metavar="ID")],
         else:
             sys.stdout.write(client.logs(job_id, rank, tail))
     except ApiFailure as exc:
-        raise _fail(exc)
+        raise fail(exc)
 
 
-def register(app: typer.Typer) -> None:
+def register_remote(app: typer.Typer) -> None:
     app.command()(serve)
     app.command()(submit)
     app.command("list")(list_jobs)
@@ -185,6 +174,3 @@ def register(app: typer.Typer) -> None:
     app.command()(cancel)
     app.command()(events)
     app.command()(logs)
-    from api.admin_cli import register_admin  # it uses this module's helpers
-
-    register_admin(app)

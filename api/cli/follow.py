@@ -7,7 +7,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from api.client import Client
+from api.cli.client import Client
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 

@@ -17,13 +17,12 @@ from types import SimpleNamespace
 import orjson
 from anyio import to_thread
 
-from api.deps import token_cache
-from api.schemas import job_out
-from service.db import repository as repo
-from service.db.models import utcnow
+from api.http.deps import token_cache
+from api.http.schemas import job_out
+from service.db.repository import hash_token
 
 PREFIX = "/v1/jobs/"
-ROUTE = SimpleNamespace(path=PREFIX + "{job_id}")  # what api/request_metrics.py labels a request by
+ROUTE = SimpleNamespace(path=PREFIX + "{job_id}")  # what api/http/request_metrics.py labels a request by
 HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -55,9 +54,8 @@ class JobReadFastPath:
                     return None
             elif (name == b"content-length" and value != b"0") or name == b"transfer-encoding":
                 return None  # a GET with a body: the full app's limits apply
-        principal = token and token_cache.get(repo.hash_token(token.strip()))
-        if not principal or "read" not in principal.scopes or (
-                principal.expires_at is not None and principal.expires_at <= utcnow()):
+        principal = token and token_cache.get(hash_token(token.strip()))
+        if not principal or "read" not in principal.scopes or principal.expired():
             return None
         app = scope["app"]
         limiter = getattr(app.state, "rate_limiter", None)

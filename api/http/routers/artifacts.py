@@ -10,12 +10,12 @@ from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 
-from api.deps import PlaneDep, Principal, PrincipalDep, SessionDep, job_or_404
-from api.errors import ApiError
-from api.schemas import checkpoint_out, event_out, metric_out
+from api.http.deps import PlaneDep, Principal, PrincipalDep, SessionDep, job_or_404
+from api.http.errors import ApiError
+from api.http.schemas import checkpoint_out, event_out, metric_out
+from service import job_queries
 from service.control import ControlPlane
-from service.db import repository as repo
-from service.lifecycle import TERMINAL
+from service.db.repository import metric_stride
 from workers.parallel.pipeline.bubble import spec_theoretical_bubble
 from workers.spec import JobSpec
 
@@ -29,7 +29,7 @@ def events(job_id: str, s: SessionDep, principal: PrincipalDep,
            after: Annotated[int, Query(ge=0, description="only events with a larger id")] = 0,
            limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> dict:
     job_or_404(s, job_id, principal)
-    return {"job_id": job_id, "events": [event_out(e) for e in repo.list_events(s, job_id, after, limit)]}
+    return {"job_id": job_id, "events": [event_out(e) for e in job_queries.list_events(s, job_id, after, limit)]}
 
 
 @router.get("/metrics")
@@ -39,11 +39,11 @@ def metrics(job_id: str, plane: PlaneDep, s: SessionDep, principal: PrincipalDep
     job = job_or_404(s, job_id, principal)
     # The schedule's ideal bubble beside each measured one, so a user sees measured vs ideal per step.
     theory = spec_theoretical_bubble(JobSpec.model_validate(job.spec))
-    points = [metric_out(m) for m in repo.list_metrics(s, job_id, after_step, limit)]
+    points = [metric_out(m) for m in job_queries.list_metrics(s, job_id, after_step, limit)]
     for point in points:
         point["bubble_fraction_theoretical"] = theory if point["bubble_fraction"] is not None else None
     return {"job_id": job_id, "total_steps": job.total_steps, "bubble_fraction_theoretical": theory,
-            "stride": repo.metric_stride(job.total_steps, plane.settings.metrics_max_points), "points": points}
+            "stride": metric_stride(job.total_steps, plane.settings.metrics_max_points), "points": points}
 
 
 def _log_path(plane: ControlPlane, job, rank: str) -> Path:
@@ -105,8 +105,7 @@ def _read_from(path: Path, offset: int) -> bytes:
 
 def _ended(plane: ControlPlane, job_id: str) -> bool:
     with plane.sessions() as s:
-        job = repo.get_job(s, job_id)
-        return job is None or job.state in TERMINAL
+        return job_queries.job_ended(s, job_id)
 
 
 def _owned_job(plane: ControlPlane, job_id: str, principal: Principal):
@@ -117,7 +116,7 @@ def _owned_job(plane: ControlPlane, job_id: str, principal: Principal):
 @router.get("/checkpoints")
 def checkpoints(job_id: str, plane: PlaneDep, s: SessionDep, principal: PrincipalDep) -> dict:
     job = job_or_404(s, job_id, principal)
-    listed = {c.step: checkpoint_out(c, Path(c.path).exists()) for c in repo.list_checkpoints(s, job.id)}
+    listed = {c.step: checkpoint_out(c, Path(c.path).exists()) for c in job_queries.list_checkpoints(s, job.id)}
     ckpt_dir = plane.settings.job_dir(job.id) / "checkpoints"
     for path in sorted(ckpt_dir.glob("step-*")) if ckpt_dir.is_dir() else []:  # on disk but not reported (yet)
         step = int(path.name.removeprefix("step-")) if path.name.removeprefix("step-").isdigit() else None

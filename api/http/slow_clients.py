@@ -4,7 +4,7 @@ uvicorn closes idle keep-alive connections (`timeout_keep_alive`), but any byte 
 cancels that timer, so a client that sends part of its headers and stalls would hold its
 connection forever. This protocol closes a connection whose next request head has not
 fully arrived `timeout_s` after the connection opened or the previous response ended.
-The request body has its own bound (api/limits.py: 408).
+The request body has its own bound (api/http/limits.py: 408).
 
 It wraps uvicorn's httptools protocol (C parser, several times cheaper per request than
 h11) when httptools is installed, else the pure-Python h11 one; both make a new `cycle`

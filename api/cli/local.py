@@ -1,10 +1,9 @@
-"""The `trainyard` command line."""
+"""`trainyard run | schema | validate | plan`: the commands that need no server."""
 
 from __future__ import annotations
 
 import json
 import secrets
-import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -13,11 +12,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from api.cli.output import err
 from workers.spec import SPEC_ERRORS, JobSpec, format_validation_error
 from workers.spec_loading import load_spec
-
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Trainyard: distributed training jobs on Ray.")
-err = Console(stderr=True)
 
 
 def read_spec_or_exit(path: Path, allow_fault_injection: bool | None = None) -> JobSpec:
@@ -32,7 +29,6 @@ def read_spec_or_exit(path: Path, allow_fault_injection: bool | None = None) -> 
         raise typer.Exit(2)
 
 
-@app.command()
 def run(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec")],
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON summary object")] = False,
@@ -83,7 +79,7 @@ def _run_job(spec: JobSpec, job_dir: Path, job_id: str, as_json: bool) -> dict:
         summary = JobRun(spec, job_dir, job_id).run()
         print(json.dumps(summary))
         return summary
-    from api.progress import RunProgress
+    from api.cli.progress import RunProgress
 
     console = Console()
     with RunProgress(spec.train.steps, console) as progress:
@@ -103,13 +99,11 @@ def print_summary(console: Console, summary: dict) -> None:
     console.print(table)
 
 
-@app.command()
 def schema() -> None:
     """Print the JobSpec JSON Schema."""
     print(json.dumps(JobSpec.model_json_schema(), indent=2))
 
 
-@app.command()
 def validate(spec_path: Annotated[Path, typer.Argument(metavar="SPEC")]) -> None:
     """Check SPEC against every rule and print the resolved spec."""
     from service.settings import get_settings
@@ -118,7 +112,6 @@ def validate(spec_path: Annotated[Path, typer.Argument(metavar="SPEC")]) -> None
     print(json.dumps(spec.model_dump(mode="json"), indent=2))
 
 
-@app.command()
 def plan(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec; its parallel block is ignored")],
     memory_gib: Annotated[float | None, typer.Option("--memory-gib", help="per-worker memory budget "
@@ -159,21 +152,6 @@ def plan(
     raise typer.Exit(0 if result.chosen else 1)
 
 
-from api.remote import register  # noqa: E402  (serve, submit, list, get, cancel, events, logs)
-
-register(app)
-
-
-def main() -> None:  # pragma: no cover
-    from service.settings import InvalidSettings
-
-    try:
-        app()
-    except InvalidSettings as exc:  # from any command: serve, run, or a client command's token lookup
-        for line in exc.lines:
-            err.print(f"[red]invalid setting[/red] {line}", soft_wrap=True)
-        sys.exit(2)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def register_local(app: typer.Typer) -> None:
+    for command in (run, schema, validate, plan):
+        app.command()(command)

@@ -6,19 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import AdminDep, SessionDep
-from api.routers.tenants import tenant_or_404
-from api.schemas import iso
-from service.db import repository as repo
-from service.db.models import AuditRecord
+from api.http.deps import AdminDep, SessionDep
+from api.http.routers.tenants import tenant_or_404
+from api.http.schemas import audit_out
+from service import tenancy
 
 router = APIRouter(prefix="/v1/audit", tags=["admin"])
-
-
-def audit_out(r: AuditRecord) -> dict:
-    return {"id": r.id, "ts": iso(r.ts), "tenant_id": r.tenant_id, "token_id": r.token_id, "token_name": r.token_name,
-            "action": r.action, "target": r.target, "target_tenant_id": r.target_tenant_id, "status": r.status,
-            "outcome": r.outcome, "detail": r.detail}
 
 
 @router.get("")
@@ -29,4 +22,4 @@ def audit_log(s: SessionDep, _: AdminDep,
               limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> dict:
     """State-changing calls, oldest first: who (tenant, token), what, when, target, outcome."""
     tenant_id = tenant_or_404(s, tenant).id if tenant else None
-    return {"records": [audit_out(r) for r in repo.list_audit(s, tenant_id, action, after, limit)]}
+    return {"records": [audit_out(r) for r in tenancy.list_audit(s, tenant_id, action, after, limit)]}

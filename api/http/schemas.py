@@ -1,12 +1,14 @@
-"""JSON shapes of the API's answers (plain dicts, built once per row)."""
+"""JSON shapes of the API's answers (plain dicts, built once per record)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from service.db.models import Checkpoint, Job, JobEvent, JobMetric
+from service.db.job_reader import JobRow
 from service.db.repository import METRIC_FIELDS
 from service.lifecycle import JobState
+from service.records import (AuditEntry, CheckpointRecord, EventRecord, JobRecord, MetricRecord, TenantRecord,
+                             TokenRecord)
 
 
 def iso(ts: datetime | None) -> str | None:
@@ -17,7 +19,7 @@ def iso(ts: datetime | None) -> str | None:
     return ts.isoformat()
 
 
-def job_out(job: Job, full: bool = True) -> dict:
+def job_out(job: JobRecord | JobRow, full: bool = True) -> dict:
     running = job.state == JobState.RUNNING
     eta = (job.total_steps - job.step) * job.step_time_s if running and job.step_time_s else None
     out = {
@@ -38,13 +40,30 @@ def job_out(job: Job, full: bool = True) -> dict:
     return out
 
 
-def event_out(e: JobEvent) -> dict:
+def event_out(e: EventRecord) -> dict:
     return {"id": e.id, "ts": iso(e.ts), "kind": e.kind, "state": e.state, "message": e.message, "data": e.data}
 
 
-def metric_out(m: JobMetric) -> dict:
+def metric_out(m: MetricRecord) -> dict:
     return {"step": m.step, "ts": m.ts, **{k: getattr(m, k) for k in METRIC_FIELDS}}
 
 
-def checkpoint_out(c: Checkpoint, available: bool) -> dict:
+def checkpoint_out(c: CheckpointRecord, available: bool) -> dict:
     return {"step": c.step, "path": c.path, "created_at": iso(c.created_at), "available": available}
+
+
+def tenant_out(t: TenantRecord) -> dict:
+    return {"id": t.id, "name": t.name, "created_at": iso(t.created_at), "max_workers": t.max_workers,
+            "max_queued_jobs": t.max_queued_jobs, "quota_mode": t.quota_mode, "allow_user_code": t.allow_user_code}
+
+
+def token_out(t: TokenRecord) -> dict:
+    return {"id": t.id, "tenant_id": t.tenant_id, "name": t.name, "scopes": list(t.scopes),
+            "created_at": iso(t.created_at), "expires_at": iso(t.expires_at), "revoked_at": iso(t.revoked_at),
+            "active": t.active}
+
+
+def audit_out(r: AuditEntry) -> dict:
+    return {"id": r.id, "ts": iso(r.ts), "tenant_id": r.tenant_id, "token_id": r.token_id, "token_name": r.token_name,
+            "action": r.action, "target": r.target, "target_tenant_id": r.target_tenant_id, "status": r.status,
+            "outcome": r.outcome, "detail": r.detail}

@@ -9,15 +9,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from api.client import ApiFailure, Client
-from api.remote import _fail, out
+from api.cli.client import ApiFailure, Client
+from api.cli.output import fail, out
 
 
 def _call(method: str, path: str, **kwargs) -> dict:
     try:
         return Client().request(method, path, **kwargs).json()
     except ApiFailure as exc:
-        raise _fail(exc)
+        raise fail(exc)
 
 
 def _quotas(max_workers, max_queued_jobs, quota_mode, allow_user_code) -> dict:
