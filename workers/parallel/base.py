@@ -95,7 +95,8 @@ class Strategy(Protocol):
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         """The optimiser over this rank's parameters (or parameter shards)."""
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         """Accumulate gradients over the micro-batches; gradients are synchronised when it returns."""
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:

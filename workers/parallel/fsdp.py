@@ -103,7 +103,8 @@ class FSDPStrategy:
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         return fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:

@@ -93,7 +93,8 @@ class LocalSGDStrategy:
         return LocalSGDAdamW(wrapped.parameters(), period=ctx.spec.parallel.local_sgd.period,
                              total_steps=t.steps, comm=ctx.comm, lr=t.lr, weight_decay=t.weight_decay)
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         with precision(ctx):
             return accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
 

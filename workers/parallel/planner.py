@@ -113,7 +113,8 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     comm = layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f)
     act = _activation_bytes(spec, f)
     gpu = spec.resources.gpus_per_worker > 0
-    flops_rate = GPU_FLOPS * spec.resources.gpus_per_worker if gpu else CPU_FLOPS_PER_CORE * spec.resources.cpus_per_worker
+    flops_rate = (GPU_FLOPS * spec.resources.gpus_per_worker if gpu
+                  else CPU_FLOPS_PER_CORE * spec.resources.cpus_per_worker)
     bandwidth, latency = GPU_LINK if gpu else CPU_LINK
     tokens = t.global_batch_size * (f.seq_len or 1)
     flops = (8 if p.activation_checkpointing else 6) * f.params * tokens / spec.world_size
@@ -201,7 +202,8 @@ def plan(data: dict | JobSpec, memory_budget_gib: float | None = None) -> Plan:
     raw = data.model_dump(mode="json") if isinstance(data, JobSpec) else dict(data)
     raw.pop("parallel", None)
     workers = int(raw.get("resources", {}).get("workers", 1))
-    budget_gib = memory_budget_gib if memory_budget_gib is not None else raw.get("resources", {}).get("memory_per_worker_gib")
+    budget_gib = (memory_budget_gib if memory_budget_gib is not None
+                  else raw.get("resources", {}).get("memory_per_worker_gib"))
     budget = int(budget_gib * GIB) if budget_gib else None
     facts, estimates, rejected = None, [], []
     for layout in candidate_layouts(workers):

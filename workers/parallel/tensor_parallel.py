@@ -135,7 +135,8 @@ class TensorParallelStrategy:
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         with metered(ctx.comm):
             with precision(ctx):
                 fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)

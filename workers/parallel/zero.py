@@ -229,7 +229,8 @@ class ZeroStrategy:
         )
         return self.optimizer
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         with precision(ctx):
             fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
         self.optimizer.reduce_scatter_grads()

@@ -69,7 +69,8 @@ class WorkerGroup:
         try:
             ray.get(self.pg.ready(), timeout=timeout_s)
         except ray.exceptions.GetTimeoutError as exc:
-            raise GroupFailure(f"resources for {n} workers x {self.bundle()} not available within {timeout_s:.0f}s") from exc
+            raise GroupFailure(
+                f"resources for {n} workers x {self.bundle()} not available within {timeout_s:.0f}s") from exc
         spec_json = self.spec.model_dump(mode="json")
         try:
             self._place_actors(timeout_s)

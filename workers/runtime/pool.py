@@ -105,7 +105,8 @@ def cpus_idle(busy_fraction: float = 0.5) -> bool:
 
 def start_pool(size: int, refill_delay_s: float = 3.0, busy_fraction: float = 0.5):
     """Get or create the cluster's warm pool (named, detached)."""
-    return WarmPool.options(name=POOL_NAME, lifetime="detached", get_if_exists=True).remote(size, refill_delay_s, busy_fraction)
+    return WarmPool.options(name=POOL_NAME, lifetime="detached", get_if_exists=True).remote(
+        size, refill_delay_s, busy_fraction)
 
 
 def find_pool():

@@ -306,7 +306,8 @@ class Trainer:
             return {"stopped_at": self.step}
         self.checkpointer.save(self.model, self.optimizer, self.step)
         self.checkpointer.wait()
-        emit({"kind": "checkpoint", "rank": self.rank, "step": self.step, "duration_s": self.checkpointer.last_duration_s})
+        emit({"kind": "checkpoint", "rank": self.rank, "step": self.step,
+              "duration_s": self.checkpointer.last_duration_s})
         # A pipeline rank holds only its stages: its strategy gathers the whole model.
         state = getattr(self.strategy, "full_model_state", checkpointing.full_model_state)(self.model)
         result = {"step": self.step, "model_state_bytes": self.model_state_bytes, "val_loss": self.evaluate()}

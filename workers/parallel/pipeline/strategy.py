@@ -155,11 +155,13 @@ def pipeline_errors(spec: JobSpec):
         yield Violation("supervisor.straggler.policy",
             f"supervisor.straggler.policy 'rebalance' is not available with pipeline parallelism; use 'report' "
             f"(pp={p.pp}); parallel.pipeline.rebalance_threshold balances the stages")
-    for name, on in (("sequence_parallel", p.sequence_parallel), ("activation_checkpointing", p.activation_checkpointing),
+    for name, on in (("sequence_parallel", p.sequence_parallel),
+                     ("activation_checkpointing", p.activation_checkpointing),
                      ("mixed_precision", p.mixed_precision != "fp32")):
         if on:  # stages pass replicated fp32 activations and run blocks without recomputation
             yield Violation(f"parallel.{name}",
-                f"parallel.{name} is not available with pipeline parallelism yet (pp={p.pp}, {name}={getattr(p, name)!r})")
+                f"parallel.{name} is not available with pipeline parallelism yet "
+                f"(pp={p.pp}, {name}={getattr(p, name)!r})")
     per_step, m, v = spec.grad_accum_steps, pipeline_microbatches(spec), pipe.stages_per_rank
     stages, layers = p.pp * v, facts.layers
     if per_step and per_step % m:
@@ -175,7 +177,8 @@ def pipeline_errors(spec: JobSpec):
             f"parallel.pipeline.virtual_stages must be 2 for V-shaped schedule {pipe.schedule!r} (virtual_stages={v})")
     if pipe.schedule in ("1f1b", "zbv_zero_bubble") and m < p.pp:
         yield Violation("parallel.pipeline.microbatches",
-            f"parallel.pipeline.microbatches must be >= parallel.pp for {pipe.schedule!r} (microbatches={m}, pp={p.pp})")
+            f"parallel.pipeline.microbatches must be >= parallel.pp for {pipe.schedule!r} "
+            f"(microbatches={m}, pp={p.pp})")
     if pipe.schedule in ("interleaved_1f1b", "zero_bubble") and m % p.pp:
         yield Violation("parallel.pipeline.microbatches",
             f"parallel.pipeline.microbatches must be a multiple of parallel.pp for interleaved schedule "
@@ -278,7 +281,8 @@ class PipelineStrategy:
 
     # --- one step ----------------------------------------------------------
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         m = self.microbatches
         if len(micro) % m:
             raise ValueError(f"pipeline: {len(micro)} micro-batches this step is not a multiple of "
@@ -312,7 +316,7 @@ class PipelineStrategy:
     def _pipeline_loss_and_makespan(self, losses: list[torch.Tensor], wall_s: float) -> tuple[float, float]:
         """The whole model's loss (from the rank holding the last stage) and the slowest rank's schedule
         time, on every rank of the pipeline: one small all-gather."""
-        mine = torch.tensor([wall_s, sum(float(l.detach()) for l in losses) if self.has_last else 0.0],
+        mine = torch.tensor([wall_s, sum(float(loss.detach()) for loss in losses) if self.has_last else 0.0],
                             dtype=torch.float64)
         every = [torch.zeros(2, dtype=torch.float64) for _ in range(self.pp)]
         dist.all_gather(every, mine, group=self.pp_group)

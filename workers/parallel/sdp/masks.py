@@ -91,7 +91,7 @@ class Assignment:
         return out
 
     def held_fraction(self, worker: int) -> float:
-        return sum(len(self.held[l][worker]) for l in range(self.layers)) / (self.layers * self.n)
+        return sum(len(self.held[layer][worker]) for layer in range(self.layers)) / (self.layers * self.n)
 
     def shared_counts(self) -> torch.Tensor:
         """K x K matrix: components held by both workers (diagonal zeroed)."""

@@ -91,7 +91,8 @@ def _check_mask(expected: torch.Tensor):
         got = getattr(module, f"mask_worker{module.worker}")
         if got.shape != expected.shape or not torch.equal(got.cpu(), expected):
             raise ValueError(f"SDP checkpoint: worker {module.worker}'s mask in the checkpoint {got.tolist()} differs "
-                             f"from this layout's {expected.tolist()} (parallel.sdp seed/coverage/mode or workers changed)")
+                             f"from this layout's {expected.tolist()} "
+                             f"(parallel.sdp seed/coverage/mode or workers changed)")
     return hook
 
 
@@ -112,7 +113,8 @@ def sdp_errors(spec: JobSpec):
         return
     if p.tp > 1 or p.pp > 1:
         yield Violation("parallel.sdp",
-            f"parallel.sdp needs parallel.tp = 1 and parallel.pp = 1: each worker runs a whole subnetwork (tp={p.tp}, pp={p.pp})")
+            f"parallel.sdp needs parallel.tp = 1 and parallel.pp = 1: each worker runs a whole subnetwork "
+            f"(tp={p.tp}, pp={p.pp})")
     if p.zero not in (0, 3):
         yield Violation("parallel.sdp",
             f"parallel.sdp needs parallel.zero 0 or 3: ZeRO-1/2 shard state over all dp ranks, but each SDP "
@@ -208,7 +210,8 @@ class SDPStrategy:
         if self.backward_masking:
             self.sync.refresh_unheld()
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         if self.shards > 1:
             fb = fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
         else:

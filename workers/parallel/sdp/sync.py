@@ -69,7 +69,9 @@ class HolderSync:
                     continue
                 if s == shard:
                     self.groups[holders] = group
-        order = lambda p: (p.global_name, p.global_index or ())
+        def order(p):
+            return (p.global_name, p.global_index or ())
+
         self.buckets = {h: sorted((p for p in pieces if p.holders == h and worker in h), key=order)
                         for h in self.sets}
         self.buckets = {h: ps for h, ps in self.buckets.items() if ps and len(h) > 1}
