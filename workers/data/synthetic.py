@@ -4,7 +4,8 @@ import torch
 from torch.utils.data import TensorDataset
 
 
-def synthetic_splits(n_samples: int, in_features: int, out_features: int, noise: float, seed: int):
+def synthetic_splits(n_samples: int, in_features: int, out_features: int, noise: float,
+                     seed: int) -> tuple[TensorDataset, TensorDataset]:
     g = torch.Generator().manual_seed(seed + 7919)
     weight = torch.randn(in_features, out_features, generator=g)
     x = torch.randn(n_samples, in_features, generator=g)

@@ -28,8 +28,8 @@ def _nbytes(x) -> int:
 
 def _group_size(group) -> int:
     if isinstance(group, str):
-        from torch.distributed.distributed_c10d import _resolve_process_group
-        return _resolve_process_group(group).size()
+        from torch.distributed.distributed_c10d import GroupName, _resolve_process_group
+        return _resolve_process_group(GroupName(group)).size()
     return dist.ProcessGroup.unbox(group).size()
 
 

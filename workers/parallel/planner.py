@@ -72,7 +72,9 @@ def _dims(spec: JobSpec, model: torch.nn.Module) -> tuple[int, int, int]:
     if isinstance(m, GPTModelSpec):
         return m.d_model, m.n_heads, m.vocab_size
     config = getattr(model, "config", None)
-    return tuple(int(getattr(config, k, 0) or 0) for k in ("hidden_size", "num_attention_heads", "vocab_size"))
+    keys = ("hidden_size", "num_attention_heads", "vocab_size")
+    hidden, heads, vocab = (int(getattr(config, k, 0) or 0) for k in keys)
+    return hidden, heads, vocab
 
 
 @dataclass
@@ -228,6 +230,7 @@ def _explain(chosen: Estimate | None, estimates: list[Estimate], budget: int | N
     if not estimates:
         return f"no layout of {workers} workers passes the spec rules"
     if chosen is None:
+        assert budget is not None  # without a budget every layout that passes the rules fits
         least = min(estimates, key=lambda e: e.memory_bytes_per_rank)
         return (f"no layout fits the budget of {budget / GIB:.3g} GiB per worker; the leanest, "
                 f"{_label(least)}, needs {least.memory_bytes_per_rank / GIB:.3g} GiB")
@@ -257,6 +260,7 @@ def resolve_auto(data: dict) -> dict:
     result = plan(data)
     chosen = result.chosen
     if chosen is None and result.candidates:
+        assert result.memory_budget_bytes is not None  # without a budget every layout that passes the rules fits
         least = min(result.candidates, key=lambda e: e.memory_bytes_per_rank)
         raise SpecError([Violation("parallel",
             f"parallel: auto found no layout of resources.workers={data.get('resources', {}).get('workers', 1)} "

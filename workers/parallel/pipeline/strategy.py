@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -77,6 +78,7 @@ SCHEDULES = {
 
 
 class PipelineRank(FullNames):
+    chunks: dict[int, StageModule]  # a plain attribute, set in __init__
     """What this rank trains and checkpoints: its stages' parameters under the full model's FQNs.
 
     Calling it runs the whole model's forward across the pipeline (no grad; for evaluation)
@@ -124,7 +126,7 @@ class PipelineRank(FullNames):
         return out
 
 
-def pipeline_errors(spec: JobSpec):
+def pipeline_errors(spec: JobSpec) -> Iterator[Violation]:
     p, pipe = spec.parallel, spec.parallel.pipeline
     if p.zero and p.pp > 1:
         yield Violation("parallel.zero",
@@ -215,7 +217,9 @@ class PipelineStrategy:
     def selects(spec) -> bool:
         return spec.parallel.pp > 1
 
-    spec_errors = staticmethod(pipeline_errors)
+    @staticmethod
+    def spec_errors(spec: JobSpec) -> Iterator[Violation]:
+        return pipeline_errors(spec)
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:  # the planner's search covers pp = 1 layouts; replicated stages
@@ -243,7 +247,8 @@ class PipelineStrategy:
         desc = describe_spec_model(model, spec.model)
         if self.tp > 1:  # PP x TP: shard every block by the model's plan first; stages pass replicated activations
             apply_tensor_parallel(model, ctx.mesh["tp"], sequence_parallel=False, desc=desc)
-        probe = probe_model(model, desc, sample_input(spec).to(ctx.device))
+        sample = sample_input(spec)  # a dict of inputs: probe_model says a pipeline takes one tensor
+        probe = probe_model(model, desc, sample.to(ctx.device) if isinstance(sample, torch.Tensor) else sample)
 
         wrapped = PipelineRank(model, desc, probe, mine, self.plans, self)
         self.stages = [PipelineStage(wrapped.chunks[plan.stage], plan.stage, self.n_stages, ctx.device,

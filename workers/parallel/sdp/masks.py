@@ -83,7 +83,7 @@ class Assignment:
     def _holders(self) -> list[list[tuple[int, ...]]]:
         out = []
         for layer in range(self.layers):
-            h = [[] for _ in range(self.n)]
+            h: list[list[int]] = [[] for _ in range(self.n)]
             for w in range(self.workers):
                 for c in self.held[layer][w]:
                     h[c].append(w)
