@@ -78,12 +78,13 @@ SCHEDULES = {
 
 
 class PipelineRank(FullNames):
-    chunks: dict[int, StageModule]  # a plain attribute, set in __init__
     """What this rank trains and checkpoints: its stages' parameters under the full model's FQNs.
 
     Calling it runs the whole model's forward across the pipeline (no grad; for evaluation)
     and returns the outputs on every rank of the pipeline.
     """
+
+    chunks: dict[int, StageModule]  # a plain attribute, set in __init__
 
     def __init__(self, full: nn.Module, desc: ModelDescription, probe: Probe, mine: list[StagePlan],
                  all_plans: list[StagePlan], strategy: "PipelineStrategy"):
