@@ -15,6 +15,7 @@ from torch.distributed.tensor.placement_types import _StridedShard
 from torch.utils.checkpoint import checkpoint
 
 from workers.models.description import ModelDescription, describe_spec_model
+from workers.telemetry import ring_allreduce_bytes
 
 
 def _distinct_copies(t: torch.Tensor) -> int:
@@ -55,6 +56,20 @@ def global_grad_norm_clip(model: nn.Module, max_norm: float) -> float | None:
 
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@torch.no_grad()
+def average_in_place(tensors: list[torch.Tensor], group, comm) -> None:
+    """Replace each tensor by its mean over `group`, in one flat all-reduce (divide, then sum, as DDP does)."""
+    world = dist.get_world_size(group)
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors]).div_(world)
+    comm.launched(ring_allreduce_bytes(flat.numel() * flat.element_size(), world))
+    dist.all_reduce(flat, group=group)
+    comm.finished()
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()
 
 
 def precision(ctx):

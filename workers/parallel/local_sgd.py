@@ -25,9 +25,13 @@ from workers.parallel.base import (
     params_per_rank,
     ring,
 )
-from workers.parallel.common import apply_activation_checkpointing, precision
+from workers.parallel.common import (
+    apply_activation_checkpointing,
+    average_in_place,
+    precision,
+)
 from workers.spec import Violation
-from workers.telemetry import CommMeter, ring_allreduce_bytes
+from workers.telemetry import CommMeter
 
 
 class LocalSGDAdamW(torch.optim.AdamW):
@@ -52,15 +56,7 @@ class LocalSGDAdamW(torch.optim.AdamW):
         world = dist.get_world_size(self.group)
         if world == 1:
             return
-        params = [p for g in self.param_groups for p in g["params"]]
-        flat = torch.cat([p.detach().reshape(-1) for p in params]).div_(world)
-        self.comm.launched(ring_allreduce_bytes(flat.numel() * flat.element_size(), world))
-        dist.all_reduce(flat, group=self.group)
-        self.comm.finished()
-        offset = 0
-        for p in params:
-            p.copy_(flat[offset: offset + p.numel()].view_as(p))
-            offset += p.numel()
+        average_in_place([p for g in self.param_groups for p in g["params"]], self.group, self.comm)
 
 
 class LocalSGDStrategy:

@@ -17,6 +17,11 @@ from typing import Any
 
 import torch
 
+from workers.models import MODEL_BUILDERS
+from workers.models.description import ModelStructureError, describe_spec_model
+from workers.models.param_counts import norm_params, tp_sharded_params
+from workers.parallel.registry import strategy_class
+from workers.parallel.tensor_parallel import tensor_parallel_comm_bytes
 from workers.spec import (
     SPEC_ERRORS,
     GPTModelSpec,
@@ -49,10 +54,6 @@ class ModelFacts:
     @classmethod
     def of(cls, spec: JobSpec) -> ModelFacts:
         """Counted on the model itself, built on the meta device (shapes only, no memory)."""
-        from workers.models import MODEL_BUILDERS
-        from workers.models.description import ModelStructureError, describe_spec_model
-        from workers.models.param_counts import norm_params, tp_sharded_params
-
         with torch.device("meta"):
             model = MODEL_BUILDERS[type(spec.model)](spec.model)
         total = sum(p.numel() for p in model.parameters())
@@ -103,9 +104,6 @@ class Estimate:
 
 def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     """Predicted bytes and step time of the layout `spec.parallel` (pp = 1 layouts)."""
-    from workers.parallel.registry import strategy_class
-    from workers.parallel.tensor_parallel import tensor_parallel_comm_bytes
-
     f = facts or ModelFacts.of(spec)
     p, t = spec.parallel, spec.train
     tp, accum = p.tp, spec.grad_accum_steps

@@ -41,6 +41,7 @@ from workers.parallel.base import (
     params_per_rank,
     ring,
 )
+from workers.parallel.common import average_in_place
 from workers.parallel.layout import Layout
 from workers.parallel.pipeline.bubble import StageMeter, theoretical_bubble
 from workers.parallel.pipeline.probe import Probe
@@ -63,7 +64,6 @@ from workers.spec import (
     pipeline_microbatches,
     structure_of,
 )
-from workers.telemetry import ring_allreduce_bytes
 from workers.training.losses import LOSSES
 
 SCHEDULES = {
@@ -331,18 +331,8 @@ class PipelineStrategy:
 
     def _allreduce_grads(self, wrapped: nn.Module, ctx: StrategyContext) -> float:
         """Average gradients over the data-parallel replicas of this rank's stages; returns seconds."""
-        grads = [_local(p.grad) for p in wrapped.parameters() if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        nbytes = flat.numel() * flat.element_size()
         t0 = time.perf_counter()
-        ctx.comm.launched(ring_allreduce_bytes(nbytes, self.dp))
-        flat.div_(self.dp)  # as DDP does: divide, then sum
-        dist.all_reduce(flat, group=self.dp_group)
-        ctx.comm.finished()
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
+        average_in_place([_local(p.grad) for p in wrapped.parameters() if p.grad is not None], self.dp_group, ctx.comm)
         return time.perf_counter() - t0
 
     def _p2p_bytes(self, n_micro: int) -> int:
