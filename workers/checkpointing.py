@@ -82,7 +82,7 @@ class Checkpointer:
         state = {"model": model_sd, "optim": optim_sd, "progress": {**self.progress, "step": step}}
         path = checkpoint_root(self.job_dir) / f"step-{step:08d}"
         pending = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
-        assert isinstance(pending, Future)  # an AsyncSaveResponse comes only with an async_stager (none here)
+        assert isinstance(pending, Future)  # an AsyncSaveResponse comes only with async staging (not asked for)
         self._pending = pending
         self._pending_step = step
 
