@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all test-fast bench clean prometheus
+.PHONY: install lint test test-all test-fast bench clean prometheus
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -22,8 +22,14 @@ prometheus:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus; }
 
+# Lint and import order (ruff) on api/, service/ and workers/; types (mypy, configured in pyproject.toml) on service/ and workers/.
+lint: install
+	$(VENV)/bin/ruff check api service workers
+	$(VENV)/bin/mypy service workers
+
 # Timing tests first, alone, while the machine is quiet; then everything else. Both always run.
 # The full layout matrices (marker `exhaustive`) run in test-all, before an issue is resolved.
+# test: lint install prometheus  # enabled once service/ passes
 test: install prometheus
 	$(VENV)/bin/pytest -q -m timing; timing=$$?; \
 	$(VENV)/bin/pytest -q -m "not timing and not exhaustive"; rest=$$?; \

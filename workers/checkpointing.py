@@ -18,6 +18,7 @@ import shutil
 import time
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -80,7 +81,9 @@ class Checkpointer:
         model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIM_OPTIONS)
         state = {"model": model_sd, "optim": optim_sd, "progress": {**self.progress, "step": step}}
         path = checkpoint_root(self.job_dir) / f"step-{step:08d}"
-        self._pending = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
+        pending = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
+        assert isinstance(pending, Future)  # an AsyncSaveResponse comes only with async staging (not asked for)
+        self._pending = pending
         self._pending_step = step
 
     def completed(self) -> int | None:
@@ -116,7 +119,7 @@ def load_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -
     # Progress holds the step and whatever else the checkpoint recorded (older ones: the step only).
     saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     progress = {k.split(".", 1)[1]: None for k in saved if k.startswith("progress.")} | {"step": 0}
-    state = {"model": model_sd, "optim": optim_sd, "progress": progress}
+    state: dict[str, Any] = {"model": model_sd, "optim": optim_sd, "progress": progress}  # loaded in place
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                    options=OPTIM_OPTIONS)
@@ -151,7 +154,8 @@ def load_weights(source: Path, model: nn.Module) -> None:
 def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole model state on CPU (collective: every rank must call it)."""
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return get_model_state_dict(model, options=options)
+    # a full state dict holds plain tensors (no sharded ones), which the return type of torch does not say
+    return cast(dict[str, torch.Tensor], get_model_state_dict(model, options=options))
 
 
 def state_sha256(state: dict[str, torch.Tensor]) -> str:

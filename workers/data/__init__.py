@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
-from torch.utils.data import Dataset
-
+from workers.data.batches import MapDataset
 from workers.data.pystdlib_text import pystdlib_splits
 from workers.data.synthetic import synthetic_splits
 from workers.entrypoints import EntrypointError, resolve_entrypoint
@@ -18,18 +17,22 @@ from workers.spec import (
 )
 
 
-def _text(spec: JobSpec):
-    d = spec.data
-    return pystdlib_splits(d.max_bytes, d.val_fraction, sequence_length(spec))
+def _text(spec: JobSpec) -> tuple[MapDataset, MapDataset]:
+    d, seq_len = spec.data, sequence_length(spec)
+    assert isinstance(d, TextDataSpec)  # DATA_BUILDERS dispatches on the type
+    assert seq_len is not None, "the spec rules require data.seq_len unless the model is the built-in gpt"
+    return pystdlib_splits(d.max_bytes, d.val_fraction, seq_len)
 
 
-def _synthetic(spec: JobSpec):
+def _synthetic(spec: JobSpec) -> tuple[MapDataset, MapDataset]:
     d = spec.data
+    assert isinstance(d, SyntheticDataSpec)  # DATA_BUILDERS dispatches on the type
     return synthetic_splits(d.n_samples, d.in_features, d.out_features, d.noise, spec.train.seed)
 
 
-def _entrypoint(spec: JobSpec):
+def _entrypoint(spec: JobSpec) -> tuple[Any, Any]:
     d = spec.data
+    assert isinstance(d, EntrypointSpec)  # DATA_BUILDERS dispatches on the type
     made = resolve_entrypoint(d.entrypoint, "data.entrypoint")(**d.args)
     train, val = made if isinstance(made, tuple) else (made, made)
     for ds in (train, val):
@@ -46,6 +49,6 @@ DATA_BUILDERS: dict[type, Callable] = {
 }
 
 
-def build_datasets(spec: JobSpec) -> tuple[Dataset, Dataset]:
+def build_datasets(spec: JobSpec) -> tuple[MapDataset, MapDataset]:
     """(train, validation) map-style datasets of (input, target) tensor pairs."""
     return DATA_BUILDERS[type(spec.data)](spec)

@@ -14,16 +14,24 @@ still a pure function of (seed, s, skip), which the checkpoint records.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any, Protocol, Sequence
 
 import torch
-from torch.utils.data import Dataset
 
 from workers.model_io import collate
 
 
+class MapDataset(Protocol):
+    """A map-style dataset (torch's Dataset declares no __len__): what build_datasets returns."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Any: ...
+
+
 class GlobalBatches:
-    def __init__(self, dataset: Dataset, global_batch_size: int, seed: int,
-                 skip: list[tuple[int, int]] | None = None):
+    def __init__(self, dataset: MapDataset, global_batch_size: int, seed: int,
+                 skip: Sequence[Sequence[int]] | None = None):
         if len(dataset) == 0:
             raise ValueError("data: the dataset is empty")
         self.dataset, self.global_batch_size, self.seed = dataset, global_batch_size, seed

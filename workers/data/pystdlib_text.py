@@ -44,7 +44,7 @@ class TokenWindows(Dataset):
         return window[:-1], window[1:]
 
 
-def pystdlib_splits(max_bytes: int, val_fraction: float, seq_len: int) -> tuple[Dataset, Dataset]:
+def pystdlib_splits(max_bytes: int, val_fraction: float, seq_len: int) -> tuple[TokenWindows, TokenWindows]:
     tokens = load_corpus(max_bytes)
     cut = int(len(tokens) * (1.0 - val_fraction))
     return TokenWindows(tokens[:cut], seq_len), TokenWindows(tokens[cut:], seq_len)

@@ -35,10 +35,17 @@ class ModelDescription:
     tp_plan: dict[str, str] = field(default_factory=dict)  # empty: no plan known
 
     def blocks(self, model: nn.Module) -> nn.ModuleList:
-        return model.get_submodule(self.blocks_path)
+        return blocks_at(model, self.blocks_path)
 
     def block_fqn(self, i: int) -> str:
         return f"{self.blocks_path}.{i}"
+
+
+def blocks_at(model: nn.Module, path: str) -> nn.ModuleList:
+    """The ModuleList of repeated blocks at `path` (a blocks_path, which find_blocks checked is one)."""
+    blocks = model.get_submodule(path)
+    assert isinstance(blocks, nn.ModuleList), f"{path!r} is a {type(blocks).__name__}, not an nn.ModuleList"
+    return blocks
 
 
 def find_blocks(model: nn.Module, given: str | None) -> str:
@@ -80,7 +87,7 @@ def own_tp_plan(model: nn.Module) -> dict[str, str]:
 def describe(model: nn.Module, blocks: str | None = None, tp_plan: dict[str, str] | None = None) -> ModelDescription:
     path = find_blocks(model, blocks)
     plan = dict(tp_plan) if tp_plan is not None else own_tp_plan(model)
-    return ModelDescription(path, len(model.get_submodule(path)), plan)
+    return ModelDescription(path, len(blocks_at(model, path)), plan)
 
 
 def describe_spec_model(model: nn.Module, spec_model) -> ModelDescription:

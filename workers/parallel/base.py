@@ -19,7 +19,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from workers.model_io import call_model, samples_in, to_device, tokens_in
-from workers.spec import JobSpec
+from workers.spec import JobSpec, Violation
 from workers.telemetry import CommMeter
 
 LossFn = Callable[[Any, torch.Tensor | None], torch.Tensor]  # (model output, targets) -> loss
@@ -82,7 +82,7 @@ class Strategy(Protocol):
         """Whether this strategy runs the spec's layout (asked in registry order)."""
 
     @staticmethod
-    def spec_errors(spec: JobSpec) -> Iterator[str]:
+    def spec_errors(spec: JobSpec) -> Iterator[Violation]:
         """Cross-field rules of this strategy's options, each message starting with its field."""
 
     @staticmethod
@@ -95,7 +95,8 @@ class Strategy(Protocol):
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         """The optimiser over this rank's parameters (or parameter shards)."""
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         """Accumulate gradients over the micro-batches; gradients are synchronised when it returns."""
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:

@@ -39,7 +39,8 @@ class DDPStrategy:
                 f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
         if p.local_sgd is not None:
             yield Violation("parallel.compression",
-                "parallel.compression and parallel.local_sgd exclude each other (local SGD does not all-reduce gradients)")
+                "parallel.compression and parallel.local_sgd exclude each other "
+                "(local SGD does not all-reduce gradients)")
         if p.compression.kind == "bf16" and not gpu:
             yield Violation("parallel.compression.kind",
                 "parallel.compression.kind 'bf16' needs GPU workers: the bf16 hook all-reduces bfloat16, which "
@@ -62,7 +63,8 @@ class DDPStrategy:
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         with precision(ctx):
             return accumulate(wrapped, micro, loss_fn, ctx, wrapped.no_sync)
 

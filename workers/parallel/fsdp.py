@@ -93,17 +93,20 @@ class FSDPStrategy:
         apply_activation_checkpointing(model, ctx)
         half = HALF.get(p.mixed_precision)
         mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
-        options = {"mesh": dp_mesh, "reshard_after_forward": p.reshard_after_forward, "mp_policy": mp}
         for block in model_description(model, ctx).blocks(model):  # one FSDP unit per repeated block
-            fully_shard(block, **options)
+            fully_shard(block, mesh=dp_mesh, reshard_after_forward=p.reshard_after_forward, mp_policy=mp)
         # fp32 logits: the loss (and fp16's scaled loss, far above 65504) is computed in fp32
         root_mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32, output_dtype=torch.float32)
-        return fully_shard(model, **{**options, "mp_policy": root_mp if half else mp})
+        # in place: fully_shard returns the module it was given, its class swapped for an FSDP subclass
+        fully_shard(model, mesh=dp_mesh, reshard_after_forward=p.reshard_after_forward,
+                    mp_policy=root_mp if half else mp)
+        return model
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         return fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:

@@ -85,11 +85,13 @@ class LocalSGDStrategy:
         return model
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
-        t = ctx.spec.train
-        return LocalSGDAdamW(wrapped.parameters(), period=ctx.spec.parallel.local_sgd.period,
+        t, local_sgd = ctx.spec.train, ctx.spec.parallel.local_sgd
+        assert local_sgd is not None  # selects(): only for a spec with parallel.local_sgd
+        return LocalSGDAdamW(wrapped.parameters(), period=local_sgd.period,
                              total_steps=t.steps, comm=ctx.comm, lr=t.lr, weight_decay=t.weight_decay)
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         with precision(ctx):
             return accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
 

@@ -28,14 +28,20 @@ def _nbytes(x) -> int:
 
 def _group_size(group) -> int:
     if isinstance(group, str):
-        from torch.distributed.distributed_c10d import _resolve_process_group
-        return _resolve_process_group(group).size()
+        from torch.distributed.distributed_c10d import GroupName, _resolve_process_group
+        return _resolve_process_group(GroupName(group)).size()
     return dist.ProcessGroup.unbox(group).size()
 
 
 # op name -> (index of the tensor(s) the bytes refer to, index of the group, factor as a function of K)
-_RING = lambda k: 2 * (k - 1) / k
-_ONE_PASS = lambda k: (k - 1) / k
+def _RING(k: int) -> float:
+    return 2 * (k - 1) / k
+
+
+def _ONE_PASS(k: int) -> float:
+    return (k - 1) / k
+
+
 _COLLECTIVES = {
     "c10d.allreduce_": (0, 1, _RING),
     "_c10d_functional.all_reduce": (0, 2, _RING),
@@ -60,7 +66,8 @@ class CollectiveMeter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        rule = _COLLECTIVES.get(f"{func.namespace}.{func._opname}") if func.namespace in ("c10d", "_c10d_functional") else None
+        collective = func.namespace in ("c10d", "_c10d_functional")
+        rule = _COLLECTIVES.get(f"{func.namespace}.{func._opname}") if collective else None
         if rule is not None:
             data, group, factor = rule
             k = _group_size(args[group])

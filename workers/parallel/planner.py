@@ -73,7 +73,9 @@ def _dims(spec: JobSpec, model: torch.nn.Module) -> tuple[int, int, int]:
     if isinstance(m, GPTModelSpec):
         return m.d_model, m.n_heads, m.vocab_size
     config = getattr(model, "config", None)
-    return tuple(int(getattr(config, k, 0) or 0) for k in ("hidden_size", "num_attention_heads", "vocab_size"))
+    keys = ("hidden_size", "num_attention_heads", "vocab_size")
+    hidden, heads, vocab = (int(getattr(config, k, 0) or 0) for k in keys)
+    return hidden, heads, vocab
 
 
 @dataclass
@@ -111,7 +113,8 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     comm = layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f)
     act = _activation_bytes(spec, f)
     gpu = spec.resources.gpus_per_worker > 0
-    flops_rate = GPU_FLOPS * spec.resources.gpus_per_worker if gpu else CPU_FLOPS_PER_CORE * spec.resources.cpus_per_worker
+    flops_rate = (GPU_FLOPS * spec.resources.gpus_per_worker if gpu
+                  else CPU_FLOPS_PER_CORE * spec.resources.cpus_per_worker)
     bandwidth, latency = GPU_LINK if gpu else CPU_LINK
     tokens = t.global_batch_size * (f.seq_len or 1)
     flops = (8 if p.activation_checkpointing else 6) * f.params * tokens / spec.world_size
@@ -199,7 +202,8 @@ def plan(data: dict | JobSpec, memory_budget_gib: float | None = None) -> Plan:
     raw = data.model_dump(mode="json") if isinstance(data, JobSpec) else dict(data)
     raw.pop("parallel", None)
     workers = int(raw.get("resources", {}).get("workers", 1))
-    budget_gib = memory_budget_gib if memory_budget_gib is not None else raw.get("resources", {}).get("memory_per_worker_gib")
+    budget_gib = (memory_budget_gib if memory_budget_gib is not None
+                  else raw.get("resources", {}).get("memory_per_worker_gib"))
     budget = int(budget_gib * GIB) if budget_gib else None
     facts, estimates, rejected = None, [], []
     for layout in candidate_layouts(workers):
@@ -224,6 +228,7 @@ def _explain(chosen: Estimate | None, estimates: list[Estimate], budget: int | N
     if not estimates:
         return f"no layout of {workers} workers passes the spec rules"
     if chosen is None:
+        assert budget is not None  # without a budget every layout that passes the rules fits
         least = min(estimates, key=lambda e: e.memory_bytes_per_rank)
         return (f"no layout fits the budget of {budget / GIB:.3g} GiB per worker; the leanest, "
                 f"{_label(least)}, needs {least.memory_bytes_per_rank / GIB:.3g} GiB")
@@ -253,6 +258,7 @@ def resolve_auto(data: dict) -> dict:
     result = plan(data)
     chosen = result.chosen
     if chosen is None and result.candidates:
+        assert result.memory_budget_bytes is not None  # without a budget every layout that passes the rules fits
         least = min(result.candidates, key=lambda e: e.memory_bytes_per_rank)
         raise SpecError([Violation("parallel",
             f"parallel: auto found no layout of resources.workers={data.get('resources', {}).get('workers', 1)} "

@@ -19,7 +19,7 @@ from workers.parallel.pipeline.strategy import PipelineStrategy
 from workers.parallel.sdp.strategy import SDPStrategy
 from workers.parallel.tensor_parallel import TensorParallelStrategy
 from workers.parallel.zero import ZeroStrategy
-from workers.spec import JobSpec
+from workers.spec import JobSpec, Violation
 
 REGISTRY: tuple[type[Strategy], ...] = (
     PipelineStrategy,  # pp > 1 (x dp, x tp)
@@ -45,6 +45,6 @@ def build_strategy(spec: JobSpec) -> Strategy:
     return strategy_class(spec)()
 
 
-def layout_errors(spec: JobSpec) -> Iterator[str]:
+def layout_errors(spec: JobSpec) -> Iterator[Violation]:
     for strategy in REGISTRY:
         yield from strategy.spec_errors(spec)

@@ -15,6 +15,7 @@ piece over the dp group once per step.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -83,7 +84,7 @@ def _plan_errors(spec: JobSpec, facts: ModelStructure):
                 f"each rank holds whole heads")
 
 
-def tensor_parallel_errors(spec: JobSpec):
+def tensor_parallel_errors(spec: JobSpec) -> Iterator[Violation]:
     p = spec.parallel
     if p.tp > 1:
         yield from _plan_errors(spec, structure_of(spec))
@@ -119,7 +120,9 @@ class TensorParallelStrategy:
     def selects(spec) -> bool:
         return spec.parallel.tp > 1
 
-    spec_errors = staticmethod(tensor_parallel_errors)
+    @staticmethod
+    def spec_errors(spec: JobSpec) -> Iterator[Violation]:
+        return tensor_parallel_errors(spec)
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:
@@ -135,7 +138,8 @@ class TensorParallelStrategy:
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         with metered(ctx.comm):
             with precision(ctx):
                 fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)

@@ -229,11 +229,16 @@ class ZeroStrategy:
         )
         return self.optimizer
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         with precision(ctx):
             fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
-        self.optimizer.reduce_scatter_grads()
+        self._optimizer().reduce_scatter_grads()
         return fb
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
-        return self.optimizer.clip_grad_norm(max_norm)
+        return self._optimizer().clip_grad_norm(max_norm)
+
+    def _optimizer(self) -> ShardedAdamW:
+        assert self.optimizer is not None, "build_optimizer runs before the first step"
+        return self.optimizer

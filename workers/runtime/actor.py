@@ -15,12 +15,16 @@ import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ray
 from ray.util.placement_group import placement_group_table
 
 from workers.events import RankEvent
 from workers.training.control import RankControl
+
+if TYPE_CHECKING:
+    from workers.training.trainer import Trainer
 
 
 def _redirect_output(log_path: Path) -> None:
@@ -57,7 +61,7 @@ class TrainWorker:
         self._lock = threading.Lock()
         self._events: list[RankEvent] = []
         self.control = RankControl()  # stop and rebalance requests, agreed on between steps
-        self.trainer = None
+        self.trainer: Trainer | None = None  # set by setup()
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -98,13 +102,14 @@ class TrainWorker:
             "nccl" if use_cuda else "gloo", init_method=f"tcp://{master_addr}:{master_port}",
             rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
         )
-        self.trainer = Trainer(spec, self.rank, self.world_size, device, self.job_dir, shares)
-        start = self.trainer.resume_from_latest()
+        self.trainer = trainer = Trainer(spec, self.rank, self.world_size, device, self.job_dir, shares)
+        start = trainer.resume_from_latest()
         print(f"[rank {self.rank}] ready at step {start}", flush=True)
         return {"rank": self.rank, "start_step": start, "device": str(device)}
 
     def train(self) -> dict:
         try:
+            assert self.trainer is not None, "setup() runs before train()"
             result = self.trainer.run(self._emit, self.control)
             print(f"[rank {self.rank}] finished: {result}", flush=True)
             return result

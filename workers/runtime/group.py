@@ -10,6 +10,7 @@ from pathlib import Path
 
 import ray
 from ray.util.placement_group import (
+    PlacementGroup,
     placement_group,
     placement_group_table,
     remove_placement_group,
@@ -55,7 +56,7 @@ class WorkerGroup:
         self.spec, self.job_dir, self.attempt, self.tag = spec, job_dir, attempt, namespace_tag
         self.avoid_nodes = avoid_nodes  # degraded nodes no rank may be placed on (straggler `replace`)
         self.nodes: list[str] = []  # the node of each rank, once placed
-        self.pg = None
+        self.pg: PlacementGroup | None = None
         self.actors: list = []
         self.train_refs: list = []
         self.results: list[dict | None] = []
@@ -79,12 +80,13 @@ class WorkerGroup:
         # Every bundle avoids the degraded nodes: Ray's default node-id label, matched with "not in".
         selector = ([{"ray.io/node-id": f"!in({','.join(sorted(self.avoid_nodes))})"}] * n
                     if self.avoid_nodes else None)
-        self.pg = placement_group([self.bundle()] * n, strategy="PACK", name=f"{self.tag}-pg-{self.attempt}",
-                                  bundle_label_selector=selector)
+        self.pg = pg = placement_group([self.bundle()] * n, strategy="PACK", name=f"{self.tag}-pg-{self.attempt}",
+                                       bundle_label_selector=selector)
         try:
-            ray.get(self.pg.ready(), timeout=timeout_s)
+            ray.get(pg.ready(), timeout=timeout_s)
         except ray.exceptions.GetTimeoutError as exc:
-            raise GroupFailure(f"resources for {n} workers x {self.bundle()} not available within {timeout_s:.0f}s") from exc
+            raise GroupFailure(
+                f"resources for {n} workers x {self.bundle()} not available within {timeout_s:.0f}s") from exc
         spec_json = self.spec.model_dump(mode="json")
         try:
             self._place_actors(timeout_s)
@@ -117,7 +119,8 @@ class WorkerGroup:
             if name is not None:
                 actor = ray.get_actor(name)
             else:
-                actor = TrainWorker.options(
+                # @ray.remote adds .options (mypy ignores class decorators)
+                actor = TrainWorker.options(  # type: ignore[attr-defined]
                     num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker, max_restarts=0,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
                 ).remote()
@@ -195,8 +198,9 @@ class WorkerGroup:
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(getattr(exc, "cause", None), UserModelError):  # the whole message: it says what to change
-        return f"UserModelError: {exc.cause}"
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, UserModelError):  # the whole message: it says what to change
+        return f"UserModelError: {cause}"
     text = str(exc).strip().splitlines()
     tail = [line for line in text if line.strip()][-1:] or [type(exc).__name__]
     return f"{type(exc).__name__}: {tail[0][:300]}"

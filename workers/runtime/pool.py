@@ -48,7 +48,8 @@ class WarmPool:
     def _fill(self) -> None:
         while len(self.idle) + len(self.starting) < self.size:
             name = f"trainyard-warm-{uuid.uuid4().hex[:12]}"
-            actor = TrainWorker.options(name=name, lifetime="detached", num_cpus=0).remote()
+            # @ray.remote adds .options (mypy ignores class decorators)
+            actor = TrainWorker.options(name=name, lifetime="detached", num_cpus=0).remote()  # type: ignore[attr-defined]
             self.starting[actor.node_id.remote()] = name
 
     def _harvest(self) -> None:
@@ -105,7 +106,9 @@ def cpus_idle(busy_fraction: float = 0.5) -> bool:
 
 def start_pool(size: int, refill_delay_s: float = 3.0, busy_fraction: float = 0.5):
     """Get or create the cluster's warm pool (named, detached)."""
-    return WarmPool.options(name=POOL_NAME, lifetime="detached", get_if_exists=True).remote(size, refill_delay_s, busy_fraction)
+    # @ray.remote adds .options (mypy ignores class decorators)
+    return WarmPool.options(name=POOL_NAME, lifetime="detached", get_if_exists=True).remote(  # type: ignore[attr-defined]
+        size, refill_delay_s, busy_fraction)
 
 
 def find_pool():

@@ -69,10 +69,13 @@ def sdp_components(spec: JobSpec, n_blocks: int | None = None) -> tuple[int | No
     """(maskable components per layer, their name) for the spec's SDP mode. Block mode counts the
     model's repeated blocks: `n_blocks` of the built model, else what the spec tells (None: an
     entrypoint model, known once built)."""
-    m, mode = spec.model, spec.parallel.sdp.mode
+    m, sdp = spec.model, spec.parallel.sdp
+    assert sdp is not None  # the SDP code runs only for a spec with parallel.sdp
+    mode = sdp.mode
     if mode == "block":
         if n_blocks is None and getattr(m, "blocks", None) is not None:
             return None, "block"  # the user named the blocks: counted on the built model
         return (n_blocks if n_blocks is not None else structure_of(spec).layers), "block"
+    assert isinstance(m, GPTModelSpec)  # the spec rules allow neuron mode only on the built-in gpt
     return 4 * m.d_model, "MLP hidden unit"
 

@@ -92,7 +92,8 @@ class StragglerSpec(Strict):
     policy: Literal["off", "report", "rebalance", "replace"] = Field(
         "report", description="report: event and metric; rebalance: also shift data away from the slow rank (live); "
                               "replace: move the slow rank off its node (at the next checkpoint)")
-    threshold: float = Field(0.6, gt=0.0, lt=1.0, description="slow when median compute time / this rank's is below this")
+    threshold: float = Field(0.6, gt=0.0, lt=1.0,
+                             description="slow when median compute time / this rank's is below this")
     recover: float = Field(0.8, gt=0.0, le=1.0, description="no longer slow once the score is back above this")
     window: int = Field(8, ge=2, le=1000, description="steps the score is averaged over")
     cooldown: int | None = Field(None, ge=1, description="replace: steps after a replacement before the next "

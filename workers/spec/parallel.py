@@ -73,14 +73,16 @@ class ParallelSpec(Strict):
     dp: int | None = Field(None, ge=1, description="data-parallel degree; default workers / (tp x pp)")
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
-    zero: int = Field(0, ge=0, le=3, description="0 DDP; 1 shard optimiser state; 2 + gradients; 3 + parameters (FSDP2)")
+    zero: int = Field(0, ge=0, le=3,
+                      description="0 DDP; 1 shard optimiser state; 2 + gradients; 3 + parameters (FSDP2)")
     pipeline: PipelineSpec | None = Field(None, description="pipeline schedule; only with pp > 1")
     dp_shard: int | None = Field(None, ge=1, description="zero 3: shard within groups of this many dp ranks and "
                                                          "replicate across groups (HSDP); default dp")
     reshard_after_forward: bool = Field(True, description="zero 3: free gathered parameters after forward "
                                                           "(re-gather in backward: 1.5x DDP traffic, less memory)")
     offload_optimizer: bool = Field(False, description="zero 1/2: keep optimiser state in host memory")
-    sequence_parallel: bool = Field(False, description="tp > 1: split LayerNorm/residual activations along the sequence")
+    sequence_parallel: bool = Field(False,
+                                    description="tp > 1: split LayerNorm/residual activations along the sequence")
     activation_checkpointing: bool = Field(False, description="recompute each transformer block in backward")
     mixed_precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="bf16: autocast with fp32 master weights (FSDP: bf16 gathers, fp32 reduction); "

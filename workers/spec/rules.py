@@ -86,11 +86,13 @@ def _model_data_errors(spec: JobSpec) -> Iterator[Violation]:
             f"samples are dicts with 'labels'); {d.name!r} gives (input, target) pairs: use 'cross_entropy'")
     if loss == "model" and not isinstance(m, USER_MODELS):
         yield Violation("train.loss",
-            f"train.loss 'model' needs a model that returns its own loss (model.hf or model.entrypoint), not {m.name!r}")
+            f"train.loss 'model' needs a model that returns its own loss (model.hf or model.entrypoint), "
+            f"not {m.name!r}")
     if isinstance(m, GPTModelSpec):
         if isinstance(d, SyntheticDataSpec):
             yield Violation("data.name",
-                "data.name 'synthetic' is a regression set: model 'gpt' needs token data (data.name 'text:pystdlib' or an entrypoint)")
+                "data.name 'synthetic' is a regression set: model 'gpt' needs token data "
+                "(data.name 'text:pystdlib' or an entrypoint)")
         if loss == "mse":
             yield Violation("train.loss", f"train.loss must be 'cross_entropy' for model 'gpt' (loss={loss!r})")
         if isinstance(d, TextDataSpec) and m.vocab_size < 256:
@@ -99,7 +101,8 @@ def _model_data_errors(spec: JobSpec) -> Iterator[Violation]:
     if isinstance(m, MLPModelSpec):
         if isinstance(d, TextDataSpec):
             yield Violation("data.name",
-                "data.name 'text:pystdlib' is token data: model 'mlp' needs vector data (data.name 'synthetic' or an entrypoint)")
+                "data.name 'text:pystdlib' is token data: model 'mlp' needs vector data "
+                "(data.name 'synthetic' or an entrypoint)")
         if isinstance(d, SyntheticDataSpec):
             if d.in_features != m.in_features or d.out_features != m.out_features:
                 yield Violation("model.in_features/out_features",

@@ -13,7 +13,15 @@ from torch.nn import functional as F
 from workers.model_io import UserModelError, logits_of, model_loss
 
 
-def cross_entropy(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+def _needs_targets(loss: str, targets: torch.Tensor | None) -> torch.Tensor:
+    if targets is None:
+        raise UserModelError(f"train.loss {loss!r} needs targets: the batches have none (a dict sample without "
+                             f"'labels'); use train.loss 'model' for a model that computes its own loss")
+    return targets
+
+
+def cross_entropy(outputs: Any, targets: torch.Tensor | None) -> torch.Tensor:
+    targets = _needs_targets("cross_entropy", targets)
     logits = logits_of(outputs)
     if logits.shape[:-1] != targets.shape:
         raise UserModelError(
@@ -23,7 +31,8 @@ def cross_entropy(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def mse(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+def mse(outputs: Any, targets: torch.Tensor | None) -> torch.Tensor:
+    targets = _needs_targets("mse", targets)
     predictions = logits_of(outputs)
     if predictions.shape != targets.shape:
         raise UserModelError(f"train.loss 'mse' takes outputs of the targets' shape: the model returned "
@@ -35,7 +44,7 @@ def own_loss(outputs: Any, targets: torch.Tensor | None) -> torch.Tensor:
     return model_loss(outputs)
 
 
-LOSSES: dict[str, Callable[[Any, torch.Tensor], torch.Tensor]] = {
+LOSSES: dict[str, Callable[[Any, torch.Tensor | None], torch.Tensor]] = {
     "cross_entropy": cross_entropy,
     "mse": mse,
     "model": own_loss,

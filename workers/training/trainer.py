@@ -309,7 +309,8 @@ class Trainer:
         emit(RankCheckpoint(self.rank, self.step, self.checkpointer.last_duration_s))
         # A pipeline rank holds only its stages: its strategy gathers the whole model.
         state = getattr(self.strategy, "full_model_state", checkpointing.full_model_state)(self.model)
-        result = {"step": self.step, "model_state_bytes": self.model_state_bytes, "val_loss": self.evaluate()}
+        result: dict[str, object] = {"step": self.step, "model_state_bytes": self.model_state_bytes,
+                                     "val_loss": self.evaluate()}
         if hasattr(self.strategy, "report"):  # SDP: masks, spectral gap, held fractions
             result["sdp"] = self.strategy.report()
         if self.rank == 0:

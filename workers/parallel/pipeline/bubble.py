@@ -16,9 +16,10 @@ transfer itself costs: each call counted up to the quickest wait of the step,
 a wait whose data was already there) and idle (waiting for the neighbour
 stage). The ranks of a pipeline start the step together (a barrier), and wall
 is the pipeline's makespan (its slowest rank's time in the schedule); a rank
-that finishes early idles for the rest of it. bubble_fraction = idle / wall. Activations in flight are the bytes autograd saved for
-backward in forwards whose backward (weight-gradient, where split) has not yet
-run; parameters are not counted.
+that finishes early idles for the rest of it. bubble_fraction = idle / wall.
+Activations in flight are the bytes autograd saved for backward in forwards
+whose backward (weight-gradient, where split) has not yet run; parameters are
+not counted.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import json
 import torch
 from torch import nn
 
-from workers.models.description import describe_spec_model
+from workers.models.description import blocks_at, describe_spec_model
 from workers.parallel.pipeline.parts import Parts, parts_by_registration
 from workers.spec import JobSpec, sequence_length
 
@@ -35,7 +35,7 @@ def module_cost(module: nn.Module, tokens: int) -> float:
 
 
 def unit_costs_of(model: nn.Module, blocks_path: str, parts: Parts, tokens: int) -> list[float]:
-    blocks = model.get_submodule(blocks_path)
+    blocks = blocks_at(model, blocks_path)
     before = sum(module_cost(model.get_submodule(p), tokens) for p in parts.before)
     after = sum(module_cost(model.get_submodule(p), tokens) for p in parts.after)
     return [before] + [module_cost(b, tokens) for b in blocks] + [after]

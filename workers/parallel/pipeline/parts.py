@@ -49,11 +49,12 @@ def parts_by_call_order(model: nn.Module, desc: ModelDescription, order: list[st
     """Split the parts by when `order` (module FQNs in first-call order) first calls them."""
     index = {name: i for i, name in enumerate(order)}
     blocks = [index.get(desc.block_fqn(i)) for i in range(desc.n_blocks)]
-    if None in blocks:
-        missing = [i for i, b in enumerate(blocks) if b is None]
+    missing = [i for i, b in enumerate(blocks) if b is None]
+    if missing:
         raise ModelStructureError("model.blocks", f"the forward pass never called blocks {missing} of "
                                                   f"{desc.blocks_path!r}: a pipeline runs every block once")
-    first, last = min(blocks), max(blocks)
+    called = [b for b in blocks if b is not None]
+    first, last = min(called), max(called)
     before, after = [], []
     for name in outside_parts(model, desc.blocks_path):
         at = index.get(name, -1)  # never called: kept with the first stage, so that checkpoints still hold it

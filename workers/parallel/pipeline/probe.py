@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from workers.model_io import UserModelError, logits_of
+from workers.model_io import Inputs, UserModelError, logits_of
 from workers.models.description import ModelDescription, ModelStructureError, call_order
 from workers.parallel.pipeline.parts import Parts, outside_parts, parts_by_call_order
 
@@ -55,12 +55,12 @@ def first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
     return None
 
 
-def probe(model: nn.Module, desc: ModelDescription, sample: torch.Tensor) -> Probe:
+def probe(model: nn.Module, desc: ModelDescription, sample: Inputs) -> Probe:
     if not isinstance(sample, torch.Tensor):
         raise UserModelError(f"parallel.pp > 1 takes batches whose input is one tensor (token ids), got "
                              f"{type(sample).__name__}: the stages pass one hidden state between them")
     calls: dict[str, ShapeRule] = {}
-    hidden: list[torch.Tensor] = []
+    hidden: list[torch.Tensor | None] = []
     outputs: list[torch.Tensor] = []
 
     def recorder(name):
@@ -80,13 +80,14 @@ def probe(model: nn.Module, desc: ModelDescription, sample: torch.Tensor) -> Pro
         order = call_order(model, lambda: outputs.append(logits_of(model(sample))))
     finally:
         model.train(was_training)
-        for h in handles:
-            h.remove()
+        for handle in handles:
+            handle.remove()
     parts = parts_by_call_order(model, desc, order)
     missing = [p for p in parts.before if p in order and p not in calls]
     if missing:
         raise ModelStructureError("model.blocks", f"{missing} run before the blocks but return no single tensor "
                                                   f"for a tensor input: a later stage cannot stand in for them")
     [h] = hidden
+    assert h is not None, "the first block was called without a tensor (its input is the hidden state)"
     return Probe(parts, {p: calls[p] for p in parts.before if p in calls}, tuple(sample.shape), sample.dtype,
                  tuple(h.shape), h.dtype, ShapeRule.observed(sample, outputs[0]))

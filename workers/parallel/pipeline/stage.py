@@ -50,6 +50,7 @@ class ZerosStandIn(nn.Module):
 
     def forward(self, *args, **kwargs) -> torch.Tensor:
         given = first_tensor(args, kwargs)
+        assert given is not None, f"{self.name} was called without a tensor input (the probe saw one)"
         return torch.zeros(self.rule.shape_for(given), dtype=self.rule.dtype, device=given.device)
 
     def extra_repr(self) -> str:
@@ -96,6 +97,7 @@ def pruned_copy(full: nn.Module, replacements: dict[str, nn.Module]) -> nn.Modul
         node = root
         for name in path:
             child = node._modules[name]
+            assert child is not None, f"{fqn}: no module at {name!r}"  # the FQNs are the model's own modules
             if id(child) not in copied:
                 child = _shallow_copy(child)
                 node._modules[name] = child
@@ -107,6 +109,8 @@ def pruned_copy(full: nn.Module, replacements: dict[str, nn.Module]) -> nn.Modul
 
 class FullNames(nn.Module):
     """Holds a pruned copy's children at its own root, so its names are the full model's."""
+
+    pruned: nn.Module  # set by adopt(), a plain attribute
 
     def adopt(self, pruned: nn.Module) -> None:
         object.__setattr__(self, "pruned", pruned)  # a plain attribute: its children are ours

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -83,6 +84,8 @@ class PipelineRank(FullNames):
     and returns the outputs on every rank of the pipeline.
     """
 
+    chunks: dict[int, StageModule]  # a plain attribute, set in __init__
+
     def __init__(self, full: nn.Module, desc: ModelDescription, probe: Probe, mine: list[StagePlan],
                  all_plans: list[StagePlan], strategy: "PipelineStrategy"):
         super().__init__()
@@ -124,7 +127,7 @@ class PipelineRank(FullNames):
         return out
 
 
-def pipeline_errors(spec: JobSpec):
+def pipeline_errors(spec: JobSpec) -> Iterator[Violation]:
     p, pipe = spec.parallel, spec.parallel.pipeline
     if p.zero and p.pp > 1:
         yield Violation("parallel.zero",
@@ -155,11 +158,13 @@ def pipeline_errors(spec: JobSpec):
         yield Violation("supervisor.straggler.policy",
             f"supervisor.straggler.policy 'rebalance' is not available with pipeline parallelism; use 'report' "
             f"(pp={p.pp}); parallel.pipeline.rebalance_threshold balances the stages")
-    for name, on in (("sequence_parallel", p.sequence_parallel), ("activation_checkpointing", p.activation_checkpointing),
+    for name, on in (("sequence_parallel", p.sequence_parallel),
+                     ("activation_checkpointing", p.activation_checkpointing),
                      ("mixed_precision", p.mixed_precision != "fp32")):
         if on:  # stages pass replicated fp32 activations and run blocks without recomputation
             yield Violation(f"parallel.{name}",
-                f"parallel.{name} is not available with pipeline parallelism yet (pp={p.pp}, {name}={getattr(p, name)!r})")
+                f"parallel.{name} is not available with pipeline parallelism yet "
+                f"(pp={p.pp}, {name}={getattr(p, name)!r})")
     per_step, m, v = spec.grad_accum_steps, pipeline_microbatches(spec), pipe.stages_per_rank
     stages, layers = p.pp * v, facts.layers
     if per_step and per_step % m:
@@ -175,7 +180,8 @@ def pipeline_errors(spec: JobSpec):
             f"parallel.pipeline.virtual_stages must be 2 for V-shaped schedule {pipe.schedule!r} (virtual_stages={v})")
     if pipe.schedule in ("1f1b", "zbv_zero_bubble") and m < p.pp:
         yield Violation("parallel.pipeline.microbatches",
-            f"parallel.pipeline.microbatches must be >= parallel.pp for {pipe.schedule!r} (microbatches={m}, pp={p.pp})")
+            f"parallel.pipeline.microbatches must be >= parallel.pp for {pipe.schedule!r} "
+            f"(microbatches={m}, pp={p.pp})")
     if pipe.schedule in ("interleaved_1f1b", "zero_bubble") and m % p.pp:
         yield Violation("parallel.pipeline.microbatches",
             f"parallel.pipeline.microbatches must be a multiple of parallel.pp for interleaved schedule "
@@ -212,7 +218,9 @@ class PipelineStrategy:
     def selects(spec) -> bool:
         return spec.parallel.pp > 1
 
-    spec_errors = staticmethod(pipeline_errors)
+    @staticmethod
+    def spec_errors(spec: JobSpec) -> Iterator[Violation]:
+        return pipeline_errors(spec)
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:  # the planner's search covers pp = 1 layouts; replicated stages
@@ -240,7 +248,8 @@ class PipelineStrategy:
         desc = describe_spec_model(model, spec.model)
         if self.tp > 1:  # PP x TP: shard every block by the model's plan first; stages pass replicated activations
             apply_tensor_parallel(model, ctx.mesh["tp"], sequence_parallel=False, desc=desc)
-        probe = probe_model(model, desc, sample_input(spec).to(ctx.device))
+        sample = sample_input(spec)  # a dict of inputs: probe_model says a pipeline takes one tensor
+        probe = probe_model(model, desc, sample.to(ctx.device) if isinstance(sample, torch.Tensor) else sample)
 
         wrapped = PipelineRank(model, desc, probe, mine, self.plans, self)
         self.stages = [PipelineStage(wrapped.chunks[plan.stage], plan.stage, self.n_stages, ctx.device,
@@ -278,7 +287,8 @@ class PipelineStrategy:
 
     # --- one step ----------------------------------------------------------
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         m = self.microbatches
         if len(micro) % m:
             raise ValueError(f"pipeline: {len(micro)} micro-batches this step is not a multiple of "
@@ -312,7 +322,7 @@ class PipelineStrategy:
     def _pipeline_loss_and_makespan(self, losses: list[torch.Tensor], wall_s: float) -> tuple[float, float]:
         """The whole model's loss (from the rank holding the last stage) and the slowest rank's schedule
         time, on every rank of the pipeline: one small all-gather."""
-        mine = torch.tensor([wall_s, sum(float(l.detach()) for l in losses) if self.has_last else 0.0],
+        mine = torch.tensor([wall_s, sum(float(loss.detach()) for loss in losses) if self.has_last else 0.0],
                             dtype=torch.float64)
         every = [torch.zeros(2, dtype=torch.float64) for _ in range(self.pp)]
         dist.all_gather(every, mine, group=self.pp_group)

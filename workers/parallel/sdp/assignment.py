@@ -6,12 +6,13 @@ from torch import nn
 
 from workers.models.description import ModelStructureError, describe_spec_model
 from workers.parallel.sdp.masks import Assignment, assign, feasibility_error
-from workers.spec import JobSpec, sdp_components, sdp_workers
+from workers.spec import GPTModelSpec, JobSpec, sdp_components, sdp_workers
 
 
 def assignment_of(spec: JobSpec, n_blocks: int | None = None) -> Assignment:
     """The masks of the spec's layout; block mode over `n_blocks` (the built model's), else the spec's count."""
     sdp = spec.parallel.sdp
+    assert sdp is not None  # the SDP code runs only for a spec with parallel.sdp
     n, what = sdp_components(spec, n_blocks)
     if n is None:
         raise ValueError("parallel.sdp: the number of blocks is known only from the built model; pass n_blocks")
@@ -19,7 +20,11 @@ def assignment_of(spec: JobSpec, n_blocks: int | None = None) -> Assignment:
     if problem:  # an entrypoint model is checked here, once built (the spec rules could not count its blocks)
         raise ModelStructureError("parallel.sdp.coverage", f"infeasible for this model ({sdp.mode} mode, "
                                                            f"coverage={sdp.coverage}): {problem}")
-    layers = 1 if sdp.mode == "block" else spec.model.n_layers
+    if sdp.mode == "block":
+        layers = 1
+    else:
+        assert isinstance(spec.model, GPTModelSpec)  # the spec rules allow neuron mode only on the built-in gpt
+        layers = spec.model.n_layers
     return assign(sdp.mode, sdp_workers(spec), layers, n, sdp.coverage, sdp.seed)
 
 

@@ -83,7 +83,7 @@ class Assignment:
     def _holders(self) -> list[list[tuple[int, ...]]]:
         out = []
         for layer in range(self.layers):
-            h = [[] for _ in range(self.n)]
+            h: list[list[int]] = [[] for _ in range(self.n)]
             for w in range(self.workers):
                 for c in self.held[layer][w]:
                     h[c].append(w)
@@ -91,7 +91,7 @@ class Assignment:
         return out
 
     def held_fraction(self, worker: int) -> float:
-        return sum(len(self.held[l][worker]) for l in range(self.layers)) / (self.layers * self.n)
+        return sum(len(self.held[layer][worker]) for layer in range(self.layers)) / (self.layers * self.n)
 
     def shared_counts(self) -> torch.Tensor:
         """K x K matrix: components held by both workers (diagonal zeroed)."""

@@ -13,9 +13,10 @@ from __future__ import annotations
 import torch
 
 from workers.models import build_model
+from workers.models.description import blocks_at
 from workers.parallel.sdp.assignment import assignment_of, blocks_of
 from workers.parallel.sdp.subnetwork import build_subnetwork
-from workers.spec import JobSpec
+from workers.spec import JobSpec, SDPPeriodSpec
 
 
 def _ring(k: int) -> float:
@@ -25,16 +26,18 @@ def _ring(k: int) -> float:
 def sdp_bytes(spec: JobSpec) -> tuple[int, int]:
     """(model-state bytes, logical comm bytes per step) of worker 0."""
     p, sdp = spec.parallel, spec.parallel.sdp
+    assert sdp is not None  # the SDP code runs only for a spec with parallel.sdp
+    shards = p.dp_shard if p.zero == 3 else 1
+    assert shards is not None, "the spec rules require parallel.dp_shard with parallel.sdp and zero 3"
     with torch.device("meta"):
         model = build_model(spec)
     path = blocks_of(model, spec)
-    a = assignment_of(spec, len(model.get_submodule(path)))  # off the meta device: the masks are real
+    a = assignment_of(spec, len(blocks_at(model, path)))  # off the meta device: the masks are real
     with torch.device("meta"):
         sub, pieces = build_subnetwork(model, a, 0, sdp.masking, path)
     params = dict(sub.named_parameters())
     kept = sum(t.numel() for t in params.values())
     trainable = sum(t.numel() for t in params.values() if t.requires_grad)
-    shards = p.dp_shard if p.zero == 3 else 1
 
     def numel(piece) -> int:
         t = params[piece.local]
@@ -50,7 +53,7 @@ def sdp_bytes(spec: JobSpec) -> tuple[int, int]:
         for piece in pieces:
             sets[piece.holders] = sets.get(piece.holders, 0) + numel(piece)
         comm += sum(4 * n for h, n in sets.items() if len(h) < a.workers)
-    if sdp.sync != "every_step":
+    if isinstance(sdp.sync, SDPPeriodSpec):  # else every_step
         comm /= sdp.sync.period
     if shards > 1:
         gathers = spec.grad_accum_steps * (2 if p.reshard_after_forward else 1)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -28,6 +29,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
 from workers.models import build_model
+from workers.models.description import blocks_at
 from workers.parallel.base import (
     ForwardBackward,
     LayoutCost,
@@ -48,6 +50,7 @@ from workers.spec import (
     GPTModelSpec,
     JobSpec,
     MLPModelSpec,
+    SDPPeriodSpec,
     Violation,
     sdp_components,
     sdp_workers,
@@ -91,11 +94,12 @@ def _check_mask(expected: torch.Tensor):
         got = getattr(module, f"mask_worker{module.worker}")
         if got.shape != expected.shape or not torch.equal(got.cpu(), expected):
             raise ValueError(f"SDP checkpoint: worker {module.worker}'s mask in the checkpoint {got.tolist()} differs "
-                             f"from this layout's {expected.tolist()} (parallel.sdp seed/coverage/mode or workers changed)")
+                             f"from this layout's {expected.tolist()} "
+                             f"(parallel.sdp seed/coverage/mode or workers changed)")
     return hook
 
 
-def sdp_errors(spec: JobSpec):
+def sdp_errors(spec: JobSpec) -> Iterator[Violation]:
     p, sdp, r = spec.parallel, spec.parallel.sdp, spec.resources
     if sdp is None:
         return
@@ -112,7 +116,8 @@ def sdp_errors(spec: JobSpec):
         return
     if p.tp > 1 or p.pp > 1:
         yield Violation("parallel.sdp",
-            f"parallel.sdp needs parallel.tp = 1 and parallel.pp = 1: each worker runs a whole subnetwork (tp={p.tp}, pp={p.pp})")
+            f"parallel.sdp needs parallel.tp = 1 and parallel.pp = 1: each worker runs a whole subnetwork "
+            f"(tp={p.tp}, pp={p.pp})")
     if p.zero not in (0, 3):
         yield Violation("parallel.sdp",
             f"parallel.sdp needs parallel.zero 0 or 3: ZeRO-1/2 shard state over all dp ranks, but each SDP "
@@ -159,7 +164,9 @@ class SDPStrategy:
     def selects(spec) -> bool:
         return spec.parallel.sdp is not None
 
-    spec_errors = staticmethod(sdp_errors)
+    @staticmethod
+    def spec_errors(spec: JobSpec) -> Iterator[Violation]:
+        return sdp_errors(spec)
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:  # subnetworks: bytes from the mask assignment itself
@@ -168,29 +175,33 @@ class SDPStrategy:
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         spec = ctx.spec
         sdp, p = spec.parallel.sdp, spec.parallel
+        assert sdp is not None  # selects(): only for a spec with parallel.sdp
+        shards = p.dp_shard if p.zero == 3 else 1
+        assert shards is not None, "the spec rules require parallel.dp_shard with parallel.sdp and zero 3"
         self.spec, self.comm, self.every_step = spec, ctx.comm, sdp.sync == "every_step"
-        self.period = None if self.every_step else sdp.sync.period
+        self.period = sdp.sync.period if isinstance(sdp.sync, SDPPeriodSpec) else None  # None: every step
         self.backward_masking = sdp.masking == "backward"
-        self.shards = p.dp_shard if p.zero == 3 else 1
+        self.shards = shards
         self.worker, shard = divmod(ctx.rank, self.shards)
         self.blocks_path = blocks_of(model, spec)
-        self.assignment = assignment_of(spec, len(model.get_submodule(self.blocks_path)))
+        self.assignment = assignment_of(spec, len(blocks_at(model, self.blocks_path)))
         self.shapes = {n: t.shape for n, t in model.named_parameters()}
         subnet, pieces = build_subnetwork(model, self.assignment, self.worker, sdp.masking, self.blocks_path)
         subnet = subnet.to(ctx.device)
         apply_activation_checkpointing(subnet, ctx)
-        wrapped = SDPModel(subnet, self.worker, mask_tensor(self.assignment, self.worker)).to(ctx.device)
+        sdp_model = SDPModel(subnet, self.worker, mask_tensor(self.assignment, self.worker)).to(ctx.device)
         if self.shards > 1:
             from torch.distributed.fsdp import fully_shard
 
             mesh = init_device_mesh(ctx.device.type, (self.assignment.workers, self.shards),
                                     mesh_dim_names=("sdp", "shard"))["shard"]
-            for block in subnet.get_submodule(self.blocks_path):
+            for block in blocks_at(subnet, self.blocks_path):
                 fully_shard(block, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
-            wrapped = fully_shard(wrapped, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
-        params = dict(wrapped.subnet.named_parameters())
+            # in place: fully_shard returns the module it was given, its class swapped for an FSDP subclass
+            fully_shard(sdp_model, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
+        params = dict(sdp_model.subnet.named_parameters())
         self.sync = HolderSync(self.assignment, self.worker, shard, self.shards, pieces, params, ctx.comm)
-        return wrapped
+        return sdp_model
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         optimizer = adamw([q for q in wrapped.parameters() if q.requires_grad], ctx.spec)
@@ -198,7 +209,7 @@ class SDPStrategy:
         return optimizer
 
     def _after_update(self, optimizer: torch.optim.Optimizer) -> None:
-        if not self.every_step:
+        if self.period is not None:  # not every_step
             # AdamW's own step count survives checkpoints, so the averaging schedule does too.
             first = next((q for g in optimizer.param_groups for q in g["params"] if q in optimizer.state), None)
             done = int(optimizer.state[first]["step"]) if first is not None else 0
@@ -208,7 +219,8 @@ class SDPStrategy:
         if self.backward_masking:
             self.sync.refresh_unheld()
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
         if self.shards > 1:
             fb = fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
         else:
@@ -232,6 +244,7 @@ class SDPStrategy:
     # --- the whole model, for evaluation and export -------------------------------
 
     def full_model_state(self, wrapped: nn.Module) -> dict[str, torch.Tensor]:
+        assert isinstance(wrapped, SDPModel)  # what wrap() returned (FSDP's class is a subclass of it)
         gathered = {n: (q.full_tensor() if hasattr(q, "full_tensor") else q)
                     for n, q in wrapped.subnet.named_parameters()}
         return self.sync.full_state(self.shapes, gathered)
@@ -244,6 +257,7 @@ class SDPStrategy:
 
     def report(self) -> dict:
         sdp = self.spec.parallel.sdp
+        assert sdp is not None  # selects(): only for a spec with parallel.sdp
         return {"mode": sdp.mode, "masking": sdp.masking, "coverage": sdp.coverage,
                 "sync": sdp.sync if isinstance(sdp.sync, str) else sdp.sync.model_dump(),
                 "seed": sdp.seed, **self.assignment.report()}

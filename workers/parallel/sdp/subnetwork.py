@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from workers.models.description import blocks_at
 from workers.parallel.sdp.masks import Assignment
 
 
@@ -82,7 +83,7 @@ def build_subnetwork(model: nn.Module, a: Assignment, worker: int, masking: str,
     everyone = tuple(range(a.workers))
     names = {id(p): n for n, p in model.named_parameters()}  # full-model names, before any change
     if a.mode == "block":
-        blocks = model.get_submodule(blocks_path)
+        blocks = blocks_at(model, blocks_path)
         if len(blocks) != a.n:
             raise ValueError(f"SDP: the mask assignment is for {a.n} blocks, the model has {len(blocks)} "
                              f"at {blocks_path!r}")
@@ -101,7 +102,7 @@ def build_subnetwork(model: nn.Module, a: Assignment, worker: int, masking: str,
                   for local, p in model.named_parameters()]
         return model, pieces
 
-    from workers.models.gpt import GPT
+    from workers.models.gpt import GPT, MLP
 
     if not isinstance(model, GPT):
         raise ValueError(f"parallel.sdp.mode 'neuron' needs the built-in gpt model (got {type(model).__name__})")
@@ -109,10 +110,11 @@ def build_subnetwork(model: nn.Module, a: Assignment, worker: int, masking: str,
     special = {}
     for i, block in enumerate(model.blocks):
         mlp, held = block.mlp, list(a.held[i][worker])
+        assert isinstance(mlp, MLP)  # the built-in GPT's block, not yet rewritten
         prefix = f"blocks.{i}.mlp"
-        block.mlp = MaskedMLP(mlp.fc, mlp.proj, mlp.drop, held, keep_frozen=masking == "backward")
+        block.mlp = masked = MaskedMLP(mlp.fc, mlp.proj, mlp.drop, held, keep_frozen=masking == "backward")
         unheld = sorted(set(range(a.n)) - set(held))
-        for local_units, frozen in ((held, False), (unheld if block.mlp.frozen else [], True)):
+        for local_units, frozen in ((held, False), (unheld if masked.frozen else [], True)):
             by_holders: dict[tuple, list[tuple[int, int]]] = {}
             for j, unit in enumerate(local_units):
                 by_holders.setdefault(a.holders(i, unit), []).append((j, unit))

@@ -37,6 +37,7 @@ def _write(t: torch.Tensor, piece: Piece, values: torch.Tensor) -> None:
     if piece.dim is None:
         t.copy_(values.view_as(t))
     else:
+        assert piece.local_index is not None  # set whenever dim is
         shape = list(t.shape)
         shape[piece.dim] = len(piece.local_index)
         t.index_copy_(piece.dim, torch.tensor(piece.local_index, device=t.device), values.view(shape))
@@ -69,7 +70,9 @@ class HolderSync:
                     continue
                 if s == shard:
                     self.groups[holders] = group
-        order = lambda p: (p.global_name, p.global_index or ())
+        def order(p: Piece) -> tuple[str, tuple[int, ...]]:
+            return (p.global_name, p.global_index or ())
+
         self.buckets = {h: sorted((p for p in pieces if p.holders == h and worker in h), key=order)
                         for h in self.sets}
         self.buckets = {h: ps for h, ps in self.buckets.items() if ps and len(h) > 1}
