@@ -66,7 +66,7 @@ clean:
 # Start the service (SQLite + local Ray under TRAINYARD_HOME), submit examples/ over REST,
 # follow them live, print a summary and stop the service.
 demo: install
-	$(PY) -m api.demo
+	$(PY) -m api.cli.demo
 
 # The service in the foreground: REST on TRAINYARD_HOST:TRAINYARD_PORT (127.0.0.1:8600).
 serve: install

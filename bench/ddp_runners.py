@@ -78,7 +78,7 @@ def run_trainyard(spec, work: Path, tag: str) -> dict:
 
     class Listener:
         def on_state(self, state, message): pass
-        def on_event(self, kind, message, data): pass
+        def on_event(self, event): pass
 
         def on_step(self, record):
             arrivals.append(time.time())

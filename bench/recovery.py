@@ -134,8 +134,8 @@ class Recorder:
     def on_state(self, state, message):
         self.states.append((time.time(), str(state)))
 
-    def on_event(self, kind, message, data):
-        self.events.append((time.time(), kind, dict(data)))
+    def on_event(self, event):
+        self.events.append((time.time(), event.kind, event.data()))
 
     def on_step(self, record):
         self.step = record["step"]

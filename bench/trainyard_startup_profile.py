@@ -131,7 +131,7 @@ def profile_startup(spec, job_dir: Path, job_id: str) -> dict:
         def on_state(self, state, message):
             driver.setdefault(f"state_{state}", time.time())
 
-        def on_event(self, kind, message, data):
+        def on_event(self, event):
             pass
 
         def on_step(self, record):

@@ -14,6 +14,7 @@ import threading
 import time
 
 from service import quotas
+from service.admission.submit import Admission
 from service.db import repository as repo
 from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
 from service.db.group_commit import GroupCommit
@@ -48,6 +49,7 @@ class ControlPlane:
         self._capacity: tuple[dict, dict] | None = None  # (cluster total, largest node), refreshed by the loop
         self._stop = threading.Event()
         self.wake = shared.wake if shared else threading.Event()  # a submit: schedule now, not at the next tick
+        self.admission = Admission(settings, self.writes, lambda: self.capacity, self.wake)
         self._thread: threading.Thread | None = None
         self.pool = None
         self.lease: LeaderLease | None = None

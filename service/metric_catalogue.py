@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from workers.events import (CheckpointEvent, RebalanceEvent, ReplaceEvent, ResizeEvent, RestartCause, RestartEvent,
+                            RunEvent, StragglerEvent, StragglerRecoveredEvent)
 from workers.spec import StragglerSpec
 
 log = logging.getLogger("trainyard.metrics")
@@ -173,9 +175,12 @@ def _u(name: str, op: str, value, **labels) -> Update:
     return Update(name, tuple((k, str(v)) for k, v in labels.items()), op, float(value))
 
 
-ROLLBACK_CAUSES = frozenset({"non_finite", "corruption"})
-RESTART_CAUSES = ("worker_lost", "hang", "start", "non_finite", "corruption", "error", "supervisor_lost")
+ROLLBACK_CAUSES = frozenset(str(c) for c in RestartCause if c.rolls_back)
+RESTART_CAUSES = tuple(str(c) for c in RestartCause)
 RESIZE_REASONS = ("shrink", "grow", "relayout")
+# What happened to a straggler after the policy's decision (StragglerEvent.decision) became real.
+STRAGGLER_OUTCOMES: dict[type, str] = {RebalanceEvent: "rebalanced", ReplaceEvent: "replaced",
+                                       StragglerRecoveredEvent: "recovered"}
 STRAGGLER_ACTIONS = ("reported", "rebalance_planned", "rebalanced", "replace_planned", "replaced", "recovered")
 
 
@@ -188,23 +193,6 @@ def zero_counters(job: str) -> list[Update]:
     out += [_u("trainyard_straggler_actions", "inc", 0, job=job, action=a) for a in STRAGGLER_ACTIONS]
     out += [_u("trainyard_checkpoints", "inc", 0, job=job), _u("trainyard_skipped_steps", "inc", 0, job=job)]
     return out
-
-
-def straggler_action(text: str) -> str:
-    """The supervisor's free-text straggler action, as a bounded label."""
-    if text.startswith("rebalancing"):
-        return "rebalance_planned"
-    if text.startswith("replacing"):
-        return "replace_planned"
-    return "reported"
-
-
-def resize_reason(data: dict) -> str:
-    before = (data.get("from") or {}).get("world_size")
-    after = (data.get("to") or {}).get("world_size")
-    if before is None or after is None or before == after:
-        return "relayout"
-    return "shrink" if after < before else "grow"
 
 
 def step_updates(job: str, rec: dict) -> list[Update]:
@@ -242,31 +230,27 @@ def step_updates(job: str, rec: dict) -> list[Update]:
     return out
 
 
-def event_updates(job: str, kind: str, data: dict) -> list[Update]:
-    """Updates for one supervisor event (restart, resize, straggler, checkpoint, ...)."""
-    if kind == "restart":
-        cause = data.get("cause") or "supervisor_lost"
-        out = [_u("trainyard_restarts", "inc", 1, job=job, cause=cause)]
-        if cause in ROLLBACK_CAUSES:
-            out.append(_u("trainyard_rollbacks", "inc", 1, job=job, cause=cause))
+def event_updates(job: str, event: RunEvent) -> list[Update]:
+    """Updates for one supervisor event (restart, resize, straggler, checkpoint, ...): labels from its fields."""
+    if isinstance(event, RestartEvent):
+        out = [_u("trainyard_restarts", "inc", 1, job=job, cause=event.cause)]
+        if event.cause.rolls_back:
+            out.append(_u("trainyard_rollbacks", "inc", 1, job=job, cause=event.cause))
         return out
-    if kind == "resize":
-        return [_u("trainyard_resizes", "inc", 1, job=job, reason=resize_reason(data))]
-    if kind == "straggler":
-        return [_u("trainyard_straggler_actions", "inc", 1, job=job, action=straggler_action(data.get("action", "")))]
-    if kind == "straggler_recovered":
-        return [_u("trainyard_straggler_actions", "inc", 1, job=job, action="recovered")]
-    if kind == "rebalance":
-        return [_u("trainyard_straggler_actions", "inc", 1, job=job, action="rebalanced")]
-    if kind == "replace":
-        return [_u("trainyard_straggler_actions", "inc", 1, job=job, action="replaced")]
-    if kind == "checkpoint":
+    if isinstance(event, ResizeEvent):
+        return [_u("trainyard_resizes", "inc", 1, job=job, reason=event.direction)]
+    if isinstance(event, StragglerEvent):
+        return [_u("trainyard_straggler_actions", "inc", 1, job=job, action=event.decision)]
+    action = STRAGGLER_OUTCOMES.get(type(event))
+    if action is not None:
+        return [_u("trainyard_straggler_actions", "inc", 1, job=job, action=action)]
+    if isinstance(event, CheckpointEvent):
         out = [_u("trainyard_checkpoints", "inc", 1, job=job),
-               _u("trainyard_job_last_checkpoint_step", "set", data["step"], job=job)]
-        if data.get("duration_s") is not None:
-            out.append(_u("trainyard_checkpoint_duration_seconds", "observe", data["duration_s"], job=job))
-        if data.get("bytes") is not None:
-            out.append(_u("trainyard_checkpoint_bytes", "set", data["bytes"], job=job))
+               _u("trainyard_job_last_checkpoint_step", "set", event.step, job=job)]
+        if event.duration_s is not None:
+            out.append(_u("trainyard_checkpoint_duration_seconds", "observe", event.duration_s, job=job))
+        if event.bytes is not None:
+            out.append(_u("trainyard_checkpoint_bytes", "set", event.bytes, job=job))
         return out
     return []
 
@@ -363,8 +347,8 @@ class LiveMetrics:
             if rec["type"] == "step":
                 updates += step_updates(job, rec)
                 last_step = rec
-            elif rec["type"] == "event":
-                updates += event_updates(job, rec["kind"], rec["data"])
+            elif rec["type"] == "event" and rec.get("event") is not None:  # the supervisor's typed event
+                updates += event_updates(job, rec["event"])
         if last_step is not None and spec is not None and self.peak_flops_per_worker > 0:
             world = world_size or (layout or {}).get("world_size") or 1
             value = mfu(last_step.get("tokens_per_s"), gpt_params(spec), self.peak_flops_per_worker, world)
@@ -372,9 +356,9 @@ class LiveMetrics:
                 updates.append(_u("trainyard_job_mfu_ratio", "set", value, job=job))
         self.apply(updates)
 
-    def restarted(self, job: str, cause: str) -> None:
+    def restarted(self, job: str, event: RestartEvent) -> None:
         """A restart the control plane itself made (a lost supervisor replaced)."""
-        self.apply(([] if job in self.jobs() else zero_counters(job)) + event_updates(job, "restart", {"cause": cause}))
+        self.apply(([] if job in self.jobs() else zero_counters(job)) + event_updates(job, event))
 
     def queue_wait(self, seconds: float) -> None:
         self._metrics["trainyard_queue_wait_seconds"].observe(max(0.0, seconds))

@@ -1,6 +1,7 @@
 """Per-tenant quotas: at submit (429 or accepted to wait) and at admission (the scheduler's filter).
 
-A tenant may cap its queued jobs (`max_queued_jobs`) and the workers its jobs hold at once
+The server caps every tenant's open (queued or running) jobs (`max_active_jobs_per_tenant`); a
+tenant may also cap its queued jobs (`max_queued_jobs`) and the workers its jobs hold at once
 (`max_workers`). With `quota_mode: reject` a submit whose workers, added to everything the
 tenant already has queued or running, would pass `max_workers` is refused with 429, so its
 jobs never wait on the quota; with `queue` it is accepted and waits until the tenant's
@@ -12,13 +13,14 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from service.admission.refusals import NeverFits, OverQuota
 from service.db import repository as repo
 from service.db.models import Job, Tenant
 
 QUOTA_MODES = ("reject", "queue")
 
 
-class NeverWithinQuota(Exception):
+class NeverWithinQuota(NeverFits):
     """The job alone asks for more workers than the tenant may ever hold."""
 
 
@@ -49,18 +51,21 @@ def prepare_submits(s: Session, submits: list[tuple[str, str | None]]) -> None:
         repo.prefetch_idempotency_keys(s, [(tenant_id, key) for tenant_id, key in submits if key is not None])
 
 
-def check_submit(tenant: Tenant, usage: repo.Usage, workers: int) -> None:
-    """Raise QuotaExceeded (429) or NeverWithinQuota (422) if this tenant may not queue a job of `workers`."""
+def check_submit(tenant: Tenant, usage: repo.Usage, workers: int, max_open_jobs: int | None = None) -> None:
+    """Every quota a submit of `workers` must pass: the server's cap on a tenant's open jobs
+    (`max_open_jobs`), then the tenant's own. OverQuota (429) or NeverWithinQuota (422) if it fails."""
+    if max_open_jobs is not None and usage.open_jobs >= max_open_jobs:
+        raise OverQuota(repo.quota_message(max_open_jobs))
     cap = tenant.max_workers
     if cap is not None and workers > cap:
         raise NeverWithinQuota(f"resources.workers: the job needs {workers} workers but tenant {tenant.name!r} "
-                               f"may hold at most {cap} at once (its max_workers quota)")
+                               f"may hold at most {cap} at once (its max_workers quota)", "resources.workers")
     if tenant.max_queued_jobs is not None and usage.queued >= tenant.max_queued_jobs:
-        raise repo.QuotaExceeded(f"quota: tenant {tenant.name!r} has {usage.queued} queued jobs, its "
-                                 f"max_queued_jobs quota; wait for some to start or cancel them")
+        raise OverQuota(f"quota: tenant {tenant.name!r} has {usage.queued} queued jobs, its "
+                        f"max_queued_jobs quota; wait for some to start or cancel them")
     held = usage.active_workers + usage.queued_workers
     if cap is not None and tenant.quota_mode == "reject" and held + workers > cap:
-        raise repo.QuotaExceeded(
+        raise OverQuota(
             f"quota: tenant {tenant.name!r} has {usage.active_workers} workers running and {usage.queued_workers} "
             f"queued; {workers} more would pass its max_workers quota of {cap} (quota_mode reject)")
 

@@ -20,6 +20,7 @@ supervisors themselves: a drain from an older epoch is ignored.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import ray
 from sqlalchemy.orm import Session
@@ -33,6 +34,7 @@ from service.settings import Settings
 from service.supervisor.actor import find_supervisor
 from service.supervisor.launch import Launcher
 from workers.checkpointing import latest_checkpoint
+from workers.events import CheckpointEvent, RestartCause, RestartEvent
 
 log = logging.getLogger("trainyard.reconciler")
 DRAIN_TIMEOUT_S = 10.0
@@ -125,6 +127,8 @@ class Reconciler:
                             path = self.settings.job_dir(job.id) / "checkpoints" / f"step-{step:08d}"
                             repo.record_checkpoint(s, job.id, step, str(path))
                             rec["data"] = {**rec["data"], "bytes": _dir_bytes(path)}
+                            if isinstance(rec.get("event"), CheckpointEvent):  # what the metrics read
+                                rec["event"] = replace(rec["event"], bytes=rec["data"]["bytes"])
                     elif rec["type"] == "step":
                         steps.append(rec)
                     job.drained_seq = rec["seq"]
@@ -202,10 +206,10 @@ class Reconciler:
                 if job.state != JobState.RECOVERING:
                     repo.transition(s, job, JobState.RECOVERING, f"{reason}; restarting from step {resume}")
                 job.restarts_base = job.restarts = job.restarts + 1
-                repo.add_event(s, job.id, "restart", f"{reason}; new supervisor resumes from step {resume}",
-                               data={"restart": job.restarts, "resume_step": resume, "reason": reason,
-                                     "cause": "supervisor_lost"})
-                self.metrics.restarted(job.id, "supervisor_lost")
+                restart = RestartEvent(job.restarts, resume, reason, RestartCause.SUPERVISOR_LOST,
+                                       f"{reason}; new supervisor resumes from step {resume}")
+                repo.add_event(s, job.id, restart.kind, restart.message, data=restart.data())
+                self.metrics.restarted(job.id, restart)
             job.supervisor_epoch += 1
             job.drained_seq = 0
             reservation = self.launcher.reserve()

@@ -60,8 +60,8 @@ class Events:
     def on_state(self, state, message):
         self.states.append(str(state))
 
-    def on_event(self, kind, message, data):
-        self.events.append((kind, data))
+    def on_event(self, event):
+        self.events.append((event.kind, event.data()))
 
     def on_step(self, record):
         self.steps.append(record)

@@ -20,7 +20,7 @@ from service.db.models import Job
 
 
 class JobRow(dict):
-    """A job's columns, also as attributes (what api.schemas.job_out reads)."""
+    """A job's columns, also as attributes (what api.http.schemas.job_out reads)."""
 
     __getattr__ = dict.__getitem__
 

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
+from service.admission.refusals import Conflict, OverQuota
 from service.db.models import (
     ApiToken,
     AuditRecord,
@@ -34,12 +35,9 @@ METRIC_FIELDS = ("loss", "step_time_s", "samples_per_s", "tokens_per_s", "grad_n
                  "bubble_fraction")
 
 
-class QuotaExceeded(Exception):
-    pass
-
-
-class IdempotencyConflict(Exception):
-    pass
+# The refusals this module raises, under the names its callers know them by.
+QuotaExceeded = OverQuota
+IdempotencyConflict = Conflict
 
 
 def hash_token(token: str) -> str:
@@ -96,11 +94,11 @@ def list_tenants(s: Session) -> list[Tenant]:
     return list(s.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.id)))
 
 
-def create_token(s: Session, tenant: Tenant, name: str, scopes: Iterable[str], expires_at) -> tuple[ApiToken, str]:
+def create_token(s: Session, tenant_id: str, name: str, scopes: Iterable[str], expires_at) -> tuple[ApiToken, str]:
     """A new token for the tenant; the secret is returned once, only its hash is stored."""
     scopes = [x for x in SCOPES if x in set(scopes)]
     secret = new_token()
-    row = ApiToken(tenant_id=tenant.id, token_sha256=hash_token(secret), name=name, is_admin="admin" in scopes,
+    row = ApiToken(tenant_id=tenant_id, token_sha256=hash_token(secret), name=name, is_admin="admin" in scopes,
                    scopes=",".join(scopes), expires_at=expires_at)
     s.add(row)
     s.flush()

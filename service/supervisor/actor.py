@@ -23,6 +23,7 @@ import ray
 from service.lifecycle import JobState
 from service.ray_client import NAMESPACE
 from service.supervisor.run import JobRun
+from workers.events import RunEvent
 from workers.spec import JobSpec
 
 MAX_BUFFERED_STEPS = 5000  # a control plane away for long: older steps are thinned, never the newest
@@ -75,8 +76,11 @@ class JobSupervisor:
     def on_state(self, state, message: str) -> None:
         self._push({"type": "state", "state": str(state), "message": message})
 
-    def on_event(self, kind: str, message: str, data: dict) -> None:
-        self._push({"type": "event", "kind": kind, "message": message, "data": dict(data)})
+    def on_event(self, event: RunEvent) -> None:
+        # kind, message and data are what the database and REST keep; the typed event travels
+        # beside them to the control plane's metrics (labels from its fields).
+        self._push({"type": "event", "kind": event.kind, "message": event.message, "data": event.data(),
+                    "event": event})
 
     def on_step(self, record: dict) -> None:
         step = record["step"]

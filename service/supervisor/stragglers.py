@@ -1,4 +1,5 @@
-"""Straggler detection and the rebalance plan: pure functions of per-rank compute times.
+"""Straggler detection: which ranks are slow, from per-rank compute times (what to do about
+them is a policy: service/supervisor/policies/stragglers/).
 
 Score of rank r at one step = (lower) median compute time over ranks / rank r's
 compute time (1.0 = typical, 0.33 = three times slower); the lower median, so that
@@ -56,24 +57,32 @@ class StragglerDetector:
         return changes
 
 
-def even_shares(global_batch: int, dp: int) -> list[int]:
-    """The split every data-parallel job starts with (the spec makes dp divide the global batch)."""
-    return [global_batch // dp] * dp
+class StragglerWatch:
+    """The detector of one worker group, fed the job-level step records, plus each rank's
+    per-sample compute time over the window (what the rebalance policy splits by)."""
 
+    def __init__(self, world_size: int, config: StragglerSpec):
+        self.world_size, self.config = world_size, config
+        self.reset(0)
 
-def rebalanced_shares(global_batch: int, per_sample_times: list[float]) -> list[int]:
-    """Split the global batch in proportion to each rank's speed (every rank keeps >= 1 sample)."""
-    speeds = [1.0 / t for t in per_sample_times]
-    total = sum(speeds)
-    exact = [global_batch * s / total for s in speeds]
-    shares = [max(1, int(x)) for x in exact]
-    # Hand out what rounding left to the ranks that lost the most.
-    order = sorted(range(len(shares)), key=lambda r: exact[r] - shares[r], reverse=True)
-    i = 0
-    while sum(shares) < global_batch:
-        shares[order[i % len(order)]] += 1
-        i += 1
-    while sum(shares) > global_batch:
-        r = max(range(len(shares)), key=lambda k: shares[k] - exact[k])
-        shares[r] -= 1
-    return shares
+    def reset(self, from_step: int) -> None:
+        """Judge every rank afresh from `from_step` (after a live rebalance: the old split's steps do not count)."""
+        self.detector = StragglerDetector(self.world_size, self.config)
+        self.per_sample = [deque(maxlen=self.config.window) for _ in range(self.world_size)]
+        self.judge_from_step = from_step
+
+    def observe(self, record: dict) -> list[StragglerChange]:
+        """Score one job-level step record (writes `straggler_score` into its rank entries)."""
+        if self.config.policy == "off" or record["step"] <= self.judge_from_step:
+            return []
+        ranks = record["ranks"]
+        changes = self.detector.observe(record["step"], [r["compute_time_s"] for r in ranks])
+        scores = self.detector.scores()
+        for r in ranks:
+            r["straggler_score"] = scores.get(r["rank"])
+        for window, r in zip(self.per_sample, ranks):
+            window.append(r["compute_time_s"] / max(r["samples"], 1))
+        return changes
+
+    def per_sample_medians(self) -> tuple[float, ...]:
+        return tuple(statistics.median(w) for w in self.per_sample)

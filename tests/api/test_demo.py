@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api.demo import demo_specs
+from api.cli.demo import demo_specs
 from workers.spec_loading import parse_spec
 
 

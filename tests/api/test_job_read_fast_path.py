@@ -1,4 +1,4 @@
-"""GET /v1/jobs/{id}'s fast path (api/job_read_fast_path.py) on SQLite and PostgreSQL: it answers
+"""GET /v1/jobs/{id}'s fast path (api/http/job_read_fast_path.py) on SQLite and PostgreSQL: it answers
 only the plain success, with exactly what the ORM's job gives, and hands every other request to
 the full app; over HTTP, its answers are the full route's, byte for byte."""
 
@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from api.deps import Principal, token_cache
-from api.job_read_fast_path import JobReadFastPath
-from api.ratelimit import TokenBuckets
-from api.schemas import job_out
+from api.http.deps import Principal, token_cache
+from api.http.job_read_fast_path import JobReadFastPath
+from api.http.ratelimit import TokenBuckets
+from api.http.schemas import job_out
 from service.db import repository as repo
 from service.db.engine import make_engine
 from service.db.job_reader import JobReader

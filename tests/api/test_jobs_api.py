@@ -93,7 +93,7 @@ def test_health_readiness_and_prometheus(queue_server, tenant):
 
 def test_a_job_read_is_the_same_on_the_fast_and_the_full_path(queue_server):
     """A token's first read takes the full route (the token is not cached yet); the next is the
-    fast path's (api/job_read_fast_path.py). Same bytes, same headers, same /metrics route."""
+    fast path's (api/http/job_read_fast_path.py). Same bytes, same headers, same /metrics route."""
     import re
 
     import httpx

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import func, select
 
-from api.routers.system import PRIMARY_METRICS_TIMEOUT_S
+from api.http.routers.system import PRIMARY_METRICS_TIMEOUT_S
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.models import Job
 from tests.helpers import tiny_spec, wait_until

@@ -58,9 +58,9 @@ def test_port_and_probes_follow_the_service():
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["args"] == ["serve"]
     # The paths exist in the service (read from source: importing the app pulls in Ray).
-    routes = "".join(p.read_text() for p in (ROOT / "api" / "routers").glob("*.py"))
+    routes = "".join(p.read_text() for p in (ROOT / "api" / "http" / "routers").glob("*.py"))
     for path in ("/readyz", "/healthz", "/metrics"):
-        assert f'.get("{path}"' in routes, f"no GET {path} route in api/routers"
+        assert f'.get("{path}"' in routes, f"no GET {path} route in api/http/routers"
 
 
 def test_ray_version_matches_pyproject():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.request_metrics import RequestMetricsMiddleware
+from api.http.request_metrics import RequestMetricsMiddleware
 
 
 def test_route_template_status_and_unmatched():

@@ -44,8 +44,8 @@ class Recorder:
     def on_state(self, state, message):
         self.states.append(str(state))
 
-    def on_event(self, kind, message, data):
-        self.events.append({"kind": kind, "message": message, "data": data, "at_step": self.step})
+    def on_event(self, event):
+        self.events.append({**event.as_json(), "at_step": self.step})
 
     def on_step(self, record):
         self.step = record["step"]

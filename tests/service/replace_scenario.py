@@ -33,9 +33,9 @@ class Recorder:
     def on_state(self, state, message):
         pass
 
-    def on_event(self, kind, message, data):
+    def on_event(self, event):
         # `after`: how many step records came before it (steps replayed after a restart repeat numbers).
-        self.events.append({"kind": kind, "message": message, "data": data, "after": len(self.steps)})
+        self.events.append({**event.as_json(), "after": len(self.steps)})
 
     def on_step(self, record):
         self.steps.append({"step": record["step"], "samples_per_s": record["samples_per_s"],

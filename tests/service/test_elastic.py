@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from service.supervisor.elastic import best_layout, relayout
+from service.supervisor.policies.sizing import best_layout, relayout
 from tests.helpers import spec_of
 
 

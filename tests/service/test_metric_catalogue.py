@@ -14,6 +14,18 @@ from service.metric_catalogue import (
     mfu,
     step_updates,
 )
+from workers.events import (
+    CheckpointEvent,
+    PreemptedEvent,
+    RebalanceEvent,
+    ReplaceEvent,
+    ResizeEvent,
+    RestartCause,
+    RestartEvent,
+    StragglerAction,
+    StragglerEvent,
+    StragglerRecoveredEvent,
+)
 
 STEP = {
     "type": "step", "seq": 3, "step": 7, "loss": 2.5, "step_time_s": 0.2, "samples_per_s": 160.0,
@@ -81,27 +93,36 @@ def test_non_finite_values_and_skipped_steps():
 
 
 def test_events_map_to_bounded_counters():
-    def one(kind, data):
-        return [(u.name, dict(u.labels)) for u in event_updates("j", kind, data)]
+    """Labels come from the typed events' fields (cause, decision, layouts), not from their sentences."""
+    def one(event):
+        return [(u.name, dict(u.labels)) for u in event_updates("j", event)]
 
-    assert one("restart", {"cause": "worker_lost"}) == [("trainyard_restarts", {"job": "j", "cause": "worker_lost"})]
-    assert ("trainyard_rollbacks", {"job": "j", "cause": "non_finite"}) in one("restart", {"cause": "non_finite"})
-    assert one("resize", {"from": {"world_size": 4}, "to": {"world_size": 2}, "reason": "only 2 worker slots"}) == [
+    def restart(cause):
+        return RestartEvent(1, 0, "rank 0 failed", cause, "rank 0 failed; restart 1/3")
+
+    def straggler(decision, action):
+        return StragglerEvent(1, 0.3, 20, "rebalance", decision, action)
+
+    assert one(restart(RestartCause.WORKER_LOST)) == [("trainyard_restarts", {"job": "j", "cause": "worker_lost"})]
+    assert ("trainyard_rollbacks", {"job": "j", "cause": "non_finite"}) in one(restart(RestartCause.NON_FINITE))
+    assert one(ResizeEvent({"world_size": 4}, {"world_size": 2}, "only 2 worker slots")) == [
         ("trainyard_resizes", {"job": "j", "reason": "shrink"})]
-    assert one("resize", {"from": {"world_size": 2}, "to": {"world_size": 4}})[0][1]["reason"] == "grow"
-    assert one("straggler", {"rank": 1, "action": "rebalancing the global batch from [16, 16] to [24, 8] at the next agreement step"}) == [
+    assert one(ResizeEvent({"world_size": 2}, {"world_size": 4}, "room"))[0][1]["reason"] == "grow"
+    assert one(straggler(StragglerAction.REBALANCE_PLANNED, "rebalancing the global batch from [16, 16] to [24, 8] "
+                         "at the next agreement step")) == [
         ("trainyard_straggler_actions", {"job": "j", "action": "rebalance_planned"})]
-    assert one("straggler", {"action": "reported (the split [9, 7] already follows the measured speed)"})[0][1][
-        "action"] == "reported"
-    assert one("straggler_recovered", {})[0][1]["action"] == "recovered"
-    assert one("rebalance", {"shares": [10, 6]})[0][1]["action"] == "rebalanced"
-    assert one("straggler", {"action": "replacing rank 1 off node 0a1b2c3d4e5f at the next checkpoint"})[0][1][
-        "action"] == "replace_planned"
-    assert one("replace", {"rank": 1, "from_node": "a", "to_node": "b"})[0][1]["action"] == "replaced"
-    names = [n for n, _ in one("checkpoint", {"step": 50, "duration_s": 1.2, "bytes": 123})]
+    # The sentence does not decide the label: a "reported" decision stays reported whatever it says.
+    assert one(straggler(StragglerAction.REPORTED, "rebalancing? no: the split [9, 7] already follows the "
+                         "measured speed"))[0][1]["action"] == "reported"
+    assert one(StragglerRecoveredEvent(1, 0.9, 30))[0][1]["action"] == "recovered"
+    assert one(RebalanceEvent((10, 6), (8, 8), 20))[0][1]["action"] == "rebalanced"
+    assert one(straggler(StragglerAction.REPLACE_PLANNED, "replacing rank 1 off node 0a1b2c3d4e5f at the next "
+                         "checkpoint"))[0][1]["action"] == "replace_planned"
+    assert one(ReplaceEvent(1, "a", "b", 20, ("b", "c"), ("a",)))[0][1]["action"] == "replaced"
+    names = [n for n, _ in one(CheckpointEvent(50, 1.2, bytes=123))]
     assert names == ["trainyard_checkpoints", "trainyard_job_last_checkpoint_step",
                      "trainyard_checkpoint_duration_seconds", "trainyard_checkpoint_bytes"]
-    assert one("state", {}) == []
+    assert one(PreemptedEvent("high", 12, 10)) == []
 
 
 def test_finished_jobs_series_are_dropped_after_the_retention():

@@ -12,6 +12,7 @@ from service.metric_catalogue import LiveMetrics
 from service.reconciler import Reconciler
 from service.settings import Settings
 from tests.helpers import spec_of
+from workers.events import RestartCause, RestartEvent
 
 
 def value(live: LiveMetrics, name: str, **labels) -> float | None:
@@ -43,7 +44,8 @@ def test_redrained_records_count_once(sessions, tmp_path):
                "layout": {"world_size": 1, "dp": 1, "tp": 1, "pp": 1}, "records": [
                    step(1, 1),
                    {"type": "event", "seq": 2, "kind": "restart", "message": "worker lost",
-                    "data": {"cause": "worker_lost", "restart": 1, "resume_step": 0}},
+                    "data": {"cause": "worker_lost", "restart": 1, "resume_step": 0},
+                    "event": RestartEvent(1, 0, "rank 0 failed", RestartCause.WORKER_LOST, "worker lost")},
                    step(3, 2)]}
     reconciler.apply(job_id, drained)
     reconciler.apply(job_id, drained)  # the same records again: already stored, not counted again

@@ -12,9 +12,11 @@ import sys
 import pytest
 
 from service.supervisor import excluded_nodes
-from service.supervisor.replacement import ReplaceStatus, on_slow_rank, slots_off
+from service.supervisor.policies.stragglers.rebalance import rebalanced_shares
+from service.supervisor.policies.stragglers.replace import on_slow_rank, slots_off
+from service.supervisor.policies.stragglers.status import StragglerStatus
 from service.supervisor.run import JobRun
-from service.supervisor.stragglers import StragglerDetector, rebalanced_shares
+from service.supervisor.stragglers import StragglerDetector
 from tests.helpers import Events, spec_of
 from workers.spec import SPEC_ERRORS, FaultSpec, StragglerSpec, format_validation_error
 from workers.training.faults import FaultInjector
@@ -105,7 +107,7 @@ def test_slow_rank_is_rebalanced_live_and_the_ranks_even_out(ray_cluster, tmp_pa
 
 def _status(**overrides):
     base = dict(rank=1, node="node-b", step=20, world_size=2, slots_elsewhere=2)
-    return ReplaceStatus(**{**base, **overrides})
+    return StragglerStatus(**{**base, **overrides})
 
 
 def test_replace_needs_room_off_the_slow_node_and_waits_out_its_cooldown():

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from service.supervisor.run import JobRun, failure_cause
+import ray
+
+from service.supervisor.run import JobRun
 from tests.helpers import Events, spec_of
+from workers.events import RestartCause
+from workers.runtime.group import restart_cause
+from workers.training.trainer import NonFiniteTraining, SilentDataCorruption
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +63,13 @@ def test_a_flipped_bit_on_one_replica_is_caught_and_restored(clean, tmp_path):
 
 
 def test_failure_causes_are_named():
-    assert failure_cause("rank 1 failed: RayTaskError(SilentDataCorruption): ...") == "corruption"
-    assert failure_cause("no step finished for 5s (hang)") == "hang"
-    assert failure_cause("rank 0 failed: ActorDiedError: ...") == "worker_lost"
+    """From the exception's type, never its text (the ranks' own errors carry their cause)."""
+    def raised_in_a_rank(exc):
+        return ray.exceptions.RayTaskError("train", "traceback", exc)
+
+    assert restart_cause(raised_in_a_rank(SilentDataCorruption("replicas disagree"))) == RestartCause.CORRUPTION
+    assert restart_cause(raised_in_a_rank(NonFiniteTraining("3 bad steps"))) == RestartCause.NON_FINITE
+    assert restart_cause(ray.exceptions.ActorDiedError()) == RestartCause.WORKER_LOST
+    assert restart_cause(ray.exceptions.GetTimeoutError("get timed out")) == RestartCause.HANG
+    assert restart_cause(raised_in_a_rank(RuntimeError("boom"))) == RestartCause.ERROR
+    assert restart_cause(raised_in_a_rank(RuntimeError("boom")), RestartCause.START) == RestartCause.START

@@ -170,9 +170,9 @@ def test_pipeline_rebalancer_plans_once_from_a_window():
     assert policy.take(spec, 2) is None
     for _ in range(3):
         policy.observe(spec, record)
-    new_spec, reason, data = policy.take(spec, 4)
-    assert new_spec.parallel.pipeline.split == [2, 2] and data["split"] == [2, 2]
-    assert "re-split blocks to [2, 2]" in reason and "step 4" in reason
+    new_spec, event = policy.take(spec, 4)
+    assert new_spec.parallel.pipeline.split == [2, 2] and event.data()["split"] == [2, 2]
+    assert "re-split blocks to [2, 2]" in event.message and "step 4" in event.message
     for _ in range(3):
         policy.observe(new_spec, record)
     assert policy.take(new_spec, 6) is None  # once per job

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import ray
 from ray.util.placement_group import placement_group_table
 
+from workers.events import RankEvent
 from workers.training.control import RankControl
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class TrainWorker:
 
         import_training_stack()  # the slow part of a cold start, done before any job asks
         self._lock = threading.Lock()
-        self._events: list[dict] = []
+        self._events: list[RankEvent] = []
         self.control = RankControl()  # stop and rebalance requests, agreed on between steps
         self.trainer: Trainer | None = None  # set by setup()
 
@@ -117,11 +118,11 @@ class TrainWorker:
             sys.stderr.flush()
             raise
 
-    def _emit(self, event: dict) -> None:
+    def _emit(self, event: RankEvent) -> None:
         with self._lock:
             self._events.append(event)
 
-    def poll(self) -> list[dict]:
+    def poll(self) -> list[RankEvent]:
         with self._lock:
             events, self._events = self._events, []
         return events

@@ -17,6 +17,7 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from workers.events import RankEvent, RestartCause
 from workers.model_io import UserModelError
 from workers.runtime.actor import TrainWorker
 from workers.runtime.pool import find_pool
@@ -24,11 +25,26 @@ from workers.spec import JobSpec
 
 
 class GroupFailure(RuntimeError):
-    """A rank died, raised, or the group could not form. `retryable` is False for bad configuration."""
+    """A rank died, raised, or the group could not form. `retryable` is False for bad configuration;
+    `cause` says why, for the restart event and the metrics (never read back from the message)."""
 
-    def __init__(self, message: str, retryable: bool = True):
+    def __init__(self, message: str, retryable: bool = True, cause: RestartCause = RestartCause.ERROR):
         super().__init__(message)
-        self.retryable = retryable
+        self.retryable, self.cause = retryable, cause
+
+
+def restart_cause(exc: BaseException, default: RestartCause = RestartCause.ERROR) -> RestartCause:
+    """Why a rank or the group failed, from the exception's type: a rank's own errors carry their
+    cause (`restart_cause` on NonFiniteTraining, SilentDataCorruption)."""
+    inner = getattr(exc, "cause", None)
+    own = getattr(inner, "restart_cause", None)
+    if isinstance(own, RestartCause):
+        return own
+    if isinstance(exc, (ray.exceptions.GetTimeoutError, TimeoutError)) or isinstance(inner, TimeoutError):
+        return RestartCause.HANG
+    if isinstance(exc, ray.exceptions.ActorDiedError):
+        return RestartCause.WORKER_LOST
+    return default
 
 
 # Errors that a restart cannot fix: the spec or the user's code is wrong.
@@ -83,9 +99,11 @@ class WorkerGroup:
                               for a in self.actors], timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             retryable = not isinstance(exc.cause, CONFIGURATION_ERRORS)
-            raise GroupFailure(f"group did not form: {_reason(exc)}", retryable) from exc
+            raise GroupFailure(f"group did not form: {_reason(exc)}", retryable,
+                               restart_cause(exc, RestartCause.START)) from exc
         except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
-            raise GroupFailure(f"group did not form: {_reason(exc)}") from exc
+            raise GroupFailure(f"group did not form: {_reason(exc)}",
+                               cause=restart_cause(exc, RestartCause.START)) from exc
         self.train_refs = [a.train.remote() for a in self.actors]
         self.results = [None] * n
         return setups
@@ -114,9 +132,9 @@ class WorkerGroup:
         self.actors = actors
         ray.get(assigned, timeout=timeout_s)
 
-    def poll(self) -> list[dict]:
+    def poll(self) -> list[RankEvent]:
         """Telemetry from every live rank since the last poll."""
-        events: list[dict] = []
+        events: list[RankEvent] = []
         refs = [a.poll.remote() for a in self.actors]
         for ref in refs:
             try:
@@ -135,7 +153,8 @@ class WorkerGroup:
             ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=2.0)
             failures = self._collect(self.train_refs)
             rank, exc = min(failures, key=lambda f: (not isinstance(f[1], ray.exceptions.RayActorError), f[0]))
-            raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", not self._same_user_error(failures)) from exc
+            raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", not self._same_user_error(failures),
+                               restart_cause(exc)) from exc
         return all(res is not None for res in self.results)
 
     def _same_user_error(self, failures: list[tuple[int, ray.exceptions.RayError]]) -> bool:

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from workers import checkpointing
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
+from workers.events import RankCheckpoint, RankEvent, RankShares, RankStep, RestartCause
 from workers.model_io import UserModelError, call_model, logits_of, to_device
 from workers.models import build_model, hf_source
 from workers.models.hf import save_pretrained
@@ -265,7 +266,7 @@ class Trainer:
 
     # --- the loop --------------------------------------------------------
 
-    def run(self, emit: Callable[[dict], None], control: RankControl) -> dict:
+    def run(self, emit: Callable[[RankEvent], None], control: RankControl) -> dict:
         spec = self.spec
         every = spec.checkpoint.every_steps
         while self.step < spec.train.steps:
@@ -286,28 +287,26 @@ class Trainer:
                 self.checkpointer.save(self.model, self.optimizer, self.step)
             stop, shares = (control.agree(self.device, may_stop=checkpointed)
                             if agreement_due(spec, self.step, checkpointed) else (False, None))
-            emit({"kind": "step", **record})
+            emit(RankStep(record))
             if shares is not None:  # a live straggler rebalance: the next step splits the global batch anew
                 self.shares = shares
-                emit({"kind": "shares", "rank": self.rank, "step": self.step, "shares": shares})
+                emit(RankShares(self.rank, self.step, tuple(shares)))
             if stop:  # preempted: stop after this checkpoint, which finish() makes durable
                 break
             self._report_durable(emit, self.checkpointer.completed())
         return self.finish(emit)
 
-    def _report_durable(self, emit: Callable[[dict], None], step: int | None) -> None:
+    def _report_durable(self, emit: Callable[[RankEvent], None], step: int | None) -> None:
         if step is not None:
-            emit({"kind": "checkpoint", "rank": self.rank, "step": step,
-                  "duration_s": self.checkpointer.last_duration_s})
+            emit(RankCheckpoint(self.rank, step, self.checkpointer.last_duration_s))
 
-    def finish(self, emit: Callable[[dict], None]) -> dict:
+    def finish(self, emit: Callable[[RankEvent], None]) -> dict:
         self._report_durable(emit, self.checkpointer.wait())
         if self.step < self.spec.train.steps:
             return {"stopped_at": self.step}
         self.checkpointer.save(self.model, self.optimizer, self.step)
         self.checkpointer.wait()
-        emit({"kind": "checkpoint", "rank": self.rank, "step": self.step,
-              "duration_s": self.checkpointer.last_duration_s})
+        emit(RankCheckpoint(self.rank, self.step, self.checkpointer.last_duration_s))
         # A pipeline rank holds only its stages: its strategy gathers the whole model.
         state = getattr(self.strategy, "full_model_state", checkpointing.full_model_state)(self.model)
         result: dict[str, object] = {"step": self.step, "model_state_bytes": self.model_state_bytes,
@@ -346,9 +345,13 @@ def validation_loss(model, val_batches: GlobalBatches, spec: JobSpec, dp_rank: i
 class NonFiniteTraining(RuntimeError):
     """Too many non-finite steps in a row: the supervisor rolls back to the last checkpoint."""
 
+    restart_cause = RestartCause.NON_FINITE
+
 
 class SilentDataCorruption(RuntimeError):
     """Replicas that must be identical are not: the supervisor restores the last checkpoint."""
+
+    restart_cause = RestartCause.CORRUPTION
 
 
 def parameter_digest(model) -> int:

@@ -1,0 +1,5 @@
+import sys
+
+from api.cli.commands import main
+
+sys.exit(main())

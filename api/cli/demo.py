@@ -1,0 +1,147 @@
+"""`make demo`: start the service with embedded defaults, submit the examples over REST,
+follow them live, print a summary table and stop the service.
+
+Two extra jobs show fault tolerance (the demo's own service allows fault injection): gpt-ddp
+with a rank crash injected at step 30, and gpt-ddp with rank 1 made 3x slower from step 10,
+which the supervisor rebalances live (policy `rebalance`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from api.cli.client import ApiFailure, Client
+from api.cli.follow import follow_jobs
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository (api/cli/demo.py)
+console = Console()
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _pick_port() -> int:
+    port = int(os.environ.get("TRAINYARD_PORT", "8600"))
+    if _port_free(port):
+        return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_service(home: Path, port: int) -> tuple[subprocess.Popen, Path]:
+    home.mkdir(parents=True, exist_ok=True)
+    log = home / "demo-serve.log"
+    env = {**os.environ, "TRAINYARD_HOME": str(home), "TRAINYARD_PORT": str(port), "TRAINYARD_HOST": "127.0.0.1",
+           "TRAINYARD_ALLOW_FAULT_INJECTION": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], env=env, cwd=ROOT,
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    with console.status(f"starting the service on {url} (SQLite + a local Ray under {home})"):
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"the service exited ({proc.returncode}); see {log}")
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    return proc, log
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+    raise SystemExit(f"the service was not ready in 180 s; see {log}")
+
+
+def stop_service(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def demo_specs() -> list[dict]:
+    specs = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "examples").glob("*.yaml"))]
+    gpt = next((s for s in specs if s.get("name") == "gpt-ddp"), None)
+    if gpt is not None:
+        crash = copy.deepcopy(gpt)
+        crash["name"] = "gpt-ddp-crash"
+        crash["fault_injection"] = [{"at_step": min(30, crash["train"]["steps"]), "rank": 1, "kind": "crash"}]
+        slow = copy.deepcopy(gpt)
+        slow["name"] = "gpt-ddp-straggler"
+        slow["supervisor"] = {"straggler": {"policy": "rebalance", "window": 5}}
+        slow["fault_injection"] = [{"at_step": min(10, slow["train"]["steps"]), "rank": 1, "kind": "slow",
+                                    "factor": 3.0}]
+        specs += [crash, slow]
+    return specs
+
+
+def straggler_story(client: Client, jobs: list[dict]) -> list[str]:
+    """What the supervisor saw and did about slow ranks, one line per event, per job."""
+    kinds = ("straggler", "rebalance", "straggler_recovered")
+    return [f"{j['name']}: {e['message']}" for j in jobs
+            for e in client.events(j["id"]) if e["kind"] in kinds]
+
+
+def summary_table(jobs: list[dict]) -> Table:
+    table = Table(title="Trainyard demo: summary")
+    for col in ("job", "id", "state", "steps", "loss", "samples/s", "restarts", "wall"):
+        table.add_column(col, no_wrap=True)
+    for j in jobs:
+        s = j.get("summary") or {}
+        start, end = s.get("initial_loss"), s.get("final_loss")
+        loss = f"{start:.2f}→{end:.2f}" if start is not None and end is not None else "-"
+        wall = "-"
+        if j.get("started_at") and j.get("finished_at"):
+            wall = f"{(datetime.fromisoformat(j['finished_at']) - datetime.fromisoformat(j['started_at'])).total_seconds():.1f}s"
+        rate = s.get("samples_per_s")
+        table.add_row(j["name"], j["id"], j["state"], f"{j['step']}/{j['total_steps']}", loss,
+                      f"{rate:,.0f}" if rate else "-", str(j["restarts"]), wall)
+    return table
+
+
+def main() -> int:
+    home = Path(os.environ.get("TRAINYARD_HOME", ROOT / ".trainyard")).resolve()
+    os.environ["TRAINYARD_HOME"] = str(home)
+    port = _pick_port()
+    proc, log = start_service(home, port)
+    try:
+        client = Client(url=f"http://127.0.0.1:{port}", token=(home / "admin-token").read_text().strip())
+        console.print(f"[green]service ready[/green] at {client.url} (log: {log})")
+        ids = []
+        for spec in demo_specs():
+            job = client.submit(spec)
+            ids.append(job["id"])
+            console.print(f"POST /v1/jobs {spec['name']:<16} -> 201 {job['id']} {job['state']}")
+        final = follow_jobs(client, ids, console, timeout_s=480)
+        console.print(summary_table([final[i] for i in ids]))
+        for line in straggler_story(client, [final[i] for i in ids]):
+            console.print(line)
+        console.print(f"Try: TRAINYARD_HOME={home} trainyard events {ids[-1]}   (while `make serve` runs)")
+        return 0 if all(final[i]["state"] == "SUCCEEDED" for i in ids) else 1
+    except ApiFailure as exc:
+        console.print(f"[red]error {exc.status}:[/red] {exc.message}")
+        return 1
+    finally:
+        with console.status("stopping the service"):
+            stop_service(proc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

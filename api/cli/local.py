@@ -1,0 +1,157 @@
+"""`trainyard run | schema | validate | plan`: the commands that need no server."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from api.cli.output import err
+from workers.spec import SPEC_ERRORS, JobSpec, format_validation_error
+from workers.spec_loading import load_spec
+
+
+def read_spec_or_exit(path: Path, allow_fault_injection: bool | None = None) -> JobSpec:
+    try:
+        return load_spec(path, allow_fault_injection=allow_fault_injection)
+    except SPEC_ERRORS as exc:
+        for e in format_validation_error(exc):
+            err.print(f"[red]invalid spec[/red] {e['message']}")
+        raise typer.Exit(2)
+    except (OSError, ValueError) as exc:
+        err.print(f"[red]cannot read spec[/red] {exc}")
+        raise typer.Exit(2)
+
+
+def run(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec")],
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON summary object")] = False,
+    warm_workers: Annotated[int, typer.Option(
+        "--warm-workers", min=0, help="keep this many rank workers with torch imported in a warm pool, so that "
+                                      "restarts (and the start, once they are ready) skip the cold start; 0: none")] = 0,
+) -> None:
+    """Train SPEC directly on a local Ray (or TRAINYARD_RAY_ADDRESS), without the server."""
+    from service.ray_client import connect
+    from service.settings import get_settings
+
+    settings = get_settings()
+    spec = read_spec_or_exit(spec_path, allow_fault_injection=settings.allow_fault_injection)
+    job_id = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    connect(settings)
+    pool = _start_warm_pool(warm_workers)
+    try:
+        summary = _run_job(spec, settings.job_dir(job_id), job_id, as_json)
+    finally:
+        if pool is not None:  # a pool this command started; a cluster's own pool stays
+            _stop_warm_pool(pool)
+    raise typer.Exit(0 if summary["state"] == "SUCCEEDED" else 1)
+
+
+def _start_warm_pool(size: int):
+    """The pool of pre-imported rank workers for `run --warm-workers`, if this command creates it."""
+    from workers.runtime.pool import find_pool, start_pool
+
+    if size <= 0 or find_pool() is not None:
+        return None
+    return start_pool(size)
+
+
+def _stop_warm_pool(pool) -> None:
+    import ray
+
+    try:
+        ray.get(pool.shutdown.remote(), timeout=30)
+        ray.kill(pool)
+    except Exception:  # the local Ray is going away anyway
+        pass
+
+
+def _run_job(spec: JobSpec, job_dir: Path, job_id: str, as_json: bool) -> dict:
+    from service.supervisor.run import JobRun
+
+    if as_json:
+        summary = JobRun(spec, job_dir, job_id).run()
+        print(json.dumps(summary))
+        return summary
+    from api.cli.progress import RunProgress
+
+    console = Console()
+    with RunProgress(spec.train.steps, console) as progress:
+        summary = JobRun(spec, job_dir, job_id, listener=progress).run()
+    print_summary(console, summary)
+    return summary
+
+
+def print_summary(console: Console, summary: dict) -> None:
+    table = Table(title=f"{summary['name']} ({summary['job_id']})", show_header=False)
+    for key, value in summary.items():
+        if key in {"name", "job_id"}:
+            continue
+        if isinstance(value, float):
+            value = f"{value:.6g}"
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    console.print(table)
+
+
+def schema() -> None:
+    """Print the JobSpec JSON Schema."""
+    print(json.dumps(JobSpec.model_json_schema(), indent=2))
+
+
+def validate(spec_path: Annotated[Path, typer.Argument(metavar="SPEC")]) -> None:
+    """Check SPEC against every rule and print the resolved spec."""
+    from service.settings import get_settings
+
+    spec = read_spec_or_exit(spec_path, allow_fault_injection=get_settings().allow_fault_injection)
+    print(json.dumps(spec.model_dump(mode="json"), indent=2))
+
+
+def plan(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec; its parallel block is ignored")],
+    memory_gib: Annotated[float | None, typer.Option("--memory-gib", help="per-worker memory budget "
+                                                     "(default: resources.memory_per_worker_gib)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the plan as one JSON object")] = False,
+) -> None:
+    """Dry-run the layout planner: every valid layout of SPEC's workers, its predicted bytes and step cost."""
+    import yaml
+
+    from workers.parallel.planner import GIB
+    from workers.parallel.planner import plan as make_plan
+
+    data = yaml.safe_load(spec_path.read_text())
+    if not isinstance(data, dict):
+        typer.echo(f"{spec_path}: a job spec must be a mapping", err=True)
+        raise typer.Exit(2)
+    try:
+        result = make_plan(data, memory_budget_gib=memory_gib)
+    except ValueError as exc:  # a SpecError or ValidationError too
+        typer.echo(f"{spec_path}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        raise typer.Exit(0 if result.chosen else 1)
+    console = Console()
+    table = Table(title=f"layouts for {spec_path.name}")
+    for col in ("", "layout", "strategy", "state MiB/rank", "act MiB/rank", "comm MB/step", "step ms", "fits"):
+        table.add_column(col)
+    for e in result.candidates:
+        layout = " ".join(f"{k}={v}" for k, v in e.parallel.items())
+        table.add_row("*" if e is result.chosen else "", layout, e.strategy,
+                      f"{e.model_state_bytes_per_rank / 2**20:.2f}", f"{e.activation_bytes_per_rank / 2**20:.2f}",
+                      f"{e.comm_bytes_per_step / 1e6:.3f}", f"{e.step_s * 1e3:.2f}", "yes" if e.fits else "no")
+    console.print(table)
+    if result.memory_budget_bytes:
+        console.print(f"budget: {result.memory_budget_bytes / GIB:.3g} GiB per worker")
+    console.print(f"choice: {result.explanation}")
+    raise typer.Exit(0 if result.chosen else 1)
+
+
+def register_local(app: typer.Typer) -> None:
+    for command in (run, schema, validate, plan):
+        app.command()(command)

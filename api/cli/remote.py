@@ -1,0 +1,176 @@
+"""`trainyard serve | submit | list | get | cancel | events | logs`: the service side of the CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from rich.table import Column, Table
+
+from api.cli.client import ApiFailure, Client
+from api.cli.follow import TERMINAL, follow_jobs
+from api.cli.output import err, fail, out
+
+
+def _num(value, fmt=".4g") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="bind address (default TRAINYARD_HOST, 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default TRAINYARD_PORT, 8600)")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="processes answering the API (default "
+                                                            "TRAINYARD_API_WORKERS, 1); about one per core")] = None,
+) -> None:
+    """Run the control plane (REST API, scheduler, reconciler) in the foreground."""
+    import logging
+
+    from api.cli.processes import LOG_FORMAT, run_uvicorn, serve_processes, uvicorn_options
+    from api.http.app import create_app
+    from service.settings import get_settings
+
+    settings = get_settings()  # invalid: api/cli/commands.py main() says which variable and exits 2
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    host, port, workers = host or settings.host, port or settings.port, workers or settings.api_workers
+    if workers > 1:
+        serve_processes(settings, host, port, workers)
+    else:
+        run_uvicorn(create_app(settings), uvicorn_options(settings), settings.request_read_timeout_s,
+                    host=host, port=port)
+
+
+def submit(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="show live progress until the job ends")] = False,
+    priority: Annotated[int, typer.Option(help="higher starts first")] = 0,
+    idempotency_key: Annotated[str | None, typer.Option(help="resubmitting with the same key returns the same job")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the job as JSON")] = False,
+) -> None:
+    """Submit SPEC to the service (TRAINYARD_URL)."""
+    try:
+        data = yaml.safe_load(spec_path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        err.print(f"[red]cannot read spec[/red] {exc}")
+        raise typer.Exit(2)
+    client = Client()
+    try:
+        job = client.submit(data, priority=priority, idempotency_key=idempotency_key)
+        if as_json and not follow:
+            print(json.dumps(job))
+            return
+        out.print(f"submitted [bold]{job['name']}[/bold] as job [cyan]{job['id']}[/cyan] ({job['state']})")
+        if follow:
+            job = follow_jobs(client, [job["id"]], out)[job["id"]]
+            print_job(job) if not as_json else print(json.dumps(job))
+            if job["state"] != "SUCCEEDED":
+                raise typer.Exit(1)
+    except ApiFailure as exc:
+        raise fail(exc)
+
+
+def list_jobs(
+    state: Annotated[str | None, typer.Option(help="only jobs in this state")] = None,
+    limit: Annotated[int, typer.Option(help="at most this many, newest first")] = 50,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List your jobs, newest first."""
+    try:
+        jobs = Client().jobs(state, limit)
+    except ApiFailure as exc:
+        raise fail(exc)
+    if as_json:
+        print(json.dumps(jobs))
+        return
+    table = Table("NAME", "STATE", "STEP", "LOSS", "SAMPLES/S", "RESTARTS", "CREATED")
+    table.columns.insert(0, Column("ID", no_wrap=True, min_width=16))
+    for c in table.columns[2:4]:
+        c.no_wrap = True
+    for j in jobs:
+        table.add_row(j["id"], j["name"], j["state"], f"{j['step']}/{j['total_steps']}", _num(j["loss"]),
+                      _num(j["samples_per_s"], ",.0f"), str(j["restarts"]), (j["created_at"] or "")[5:16].replace("T", " "))
+    out.print(table)
+
+
+def print_job(job: dict) -> None:
+    table = Table(title=f"{job['name']} ({job['id']})", show_header=False)
+    skip = {"spec", "summary", "id", "name"}
+    for key, value in job.items():
+        if key not in skip and value is not None:
+            table.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) else str(value))
+    for key in ("initial_loss", "final_loss", "params_sha256", "export_path"):
+        if (job.get("summary") or {}).get(key) is not None:
+            table.add_row(key, str(job["summary"][key]))
+    out.print(table)
+
+
+def get(job_id: Annotated[str, typer.Argument(metavar="ID")],
+        as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Show one job."""
+    try:
+        job = Client().job(job_id)
+    except ApiFailure as exc:
+        raise fail(exc)
+    print(json.dumps(job)) if as_json else print_job(job)
+
+
+def cancel(job_id: Annotated[str, typer.Argument(metavar="ID")],
+           wait: Annotated[bool, typer.Option(help="wait until the job has stopped")] = True) -> None:
+    """Cancel a job (queued: at once; running: its workers are stopped and released)."""
+    import time
+
+    client = Client()
+    try:
+        job = client.cancel(job_id)
+        while wait and job["state"] not in TERMINAL:
+            time.sleep(0.5)
+            job = client.job(job_id)
+    except ApiFailure as exc:
+        raise fail(exc)
+    out.print(f"job {job_id}: {job['state']}{' (cancel requested)' if job['state'] not in TERMINAL else ''}")
+
+
+def events(job_id: Annotated[str, typer.Argument(metavar="ID")],
+           as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """A job's lifecycle: state changes, restarts, checkpoints."""
+    try:
+        rows = Client().events(job_id)
+    except ApiFailure as exc:
+        raise fail(exc)
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table("TIME", "KIND", "STATE", "MESSAGE")
+    for e in rows:
+        table.add_row((e["ts"] or "")[11:23], e["kind"], e["state"] or "", e["message"])
+    out.print(table)
+
+
+def logs(job_id: Annotated[str, typer.Argument(metavar="ID")],
+         rank: Annotated[str, typer.Option(help="a rank number or 'supervisor'")] = "0",
+         tail: Annotated[int, typer.Option(help="last N lines")] = 200,
+         follow: Annotated[bool, typer.Option("--follow", "-f", help="stream until the job ends")] = False) -> None:
+    """Print a rank's log (or the supervisor's)."""
+    client = Client()
+    try:
+        if follow:
+            for chunk in client.follow_logs(job_id, rank, tail):
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+        else:
+            sys.stdout.write(client.logs(job_id, rank, tail))
+    except ApiFailure as exc:
+        raise fail(exc)
+
+
+def register_remote(app: typer.Typer) -> None:
+    app.command()(serve)
+    app.command()(submit)
+    app.command("list")(list_jobs)
+    app.command()(get)
+    app.command()(cancel)
+    app.command()(events)
+    app.command()(logs)

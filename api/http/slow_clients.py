@@ -1,0 +1,50 @@
+"""A bound on how long a client may take to send a request's head (uvicorn has none).
+
+uvicorn closes idle keep-alive connections (`timeout_keep_alive`), but any byte received
+cancels that timer, so a client that sends part of its headers and stalls would hold its
+connection forever. This protocol closes a connection whose next request head has not
+fully arrived `timeout_s` after the connection opened or the previous response ended.
+The request body has its own bound (api/http/limits.py: 408).
+
+It wraps uvicorn's httptools protocol (C parser, several times cheaper per request than
+h11) when httptools is installed, else the pure-Python h11 one; both make a new `cycle`
+once a request head is complete, which is what the timer watches for.
+"""
+
+from __future__ import annotations
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Base
+except ImportError:  # pragma: no cover - httptools ships with uvicorn[standard]
+    from uvicorn.protocols.http.h11_impl import H11Protocol as _Base
+
+
+def bounded_http(timeout_s: float) -> type[_Base]:
+    class BoundedHeadProtocol(_Base):
+        _head_timer = None
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_head_timer()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm_head_timer()
+
+        def connection_lost(self, exc) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            waiting_after = self.cycle  # a new request head replaces this cycle
+            self._head_timer = self.loop.call_later(timeout_s, self._head_overdue, waiting_after)
+
+        def _head_overdue(self, waiting_after) -> None:
+            self._head_timer = None
+            if self.cycle is waiting_after and not self.transport.is_closing():
+                self.transport.close()  # no complete request head in time: hang up
+
+    return BoundedHeadProtocol

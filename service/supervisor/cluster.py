@@ -1,0 +1,54 @@
+"""What the run loop needs of a worker group and of the cluster: two small Protocols.
+
+`WorkerGroup` (workers/runtime/group.py) and `RayCluster` below are the real ones; a test drives
+the loop with fakes of these interfaces (tests/service/test_supervisor_step.py), no Ray.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from workers.events import RankEvent
+from workers.spec import JobSpec
+
+
+class Group(Protocol):
+    nodes: list[str]  # the node of each rank, once placed
+    results: list[dict | None]
+    warm_workers: int
+    master: tuple[str, int] | None
+
+    def start(self, timeout_s: float, shares: list[int] | None = None) -> list[dict]: ...
+    def poll(self) -> list[RankEvent]: ...
+    def check(self) -> bool: ...  # True once every rank finished; raises GroupFailure if one failed
+    def request_stop(self) -> None: ...
+    def request_shares(self, version: int, shares: list[int]) -> None: ...
+    def bundle(self) -> dict[str, float]: ...
+    def shutdown(self) -> None: ...
+
+
+# (spec, job_dir, attempt, namespace tag, nodes to avoid) -> a group, not started yet
+GroupFactory = Callable[[JobSpec, Path, int, str, frozenset[str]], Group]
+
+
+class Cluster(Protocol):
+    def free_slots_per_node(self, bundle: dict[str, float]) -> dict[str, int]: ...
+
+
+class RayCluster:
+    def free_slots_per_node(self, bundle: dict[str, float]) -> dict[str, int]:
+        """How many more workers of this shape fit on each live node right now (by node id)."""
+        import ray
+
+        per_node = ray._private.state.available_resources_per_node()
+        return {node: min(math.floor(available.get(key, 0.0) / need + 1e-9) for key, need in bundle.items()
+                          if need > 0)
+                for node, available in per_node.items()}
+
+
+def free_worker_slots(cluster: Cluster, bundle: dict[str, float], exclude: frozenset[str] = frozenset()) -> int:
+    """How many more workers of this shape fit on the live nodes right now, leaving out `exclude`."""
+    return sum(n for node, n in cluster.free_slots_per_node(bundle).items() if node not in exclude)

@@ -1,0 +1,48 @@
+"""The `rebalance` straggler policy: split the global batch by measured speed, live.
+
+The running ranks switch together at their next agreement step, without a restart
+(workers/training/control.py). The per-sample compute times are medians over the window that
+flagged the rank: mostly the slow regime.
+"""
+
+from __future__ import annotations
+
+from service.supervisor.policies.stragglers.status import StragglerDecision, StragglerStatus, reported
+from workers.events import StragglerAction
+
+
+def even_shares(global_batch: int, dp: int) -> list[int]:
+    """The split every data-parallel job starts with (the spec makes dp divide the global batch)."""
+    return [global_batch // dp] * dp
+
+
+def rebalanced_shares(global_batch: int, per_sample_times: list[float]) -> list[int]:
+    """Split the global batch in proportion to each rank's speed (every rank keeps >= 1 sample)."""
+    speeds = [1.0 / t for t in per_sample_times]
+    total = sum(speeds)
+    exact = [global_batch * s / total for s in speeds]
+    shares = [max(1, int(x)) for x in exact]
+    # Hand out what rounding left to the ranks that lost the most.
+    order = sorted(range(len(shares)), key=lambda r: exact[r] - shares[r], reverse=True)
+    i = 0
+    while sum(shares) < global_batch:
+        shares[order[i % len(order)]] += 1
+        i += 1
+    while sum(shares) > global_batch:
+        r = max(range(len(shares)), key=lambda k: shares[k] - exact[k])
+        shares[r] -= 1
+    return shares
+
+
+def on_slow_rank(status: StragglerStatus) -> StragglerDecision:
+    if status.dp < 2:  # the spec refuses tp, pp, SDP and local SGD with this policy
+        return reported("no data-parallel peers to take work")
+    if status.shares_pending is not None:
+        return reported(f"the split {list(status.shares_pending)} is about to apply")
+    shares = rebalanced_shares(status.global_batch, list(status.per_sample_s))
+    current = list(status.current_shares)
+    if shares == current:
+        return reported(f"the split {current} already follows the measured speed")
+    return StragglerDecision(StragglerAction.REBALANCE_PLANNED, f"rebalancing the global batch from {current} to "
+                                                                f"{shares} at the next agreement step",
+                             shares=tuple(shares))

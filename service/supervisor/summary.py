@@ -1,0 +1,65 @@
+"""What a finished (or stopped) run reports: `trainyard run --json`, the job's stored summary."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from workers.parallel.pipeline.bubble import pipeline_summary
+from workers.spec import JobSpec
+from workers.parallel import strategy_name
+
+
+def layout_of(spec: JobSpec) -> dict[str, Any]:
+    p = spec.parallel
+    return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy_name(spec),
+            "world_size": spec.world_size}
+
+
+def final_result(results: list[dict | None]) -> dict[str, Any]:
+    """Rank 0's result of a finished group, with the validation loss averaged over the ranks."""
+    return {**(results[0] or {}), "val_loss": statistics.fmean(r["val_loss"] for r in results if r is not None)}
+
+
+def run_summary(run: Any) -> dict[str, Any]:
+    """The summary of a JobRun (service/supervisor/run.py) as it stands."""
+    steps: list[dict] = run.steps
+    spec: JobSpec = run.spec
+    result: dict = run.result
+    steady = steps[len(steps) // 5:] or steps  # skip warm-up steps for throughput
+    step_time = sum(s["step_time_s"] for s in steady)
+    pipeline = pipeline_summary(run.current, steady)  # the split in use at the end
+    g = spec.train.global_batch_size
+    tokens = [s["tokens_per_s"] for s in steady if s.get("tokens_per_s")]
+    return {
+        "job_id": run.job_id,
+        "name": spec.name,
+        "state": str(run.state),
+        "steps": steps[-1]["step"] if steps else 0,
+        "initial_loss": steps[0]["loss"] if steps else None,
+        "final_loss": steps[-1]["loss"] if steps else None,
+        "final_val_loss": result.get("val_loss"),
+        "world_size": run.current.world_size,
+        "layout": layout_of(run.current),
+        "samples_per_s": g * len(steady) / step_time if step_time else None,
+        # Steps joined from only some ranks (kept across a restart or resize) may lack the tokens.
+        "tokens_per_s": statistics.fmean(tokens) if tokens else None,
+        "bubble_fraction": pipeline["bubble_fraction"] if pipeline else None,
+        "bubble_fraction_theoretical": pipeline["bubble_fraction_theoretical"] if pipeline else None,
+        "pipeline": pipeline,  # schedule, split with costs, per-stage bubble and activations (pp > 1)
+        "model_state_bytes_per_rank": result.get("model_state_bytes"),
+        "comm_bytes_per_step": statistics.median(s["comm_bytes"] for s in steps) if steps else None,
+        "restarts": run.restarts,
+        "resizes": run.resizes,
+        "rollbacks": run.rollbacks,
+        "lr_scale": run.lr_scale,
+        "warm_workers": run.warm_workers,
+        "last_checkpoint_step": run.last_checkpoint_step,
+        "params_sha256": result.get("params_sha256"),
+        "sdp": result.get("sdp"),  # parallel.sdp: mode, masking, coverage, spectral_gap, held fractions
+        "export_path": result.get("export_path"),
+        "hf_export_path": result.get("hf_export_path"),  # an hf job: its save_pretrained directory
+        "job_dir": str(Path(run.job_dir)),
+        "error": run.error,
+    }

@@ -1,0 +1,98 @@
+"""The event JSON of `GET /v1/jobs/{id}/events` is a public contract: kind, message and data keys of
+every event the supervisor reports, pinned here as the untyped supervisor wrote them before."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workers.events import (CheckpointEvent, ExcludedNodesEvent, PipelineRebalanceEvent, PreemptedEvent,
+                            RebalanceEvent, ReplaceEvent, ResizeEvent, RestartCause, RestartEvent, RollbackEvent,
+                            SkippedStepEvent, StragglerAction, StragglerEvent, StragglerRecoveredEvent)
+
+LAYOUT_4 = {"dp": 4, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp", "world_size": 4}
+LAYOUT_2 = {"dp": 2, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp", "world_size": 2}
+
+CASES = [
+    (CheckpointEvent(50, 1.25),
+     {"kind": "checkpoint", "message": "checkpoint at step 50", "data": {"step": 50, "duration_s": 1.25}}),
+    (RestartEvent(1, 50, "rank 1 failed: ActorDiedError: died", RestartCause.WORKER_LOST,
+                  "rank 1 failed: ActorDiedError: died; restart 1/3"),
+     {"kind": "restart", "message": "rank 1 failed: ActorDiedError: died; restart 1/3",
+      "data": {"restart": 1, "resume_step": 50, "reason": "rank 1 failed: ActorDiedError: died",
+               "cause": "worker_lost"}}),
+    (ResizeEvent(LAYOUT_4, LAYOUT_2, "only 2 worker slots available"),
+     {"kind": "resize", "message": "4 -> 2 workers: only 2 worker slots available",
+      "data": {"from": LAYOUT_4, "to": LAYOUT_2, "reason": "only 2 worker slots available"}}),
+    (StragglerEvent(1, 0.3312, 24, "rebalance", StragglerAction.REBALANCE_PLANNED,
+                    "rebalancing the global batch from [16, 16] to [24, 8] at the next agreement step"),
+     {"kind": "straggler",
+      "message": "rank 1 is slow (score 0.33): rebalancing the global batch from [16, 16] to [24, 8] at the "
+                 "next agreement step",
+      "data": {"rank": 1, "score": 0.3312, "step": 24, "policy": "rebalance",
+               "action": "rebalancing the global batch from [16, 16] to [24, 8] at the next agreement step"}}),
+    (StragglerRecoveredEvent(1, 0.912, 40),
+     {"kind": "straggler_recovered", "message": "rank 1 recovered (score 0.91)",
+      "data": {"rank": 1, "score": 0.912, "step": 40}}),
+    (RebalanceEvent((24, 8), (16, 16), 26),
+     {"kind": "rebalance", "message": "global batch rebalanced from [16, 16] to [24, 8] after step 26, without a "
+                                      "restart",
+      "data": {"shares": [24, 8], "from": [16, 16], "step": 26}}),
+    (ReplaceEvent(1, "0123456789abcdef", "fedcba9876543210", 30, ("aaaa", "fedcba9876543210"), ("0123456789abcdef",)),
+     {"kind": "replace", "message": "rank 1 moved from node 0123456789ab to node fedcba987654 at step 30",
+      "data": {"rank": 1, "from_node": "0123456789abcdef", "to_node": "fedcba9876543210", "step": 30,
+               "nodes": ["aaaa", "fedcba9876543210"], "excluded_nodes": ["0123456789abcdef"]}}),
+    (ReplaceEvent(1, "0123456789abcdef", None, 30, (), ()),
+     {"kind": "replace", "message": "rank 1 moved from node 0123456789ab to node ? at step 30",
+      "data": {"rank": 1, "from_node": "0123456789abcdef", "to_node": None, "step": 30, "nodes": [],
+               "excluded_nodes": []}}),
+    (ExcludedNodesEvent(("node-a", "node-b")),
+     {"kind": "excluded_nodes", "message": "ranks stay off 2 degraded node(s) an earlier supervisor moved them from",
+      "data": {"nodes": ["node-a", "node-b"]}}),
+    (PipelineRebalanceEvent((2, 2), (0.03, 0.01), 4),
+     {"kind": "pipeline_rebalance",
+      "message": "pipeline stages unbalanced (busy ms per stage: 30.0, 10.0); re-split blocks to [2, 2] from the "
+                 "checkpoint at step 4",
+      "data": {"split": [2, 2], "stage_busy_s": [0.03, 0.01], "step": 4}}),
+    (RollbackEvent(7, 5, 6, "non_finite", (12, 14), 0.5, 1),
+     {"kind": "rollback",
+      "message": "rollback from step 7 to step 5: steps 6..7 had non-finite gradients; data batches [12, 14) "
+                 "skipped; learning rate x0.5",
+      "data": {"from_step": 7, "to_step": 5, "skipped_steps": [6, 7], "reason": "non_finite",
+               "data_window": [12, 14], "lr_scale": 0.5, "rollback": 1}}),
+    (RollbackEvent(9, 5, 8, "loss_spike", None, 1.0, 2),
+     {"kind": "rollback",
+      "message": "rollback from step 9 to step 5: steps 8..9 had loss spikes; no data skipped; learning rate x1",
+      "data": {"from_step": 9, "to_step": 5, "skipped_steps": [8, 9], "reason": "loss_spike",
+               "data_window": None, "lr_scale": 1.0, "rollback": 2}}),
+    (PreemptedEvent("job-high", 12, 10),
+     {"kind": "preempted", "message": "preempted by job job-high at step 12; resumes from the checkpoint at step 10",
+      "data": {"by": "job-high", "step": 12, "checkpoint_step": 10}}),
+    (SkippedStepEvent(6, float("nan"), "non_finite"),
+     {"kind": "skipped_step", "message": "step 6: non-finite gradients, update skipped",
+      "data": {"step": 6, "loss": float("nan"), "reason": "non_finite"}}),
+    (SkippedStepEvent(6, 2.5, "fp16_overflow"),
+     {"kind": "skipped_step", "message": "step 6: fp16 overflow (loss scale halved), update skipped",
+      "data": {"step": 6, "loss": 2.5, "reason": "fp16_overflow"}}),
+]
+
+
+@pytest.mark.parametrize(("event", "expected"), CASES, ids=[type(e).__name__ for e, _ in CASES])
+def test_event_json_is_the_public_contract(event, expected):
+    got = event.as_json()
+    # json round trip: what REST serves (NaN compares through its text form)
+    assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    assert sorted(got["data"]) == sorted(expected["data"])
+
+
+def test_every_event_kind_is_pinned():
+    from workers import events
+
+    kinds = {cls.kind for cls in vars(events).values()
+             if isinstance(cls, type) and issubclass(cls, events.RunEvent) and cls is not events.RunEvent}
+    assert kinds == {e.kind for e, _ in CASES}
+
+
+def test_a_checkpoint_event_carries_its_bytes_once_the_control_plane_measured_them():
+    assert CheckpointEvent(50, 1.0, bytes=123).data() == {"step": 50, "duration_s": 1.0, "bytes": 123}
