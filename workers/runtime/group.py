@@ -37,8 +37,9 @@ def restart_cause(exc: BaseException, default: RestartCause = RestartCause.ERROR
     """Why a rank or the group failed, from the exception's type: a rank's own errors carry their
     cause (`restart_cause` on NonFiniteTraining, SilentDataCorruption)."""
     inner = getattr(exc, "cause", None)
-    if isinstance(getattr(inner, "restart_cause", None), RestartCause):
-        return inner.restart_cause
+    own = getattr(inner, "restart_cause", None)
+    if isinstance(own, RestartCause):
+        return own
     if isinstance(exc, (ray.exceptions.GetTimeoutError, TimeoutError)) or isinstance(inner, TimeoutError):
         return RestartCause.HANG
     if isinstance(exc, ray.exceptions.ActorDiedError):
@@ -101,7 +102,8 @@ class WorkerGroup:
             raise GroupFailure(f"group did not form: {_reason(exc)}", retryable,
                                restart_cause(exc, RestartCause.START)) from exc
         except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
-            raise GroupFailure(f"group did not form: {_reason(exc)}", cause=restart_cause(exc, RestartCause.START)) from exc
+            raise GroupFailure(f"group did not form: {_reason(exc)}",
+                               cause=restart_cause(exc, RestartCause.START)) from exc
         self.train_refs = [a.train.remote() for a in self.actors]
         self.results = [None] * n
         return setups
