@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api.schemas import job_out
+from api.http.schemas import job_out
 from service.db import repository as repo
 from service.lifecycle import JobState
 from service.metric_catalogue import LiveMetrics
