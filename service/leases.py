@@ -25,22 +25,14 @@ import time
 import uuid
 from contextlib import contextmanager
 
-from sqlalchemy import Float, Integer, String, select, text
+from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.orm import Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 
-from service.db.models import Base
+from service.db.models import LeaseRow
 
 log = logging.getLogger("trainyard.lease")
 CONTROL = "control"
-
-
-class LeaseRow(Base):
-    __tablename__ = "leases"
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    holder: Mapped[str] = mapped_column(String(128))
-    token: Mapped[int] = mapped_column(Integer)  # fencing token: +1 on every take-over
-    expires_at: Mapped[float] = mapped_column(Float)  # seconds since the epoch, on the database's clock
 
 
 class LeaseLost(RuntimeError):

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from service.admission.refusals import NeverFits, OverQuota
 from service.db import repository as repo
 from service.db.models import Job, Tenant
+from service.refusals import NeverFits, OverQuota
 
 QUOTA_MODES = ("reject", "queue")
 

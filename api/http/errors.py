@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.admission.refusals import Conflict, InvalidRequest, NotAllowed, OverQuota, Refusal
 from service.lifecycle import IllegalTransition
+from service.refusals import Conflict, InvalidRequest, NotAllowed, OverQuota, Refusal
 from workers.spec import SpecError, format_validation_error
 
 log = logging.getLogger("trainyard.api")

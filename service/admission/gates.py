@@ -15,8 +15,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from service.admission.refusals import InvalidRequest, NotAllowed
 from service.db.models import Tenant
+from service.refusals import InvalidRequest, NotAllowed
 from workers.spec import EntrypointSpec, JobSpec
 
 PATH_FIELDS = (("train", "init_from"), ("model", "hf", "pretrained"))

@@ -5,7 +5,7 @@ whether the job could ever fit the cluster, then, in the group-commit writer's t
 under the tenant's row lock (so concurrent submits on any replica cannot both take the last
 place): the idempotency key, the tenant's right to run user code, the storage paths, every
 quota, and finally the insert and its audit record. A refusal is a typed value
-(service/admission/refusals.py) and writes nothing; the API maps it to its HTTP answer.
+(service/refusals.py) and writes nothing; the API maps it to its HTTP answer.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from sqlalchemy.orm import Session
 from service import quotas
 from service.admission import gates
 from service.admission.audit import SUBMIT, audit_record
-from service.admission.refusals import Conflict, NeverFits
 from service.db import repository as repo
 from service.db.group_commit import GroupCommit
 from service.db.models import Job
 from service.records import JobRecord, Principal, copy_row
+from service.refusals import Conflict, NeverFits
 from service.scheduler import demand_of, never_fits
 from service.settings import Settings
 from workers.spec import JobSpec

@@ -20,8 +20,6 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-import service.leases  # noqa: F401  (the leases table's model lives with the lease logic; register it)
-
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 

@@ -152,3 +152,12 @@ class AuditRecord(Base):
     status: Mapped[int] = mapped_column(Integer)  # the HTTP status answered
     outcome: Mapped[str] = mapped_column(String(16))  # ok | denied | rejected | error
     detail: Mapped[str] = mapped_column(Text, default="")
+
+
+class LeaseRow(Base):
+    """One named lease (service/leases.py): who holds it, until when, under which fencing token."""
+    __tablename__ = "leases"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    token: Mapped[int] = mapped_column(Integer)  # fencing token: +1 on every take-over
+    expires_at: Mapped[float] = mapped_column(Float)  # seconds since the epoch, on the database's clock

@@ -16,7 +16,6 @@ from datetime import datetime, timezone
 from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
-from service.admission.refusals import Conflict, OverQuota
 from service.db.models import (
     ApiToken,
     AuditRecord,
@@ -28,6 +27,7 @@ from service.db.models import (
     utcnow,
 )
 from service.lifecycle import TERMINAL, JobState, check_transition
+from service.refusals import Conflict, OverQuota
 from workers.spec import JobSpec
 
 ACTIVE = (JobState.STARTING, JobState.RUNNING, JobState.RECOVERING)

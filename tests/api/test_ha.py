@@ -46,7 +46,7 @@ def replicas(tmp_path, ray_address):
 
 def _lease(url: str) -> tuple[str, int]:
     from service.db.engine import make_engine, make_sessionmaker
-    from service.leases import LeaseRow
+    from service.db.models import LeaseRow
 
     engine = make_engine(url)
     try:

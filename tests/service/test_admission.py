@@ -9,13 +9,13 @@ import threading
 import pytest
 from sqlalchemy import func, select
 
-from service.admission.refusals import Conflict, InvalidRequest, NeverFits, NotAllowed, OverQuota
 from service.admission.submit import Admission, Submission
 from service.db import repository as repo
 from service.db.group_commit import GroupCommit
 from service.db.models import AuditRecord
 from service.quotas import NeverWithinQuota, prepare_submits
 from service.records import JobRecord, Principal
+from service.refusals import Conflict, InvalidRequest, NeverFits, NotAllowed, OverQuota
 from service.settings import Settings
 from tests.helpers import tiny_spec
 

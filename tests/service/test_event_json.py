@@ -7,9 +7,22 @@ import json
 
 import pytest
 
-from workers.events import (CheckpointEvent, ExcludedNodesEvent, PipelineRebalanceEvent, PreemptedEvent,
-                            RebalanceEvent, ReplaceEvent, ResizeEvent, RestartCause, RestartEvent, RollbackEvent,
-                            SkippedStepEvent, StragglerAction, StragglerEvent, StragglerRecoveredEvent)
+from workers.events import (
+    CheckpointEvent,
+    ExcludedNodesEvent,
+    PipelineRebalanceEvent,
+    PreemptedEvent,
+    RebalanceEvent,
+    ReplaceEvent,
+    ResizeEvent,
+    RestartCause,
+    RestartEvent,
+    RollbackEvent,
+    SkippedStepEvent,
+    StragglerAction,
+    StragglerEvent,
+    StragglerRecoveredEvent,
+)
 
 LAYOUT_4 = {"dp": 4, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp", "world_size": 4}
 LAYOUT_2 = {"dp": 2, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp", "world_size": 2}

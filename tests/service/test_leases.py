@@ -9,7 +9,8 @@ from sqlalchemy import func, select
 
 from service.db import repository as repo
 from service.db.models import JobEvent
-from service.leases import FencedSessions, LeaderLease, LeaseLost, LeaseRow
+from service.db.models import LeaseRow
+from service.leases import FencedSessions, LeaderLease, LeaseLost
 from tests.helpers import spec_of
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 import ray
 
 from service.supervisor.run import JobRun
