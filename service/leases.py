@@ -105,7 +105,8 @@ class LeaderLease:
                     s.flush()
                 elif row.holder == self.holder and row.token == self.token:
                     row.expires_at = now + self.ttl_s
-                elif row.expires_at <= now or (self.sessions.engine.dialect.name == "sqlite" and _dead_here(row.holder, self.holder)):
+                elif row.expires_at <= now or (self.sessions.engine.dialect.name == "sqlite"
+                                               and _dead_here(row.holder, self.holder)):
                     log.warning("taking the control lease from %s (token %d -> %d)", row.holder, row.token,
                                 row.token + 1)
                     row.holder, row.token, row.expires_at = self.holder, row.token + 1, now + self.ttl_s

@@ -31,8 +31,17 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from workers.events import (CheckpointEvent, RebalanceEvent, ReplaceEvent, ResizeEvent, RestartCause, RestartEvent,
-                            RunEvent, StragglerEvent, StragglerRecoveredEvent)
+from workers.events import (
+    CheckpointEvent,
+    RebalanceEvent,
+    ReplaceEvent,
+    ResizeEvent,
+    RestartCause,
+    RestartEvent,
+    RunEvent,
+    StragglerEvent,
+    StragglerRecoveredEvent,
+)
 from workers.spec import StragglerSpec
 
 log = logging.getLogger("trainyard.metrics")

@@ -55,7 +55,8 @@ def demand_of(spec) -> Demand:
 
 def never_fits(demand: Demand, total: dict[str, float], largest_node: dict[str, float]) -> str | None:
     """Why the job can never run on this cluster, or None if it can once resources free up."""
-    for key, need, per_worker in (("CPU", demand.cpus, demand.cpus_per_worker), ("GPU", demand.gpus, demand.gpus_per_worker)):
+    for key, need, per_worker in (("CPU", demand.cpus, demand.cpus_per_worker),
+                                  ("GPU", demand.gpus, demand.gpus_per_worker)):
         have = total.get(key, 0.0)
         if need > have + EPS:
             return (f"resources: the job needs {need:g} {key} in all (resources.workers x resources."

@@ -7,8 +7,15 @@ from datetime import datetime, timezone
 from service.db.job_reader import JobRow
 from service.db.repository import METRIC_FIELDS
 from service.lifecycle import JobState
-from service.records import (AuditEntry, CheckpointRecord, EventRecord, JobRecord, MetricRecord, TenantRecord,
-                             TokenRecord)
+from service.records import (
+    AuditEntry,
+    CheckpointRecord,
+    EventRecord,
+    JobRecord,
+    MetricRecord,
+    TenantRecord,
+    TokenRecord,
+)
 
 
 def iso(ts: datetime | None) -> str | None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-from service.supervisor.policies.pipeline_resplit import (PipelineStatus, ResplitDecision, on_stage_times,
-                                                          resplit_spec)
+from service.supervisor.policies.pipeline_resplit import PipelineStatus, ResplitDecision, on_stage_times, resplit_spec
 from workers.events import PipelineRebalanceEvent
 from workers.spec import JobSpec
 

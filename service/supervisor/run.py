@@ -34,11 +34,22 @@ from service.supervisor.straggler_response import StragglerResponse
 from service.supervisor.stragglers import StragglerWatch
 from service.supervisor.summary import final_result, layout_of, run_summary
 from workers.checkpointing import latest_checkpoint
-from workers.events import (CheckpointEvent, ExcludedNodesEvent, PreemptedEvent, RankCheckpoint, RankEvent,
-                            RankShares, RankStep, ResizeEvent, RestartCause, RestartEvent, SkippedStepEvent)
+from workers.events import (
+    CheckpointEvent,
+    ExcludedNodesEvent,
+    PreemptedEvent,
+    RankCheckpoint,
+    RankEvent,
+    RankShares,
+    RankStep,
+    ResizeEvent,
+    RestartCause,
+    RestartEvent,
+    SkippedStepEvent,
+)
 from workers.runtime.group import GroupFailure, WorkerGroup
-from workers.training.recovery import RecoveryState
 from workers.spec import JobSpec
+from workers.training.recovery import RecoveryState
 
 log = logging.getLogger("trainyard.supervisor")
 

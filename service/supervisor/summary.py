@@ -6,9 +6,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from workers.parallel import strategy_name
 from workers.parallel.pipeline.bubble import pipeline_summary
 from workers.spec import JobSpec
-from workers.parallel import strategy_name
 
 
 def layout_of(spec: JobSpec) -> dict[str, Any]:
