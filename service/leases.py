@@ -23,13 +23,18 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Float, Integer, String, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from service.db.models import Base
+
+if TYPE_CHECKING:  # service.db.engine imports this module (the leases table's model)
+    from service.db.engine import Sessions
 
 log = logging.getLogger("trainyard.lease")
 CONTROL = "control"
@@ -57,6 +62,7 @@ def replica_id() -> str:
 
 def _db_now(s: Session) -> float:
     """The database's clock on PostgreSQL (one clock for all replicas); this host's on SQLite."""
+    assert s.bind is not None, "sessions come from a sessionmaker bound to the engine"
     if s.bind.dialect.name == "postgresql":
         return float(s.execute(text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one())
     return time.time()
@@ -81,7 +87,7 @@ def _dead_here(holder: str, me: str) -> bool:
 
 
 class LeaderLease:
-    def __init__(self, sessions, ttl_s: float, holder: str | None = None, name: str = CONTROL):
+    def __init__(self, sessions: Sessions, ttl_s: float, holder: str | None = None, name: str = CONTROL):
         self.sessions, self.ttl_s, self.name = sessions, ttl_s, name
         self.holder = holder or replica_id()
         self.token: int | None = None
@@ -179,7 +185,7 @@ class FencedSessions:
     """The scheduler's and reconciler's sessions: reads as usual; every write transaction first
     checks the fencing token (LeaseLost aborts it before anything is written)."""
 
-    def __init__(self, sessions, lease: LeaderLease):
+    def __init__(self, sessions: Sessions, lease: LeaderLease):
         self.sessions, self.lease = sessions, lease
         self.engine = sessions.engine
 
@@ -187,7 +193,7 @@ class FencedSessions:
         return self.sessions()
 
     @contextmanager
-    def begin(self):
+    def begin(self) -> Iterator[Session]:
         with self.sessions.begin() as s:
             self.lease.check(s)
             yield s

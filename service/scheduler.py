@@ -26,7 +26,7 @@ from sqlalchemy import select
 
 from service import preemption
 from service.db import repository as repo
-from service.db.engine import Sessions
+from service.db.engine import SessionSource
 from service.db.models import Job, utcnow
 from service.lifecycle import JobState
 from service.metric_catalogue import LiveMetrics
@@ -79,7 +79,7 @@ def cluster_capacity() -> tuple[dict[str, float], dict[str, float]]:
 
 
 class Scheduler:
-    def __init__(self, sessions: Sessions, settings: Settings, launcher: Launcher | None = None,
+    def __init__(self, sessions: SessionSource, settings: Settings, launcher: Launcher | None = None,
                  handles: dict | None = None, metrics: LiveMetrics | None = None):
         self.sessions, self.settings = sessions, settings
         self.metrics = metrics or LiveMetrics()

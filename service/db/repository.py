@@ -196,7 +196,8 @@ def prefetch_idempotency_keys(s: Session, pairs: list[tuple[str, str]]) -> None:
     jobs = {job.id: job for job in s.scalars(select(Job).where(Job.id.in_(hits.values())))} if hits else {}
     found = s.info.setdefault("idempotency_keys", {})
     for pair in pairs:
-        found[pair] = jobs.get(hits.get(pair))
+        job_id = hits.get(pair)
+        found[pair] = jobs.get(job_id) if job_id is not None else None
 
 
 def count_open_jobs(s: Session, tenant_id: str) -> int:
