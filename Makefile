@@ -29,13 +29,12 @@ lint: install
 
 # Timing tests first, alone, while the machine is quiet; then everything else. Both always run.
 # The full layout matrices (marker `exhaustive`) run in test-all, before an issue is resolved.
-# test: lint install prometheus  # enabled once service/ passes
-test: install prometheus
+test: lint install prometheus
 	$(VENV)/bin/pytest -q -m timing; timing=$$?; \
 	$(VENV)/bin/pytest -q -m "not timing and not exhaustive"; rest=$$?; \
 	exit $$(( timing || rest ))
 
-test-all: install prometheus
+test-all: lint install prometheus
 	$(VENV)/bin/pytest -q -m timing; timing=$$?; \
 	$(VENV)/bin/pytest -q -m "not timing"; rest=$$?; \
 	exit $$(( timing || rest ))

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from service import quotas
 from service.admission.submit import Admission
@@ -24,6 +25,9 @@ from service.metric_catalogue import LiveMetrics
 from service.metrics import make_registry
 from service.settings import Settings
 from service.shared_state import SharedState
+
+if TYPE_CHECKING:
+    from service.supervisor.standby import StandbyPool
 
 log = logging.getLogger("trainyard.control")
 WAKE_GAP_S = 0.02
@@ -51,7 +55,7 @@ class ControlPlane:
         self.wake = shared.wake if shared else threading.Event()  # a submit: schedule now, not at the next tick
         self.admission = Admission(settings, self.writes, lambda: self.capacity, self.wake)
         self._thread: threading.Thread | None = None
-        self.pool = None
+        self.pool: StandbyPool | None = None  # the leader's, while it leads
         self.lease: LeaderLease | None = None
 
     @property
@@ -76,6 +80,7 @@ class ControlPlane:
 
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
         if self.api_only:
+            assert self.shared is not None, "an API worker is always given the primary's shared state"
             self.shared.observe_http(method, route, status, seconds)  # the primary's /metrics counts it
         else:
             self.live.http(method, route, status, seconds)
@@ -86,24 +91,26 @@ class ControlPlane:
         self.settings.home.mkdir(parents=True, exist_ok=True)
         if self.api_only:
             gc.freeze()  # as the primary does once it is up: no full GC passes over the imports
+            assert self.shared is not None, "an API worker is always given the primary's shared state"
             self.shared.worker_up(+1)
             return
         migrate(self.engine)
         self.bootstrap_admin()
         if self.settings.control_loops:
-            self.lease = LeaderLease(self.sessions, self.settings.lease_ttl_s)
-            if self.engine.dialect.name == "sqlite" and not self._wait_for_lease():
+            self.lease = lease = LeaderLease(self.sessions, self.settings.lease_ttl_s)
+            if self.engine.dialect.name == "sqlite" and not self._wait_for_lease(lease):
                 raise LeaseHeld(
-                    f"another trainyard serve ({self.lease.current_holder}) runs the control loops on "
+                    f"another trainyard serve ({lease.current_holder}) runs the control loops on "
                     f"{self.settings.db_url}: SQLite supports one control-plane replica. Stop that one, "
                     "or point every replica at PostgreSQL (TRAINYARD_DATABASE_URL) to run two or more.")
-            self.lease.keep_renewed()
+            lease.keep_renewed()
         self._thread = threading.Thread(target=self._main, name="trainyard-control", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self.writes.close()
         if self.api_only:
+            assert self.shared is not None, "an API worker is always given the primary's shared state"
             self.shared.worker_up(-1)
             self.engine.dispose()
             return
@@ -121,11 +128,11 @@ class ControlPlane:
             ray.shutdown()
         self.engine.dispose()
 
-    def _wait_for_lease(self) -> bool:
+    def _wait_for_lease(self, lease: LeaderLease) -> bool:
         """SQLite: the lease, once a previous process's has expired (a restart on another host or
         pod); False if its holder keeps renewing it, i.e. another replica is alive."""
         deadline = time.monotonic() + self.settings.lease_ttl_s + 1.0
-        while not self.lease.try_acquire():
+        while not lease.try_acquire():
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.5)
@@ -175,6 +182,8 @@ class ControlPlane:
         self.ray_ready.set()
         if not self.settings.control_loops:
             return
+        lease = self.lease
+        assert lease is not None, "start() takes the lease before this thread when control_loops is on"
         loops: _Loops | None = None
         last_try = next_full = 0.0
         while not self._stop.is_set():
@@ -184,17 +193,19 @@ class ControlPlane:
             try:
                 # Only the lease holder schedules and reconciles; the others serve the API and try
                 # for the lease once per interval (not per submit), to take over from a dead leader.
-                if not self.lease.held() and started - last_try >= self.settings.loop_interval_s:
+                if not lease.held() and started - last_try >= self.settings.loop_interval_s:
                     last_try = started
-                    self.lease.try_acquire()
-                if self.lease.held():
-                    loops = loops or _Loops(self)
+                    lease.try_acquire()
+                if lease.held():
+                    loops = loops or _Loops(self, lease)
                     loops.tick(full)
                 elif loops is not None:
-                    loops = self._step_down(loops)
+                    self._step_down(loops)
+                    loops = None
             except LeaseLost as exc:
                 log.warning("stepping down: %s", exc)
-                loops = self._step_down(loops)
+                self._step_down(loops)
+                loops = None
             except Exception:
                 log.exception("control loop tick failed; retrying")
             if full:
@@ -208,7 +219,6 @@ class ControlPlane:
         if loops is not None:
             loops.close()
         self.pool = None
-        return None
 
     def sweep_orphans(self) -> None:
         """Kill supervisors nobody needs: those of ended jobs, and this plane's stale standbys
@@ -220,12 +230,14 @@ class ControlPlane:
         from service.supervisor.actor import SUPERVISOR_PREFIX
         from service.supervisor.standby import named_actors
 
+        pool = self.pool
+        assert pool is not None, "called by the leader's _Loops, which set the pool"
         with self.sessions() as s:
-            in_use = {j.supervisor_name for j in repo.active_jobs(s)} | self.pool.names()
+            in_use = {j.supervisor_name for j in repo.active_jobs(s)} | pool.names()
             for name in named_actors():
                 if name in in_use:
                     continue
-                if self.pool.owns(name):
+                if pool.owns(name):
                     stale = True
                 elif name.startswith(SUPERVISOR_PREFIX):
                     job = repo.get_job(s, name.removeprefix(SUPERVISOR_PREFIX).rsplit("-", 1)[0])
@@ -242,7 +254,7 @@ class ControlPlane:
 class _Loops:
     """The leader's scheduler, reconciler and standby pool, built when this replica takes the lease."""
 
-    def __init__(self, plane: ControlPlane):
+    def __init__(self, plane: ControlPlane, lease: LeaderLease):
         from service.reconciler import Reconciler
         from service.scheduler import Scheduler
         from service.supervisor.launch import Launcher
@@ -253,10 +265,10 @@ class _Loops:
             from workers.runtime.pool import start_pool
 
             start_pool(settings.warm_workers)  # the cluster's pool of pre-imported rank workers (shared)
-        self.plane = plane
+        self.plane, self.lease = plane, lease
         # One standby pool name per database: the leader that follows a dead one clears its standbys.
         plane.pool = self.pool = StandbyPool(plane_id(settings.db_url), settings.standby_supervisors)
-        fenced = FencedSessions(plane.sessions, plane.lease)
+        fenced = FencedSessions(plane.sessions, lease)
         launcher = Launcher(settings, self.pool)
         self.reconciler = Reconciler(fenced, settings, launcher, metrics=plane.live)
         self.scheduler = Scheduler(fenced, settings, launcher, self.reconciler.handles, metrics=plane.live)
@@ -278,7 +290,7 @@ class _Loops:
             from service.scheduler import cluster_capacity
 
             self.plane.capacity = cluster_capacity()
-            if self.plane.lease.held():
+            if self.lease.held():
                 self.plane.sweep_orphans()
 
     def close(self) -> None:

@@ -23,13 +23,18 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from service.db.models import LeaseRow
+
+if TYPE_CHECKING:  # service.db.engine imports this module (the leases table's model)
+    from service.db.engine import Sessions
 
 log = logging.getLogger("trainyard.lease")
 CONTROL = "control"
@@ -49,6 +54,7 @@ def replica_id() -> str:
 
 def _db_now(s: Session) -> float:
     """The database's clock on PostgreSQL (one clock for all replicas); this host's on SQLite."""
+    assert s.bind is not None, "sessions come from a sessionmaker bound to the engine"
     if s.bind.dialect.name == "postgresql":
         return float(s.execute(text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one())
     return time.time()
@@ -73,7 +79,7 @@ def _dead_here(holder: str, me: str) -> bool:
 
 
 class LeaderLease:
-    def __init__(self, sessions, ttl_s: float, holder: str | None = None, name: str = CONTROL):
+    def __init__(self, sessions: Sessions, ttl_s: float, holder: str | None = None, name: str = CONTROL):
         self.sessions, self.ttl_s, self.name = sessions, ttl_s, name
         self.holder = holder or replica_id()
         self.token: int | None = None
@@ -97,7 +103,8 @@ class LeaderLease:
                     s.flush()
                 elif row.holder == self.holder and row.token == self.token:
                     row.expires_at = now + self.ttl_s
-                elif row.expires_at <= now or (self.sessions.engine.dialect.name == "sqlite" and _dead_here(row.holder, self.holder)):
+                elif row.expires_at <= now or (self.sessions.engine.dialect.name == "sqlite"
+                                               and _dead_here(row.holder, self.holder)):
                     log.warning("taking the control lease from %s (token %d -> %d)", row.holder, row.token,
                                 row.token + 1)
                     row.holder, row.token, row.expires_at = self.holder, row.token + 1, now + self.ttl_s
@@ -170,7 +177,7 @@ class FencedSessions:
     """The scheduler's and reconciler's sessions: reads as usual; every write transaction first
     checks the fencing token (LeaseLost aborts it before anything is written)."""
 
-    def __init__(self, sessions, lease: LeaderLease):
+    def __init__(self, sessions: Sessions, lease: LeaderLease):
         self.sessions, self.lease = sessions, lease
         self.engine = sessions.engine
 
@@ -178,7 +185,7 @@ class FencedSessions:
         return self.sessions()
 
     @contextmanager
-    def begin(self):
+    def begin(self) -> Iterator[Session]:
         with self.sessions.begin() as s:
             self.lease.check(s)
             yield s

@@ -301,19 +301,20 @@ class LiveMetrics:
         self.registry = registry or CollectorRegistry(auto_describe=False)
         self.retention_s, self.peak_flops_per_worker = retention_s, peak_flops_per_worker
         self._lock = threading.Lock()
-        self._metrics = {}
+        self._metrics: dict[str, Gauge | Counter | Histogram] = {}
         self._job_series: dict[str, set[tuple[str, tuple]]] = {}  # job -> (metric, label values) it owns
         self._ended: dict[str, float] = {}  # job -> when it stopped being active
         for m in CATALOGUE:
             if m.source != "live":
                 continue
-            kw = {"registry": self.registry, "labelnames": m.labels}
             if m.kind == "gauge":
-                self._metrics[m.name] = Gauge(m.name, m.help, **kw)
+                self._metrics[m.name] = Gauge(m.name, m.help, labelnames=m.labels, registry=self.registry)
             elif m.kind == "counter":
-                self._metrics[m.name] = Counter(m.name, m.help, **kw)
+                self._metrics[m.name] = Counter(m.name, m.help, labelnames=m.labels, registry=self.registry)
             else:
-                self._metrics[m.name] = Histogram(m.name, m.help, buckets=m.buckets, **kw)
+                assert m.buckets is not None, f"{m.name}: every histogram in CATALOGUE names its buckets"
+                self._metrics[m.name] = Histogram(m.name, m.help, labelnames=m.labels, registry=self.registry,
+                                                  buckets=m.buckets)
 
     def apply(self, updates: list[Update]) -> None:
         with self._lock:
@@ -321,11 +322,15 @@ class LiveMetrics:
                 metric = self._metrics[u.name]
                 values = tuple(v for _, v in u.labels)
                 child = metric.labels(*values) if values else metric
+                # the catalogue's kind decides the op: set a gauge, inc a counter (or gauge), observe a histogram
                 if u.op == "set":
+                    assert isinstance(child, Gauge), f"{u.name}: set on a {type(child).__name__}"
                     child.set(u.value)
                 elif u.op == "inc":
+                    assert isinstance(child, (Gauge, Counter)), f"{u.name}: inc on a {type(child).__name__}"
                     child.inc(u.value)
                 else:
+                    assert isinstance(child, Histogram), f"{u.name}: observe on a {type(child).__name__}"
                     child.observe(u.value)
                 job = dict(u.labels).get("job")
                 if job is not None:
@@ -370,13 +375,23 @@ class LiveMetrics:
         self.apply(([] if job in self.jobs() else zero_counters(job)) + event_updates(job, event))
 
     def queue_wait(self, seconds: float) -> None:
-        self._metrics["trainyard_queue_wait_seconds"].observe(max(0.0, seconds))
+        self._histogram("trainyard_queue_wait_seconds").observe(max(0.0, seconds))
 
     def decision(self, decision: str, n: int = 1) -> None:
-        self._metrics["trainyard_scheduler_decisions"].labels(decision).inc(n)
+        self._counter("trainyard_scheduler_decisions").labels(decision).inc(n)
 
     def http(self, method: str, route: str, status: int, seconds: float) -> None:
-        self._metrics["trainyard_http_request_duration_seconds"].labels(method, route, str(status)).observe(seconds)
+        self._histogram("trainyard_http_request_duration_seconds").labels(method, route, str(status)).observe(seconds)
+
+    def _histogram(self, name: str) -> Histogram:
+        metric = self._metrics[name]
+        assert isinstance(metric, Histogram), f"{name} is a {type(metric).__name__} in CATALOGUE"
+        return metric
+
+    def _counter(self, name: str) -> Counter:
+        metric = self._metrics[name]
+        assert isinstance(metric, Counter), f"{name} is a {type(metric).__name__} in CATALOGUE"
+        return metric
 
     def retain(self, active_jobs: set[str], now: float | None = None) -> list[str]:
         """Drop the series of jobs inactive for longer than the retention; returns the jobs dropped."""

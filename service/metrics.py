@@ -44,13 +44,15 @@ class JobCollector(Collector):
         yield states
         families = {
             "step": GaugeMetricFamily("trainyard_job_step", "Last training step stored", labels=["job", "name"]),
-            "total_steps": GaugeMetricFamily("trainyard_job_total_steps", "Steps the job trains for", labels=["job", "name"]),
+            "total_steps": GaugeMetricFamily("trainyard_job_total_steps", "Steps the job trains for",
+                                             labels=["job", "name"]),
             "loss": GaugeMetricFamily("trainyard_job_loss", "Training loss at the last step", labels=["job", "name"]),
-            "samples_per_s": GaugeMetricFamily("trainyard_job_samples_per_second", "Training throughput at the last step",
-                                               labels=["job", "name"]),
+            "samples_per_s": GaugeMetricFamily("trainyard_job_samples_per_second",
+                                               "Training throughput at the last step", labels=["job", "name"]),
             "step_time_s": GaugeMetricFamily("trainyard_job_step_time_seconds", "Wall time of the last step",
                                              labels=["job", "name"]),
-            "restarts": GaugeMetricFamily("trainyard_job_restarts", "Restarts of the job so far", labels=["job", "name"]),
+            "restarts": GaugeMetricFamily("trainyard_job_restarts", "Restarts of the job so far",
+                                          labels=["job", "name"]),
         }
         running = GaugeMetricFamily("trainyard_job_active", "1 while the job is starting, running or recovering",
                                     labels=["job", "name"])

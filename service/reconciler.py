@@ -23,11 +23,12 @@ import logging
 from dataclasses import replace
 
 import ray
+from ray.actor import ActorHandle
 from sqlalchemy.orm import Session
 
 from service import preemption
 from service.db import repository as repo
-from service.db.engine import Sessions
+from service.db.engine import SessionSource
 from service.lifecycle import TERMINAL, IllegalTransition, JobState
 from service.metric_catalogue import LiveMetrics
 from service.settings import Settings
@@ -41,12 +42,12 @@ DRAIN_TIMEOUT_S = 10.0
 
 
 class Reconciler:
-    def __init__(self, sessions: Sessions, settings: Settings, launcher: Launcher | None = None,
+    def __init__(self, sessions: SessionSource, settings: Settings, launcher: Launcher | None = None,
                  metrics: LiveMetrics | None = None):
         self.sessions, self.settings = sessions, settings
         self.launcher = launcher or Launcher(settings)
         self.metrics = metrics or LiveMetrics(retention_s=settings.metrics_retention_s)
-        self.handles: dict[str, object] = {}  # job id -> supervisor actor handle
+        self.handles: dict[str, ActorHandle] = {}  # job id -> supervisor actor handle
 
     def _leading(self) -> bool:
         """Still the lease holder (always, with plain sessions: one replica)."""

@@ -26,7 +26,7 @@ from sqlalchemy import select
 
 from service import preemption
 from service.db import repository as repo
-from service.db.engine import Sessions
+from service.db.engine import SessionSource
 from service.db.models import Job, utcnow
 from service.lifecycle import JobState
 from service.metric_catalogue import LiveMetrics
@@ -55,7 +55,8 @@ def demand_of(spec) -> Demand:
 
 def never_fits(demand: Demand, total: dict[str, float], largest_node: dict[str, float]) -> str | None:
     """Why the job can never run on this cluster, or None if it can once resources free up."""
-    for key, need, per_worker in (("CPU", demand.cpus, demand.cpus_per_worker), ("GPU", demand.gpus, demand.gpus_per_worker)):
+    for key, need, per_worker in (("CPU", demand.cpus, demand.cpus_per_worker),
+                                  ("GPU", demand.gpus, demand.gpus_per_worker)):
         have = total.get(key, 0.0)
         if need > have + EPS:
             return (f"resources: the job needs {need:g} {key} in all (resources.workers x resources."
@@ -78,7 +79,7 @@ def cluster_capacity() -> tuple[dict[str, float], dict[str, float]]:
 
 
 class Scheduler:
-    def __init__(self, sessions: Sessions, settings: Settings, launcher: Launcher | None = None,
+    def __init__(self, sessions: SessionSource, settings: Settings, launcher: Launcher | None = None,
                  handles: dict | None = None, metrics: LiveMetrics | None = None):
         self.sessions, self.settings = sessions, settings
         self.metrics = metrics or LiveMetrics()

@@ -42,7 +42,8 @@ class Settings(BaseSettings):
     peak_flops_per_worker: float = 0.0  # hardware peak FLOP/s of one worker; > 0 exports trainyard_job_mfu_ratio
 
     # --- auth and abuse limits ---
-    auth_cache_s: float = 2.0  # a token checked this recently is trusted: bounds how late other replicas see a revocation
+    # a token checked this recently is trusted: bounds how late other replicas see a revocation
+    auth_cache_s: float = 2.0
     rate_limit_per_s: float = 0.0  # requests per second per token (token bucket); 0 = no limit
     rate_limit_burst: int = 20  # bucket size: requests a token may send at once before 429s
     request_read_timeout_s: float = 10.0  # a request head not received by then: hang up; a body: 408

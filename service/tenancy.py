@@ -67,6 +67,7 @@ def authenticate(s: Session, token: str) -> Principal | str:
         return "authorization: unknown or revoked token"
     record = TokenRecord.of(row)
     if not record.active:
+        assert record.expires_at is not None, "neither revoked nor active: it has expired"
         return f"authorization: token expired at {record.expires_at.isoformat()}"
     return Principal(record.tenant_id, record.id, record.name, frozenset(record.scopes), record.expires_at)
 

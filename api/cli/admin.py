@@ -46,7 +46,8 @@ def tenant_update(tenant: Annotated[str, typer.Argument(help="tenant id or name"
                   max_workers: MaxWorkers = None, max_queued_jobs: MaxQueued = None,
                   quota_mode: QuotaMode = None, allow_user_code: UserCode = None) -> None:
     """Change a tenant's quotas or whether it may run user code."""
-    row = _call("PATCH", f"/v1/tenants/{tenant}", json=_quotas(max_workers, max_queued_jobs, quota_mode, allow_user_code))
+    row = _call("PATCH", f"/v1/tenants/{tenant}",
+                json=_quotas(max_workers, max_queued_jobs, quota_mode, allow_user_code))
     out.print(json.dumps(row))
 
 
@@ -91,7 +92,8 @@ def token_list(tenant: Annotated[str | None, typer.Option(help="only this tenant
     table = Table("ID", "TENANT", "NAME", "SCOPES", "EXPIRES", "STATUS")
     for t in rows:
         status = "active" if t["active"] else ("revoked" if t["revoked_at"] else "expired")
-        table.add_row(str(t["id"]), t["tenant_id"], t["name"], ",".join(t["scopes"]), (t["expires_at"] or "-")[:19], status)
+        table.add_row(str(t["id"]), t["tenant_id"], t["name"], ",".join(t["scopes"]),
+                      (t["expires_at"] or "-")[:19], status)
     out.print(table)
 
 

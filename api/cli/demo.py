@@ -109,7 +109,8 @@ def summary_table(jobs: list[dict]) -> Table:
         loss = f"{start:.2f}→{end:.2f}" if start is not None and end is not None else "-"
         wall = "-"
         if j.get("started_at") and j.get("finished_at"):
-            wall = f"{(datetime.fromisoformat(j['finished_at']) - datetime.fromisoformat(j['started_at'])).total_seconds():.1f}s"
+            elapsed = datetime.fromisoformat(j["finished_at"]) - datetime.fromisoformat(j["started_at"])
+            wall = f"{elapsed.total_seconds():.1f}s"
         rate = s.get("samples_per_s")
         table.add_row(j["name"], j["id"], j["state"], f"{j['step']}/{j['total_steps']}", loss,
                       f"{rate:,.0f}" if rate else "-", str(j["restarts"]), wall)

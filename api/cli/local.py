@@ -33,8 +33,9 @@ def run(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec")],
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON summary object")] = False,
     warm_workers: Annotated[int, typer.Option(
-        "--warm-workers", min=0, help="keep this many rank workers with torch imported in a warm pool, so that "
-                                      "restarts (and the start, once they are ready) skip the cold start; 0: none")] = 0,
+        "--warm-workers", min=0,
+        help="keep this many rank workers with torch imported in a warm pool, so that "
+             "restarts (and the start, once they are ready) skip the cold start; 0: none")] = 0,
 ) -> None:
     """Train SPEC directly on a local Ray (or TRAINYARD_RAY_ADDRESS), without the server."""
     from service.ray_client import connect
@@ -113,7 +114,8 @@ def validate(spec_path: Annotated[Path, typer.Argument(metavar="SPEC")]) -> None
 
 
 def plan(
-    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec; its parallel block is ignored")],
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC",
+                                              help="YAML or JSON job spec; its parallel block is ignored")],
     memory_gib: Annotated[float | None, typer.Option("--memory-gib", help="per-worker memory budget "
                                                      "(default: resources.memory_per_worker_gib)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as one JSON object")] = False,

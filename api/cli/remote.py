@@ -47,7 +47,8 @@ def submit(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="show live progress until the job ends")] = False,
     priority: Annotated[int, typer.Option(help="higher starts first")] = 0,
-    idempotency_key: Annotated[str | None, typer.Option(help="resubmitting with the same key returns the same job")] = None,
+    idempotency_key: Annotated[str | None,
+                               typer.Option(help="resubmitting with the same key returns the same job")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the job as JSON")] = False,
 ) -> None:
     """Submit SPEC to the service (TRAINYARD_URL)."""
@@ -91,7 +92,8 @@ def list_jobs(
         c.no_wrap = True
     for j in jobs:
         table.add_row(j["id"], j["name"], j["state"], f"{j['step']}/{j['total_steps']}", _num(j["loss"]),
-                      _num(j["samples_per_s"], ",.0f"), str(j["restarts"]), (j["created_at"] or "")[5:16].replace("T", " "))
+                      _num(j["samples_per_s"], ",.0f"), str(j["restarts"]),
+                      (j["created_at"] or "")[5:16].replace("T", " "))
     out.print(table)
 
 

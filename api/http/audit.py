@@ -69,7 +69,8 @@ class AuditMiddleware:
         method, path = scope["method"], route or scope["path"]
         record = audit_record(principal, ACTIONS.get((method, path), f"{method} {path}"), status,
                               state.get("audit_target") or next(iter(params.values()), ""), detail,
-                              state.get("audit_target_tenant", principal.tenant_id if (route or "").startswith("/v1/jobs") else None))
+                              state.get("audit_target_tenant",
+                                        principal.tenant_id if (route or "").startswith("/v1/jobs") else None))
         plane = scope["app"].state.plane
         try:
             await asyncio.wrap_future(write_audit(plane.writes, record))

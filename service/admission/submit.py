@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -33,6 +33,12 @@ from service.scheduler import demand_of, never_fits
 from service.settings import Settings
 from workers.spec import JobSpec
 from workers.spec_loading import parse_spec
+
+
+class Wake(Protocol):
+    """The scheduler's wake-up: a threading.Event, or a multiprocessing one shared by the API workers."""
+
+    def set(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,7 @@ class Admission:
     is queued, so the scheduler looks at once."""
 
     def __init__(self, settings: Settings, writes: GroupCommit,
-                 capacity: Callable[[], tuple[dict, dict] | None], wake: threading.Event):
+                 capacity: Callable[[], tuple[dict, dict] | None], wake: Wake):
         self.settings, self.writes, self.capacity, self.wake = settings, writes, capacity, wake
 
     async def submit(self, sub: Submission) -> Admitted:

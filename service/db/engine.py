@@ -11,8 +11,10 @@ import fcntl
 import json
 import os
 import threading
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 from alembic import command
@@ -94,13 +96,22 @@ class Sessions:
         return self.maker()
 
     @contextmanager
-    def begin(self):
+    def begin(self) -> Iterator[Session]:
         if self._write_lock is None:
             with self.maker.begin() as s:
                 yield s
             return
         with self._write_lock, self.maker.begin() as s:
             yield s
+
+
+class SessionSource(Protocol):
+    """What the scheduler and reconciler open sessions from: `Sessions`, or the lease-fenced
+    `FencedSessions` (service/leases.py)."""
+
+    def __call__(self) -> Session: ...
+
+    def begin(self) -> AbstractContextManager[Session]: ...
 
 
 def make_sessionmaker(engine: Engine) -> Sessions:

@@ -44,15 +44,17 @@ class JobReader:
     def read(self, job_id: str, tenant_id: str) -> JobRow | None:
         conn = self._engine.raw_connection()  # from the pool
         try:
+            driver = conn.driver_connection
+            assert driver is not None, "a connection checked out of the pool has its driver's connection"
             if self._autocommit:  # a single SELECT: no BEGIN and ROLLBACK round trips
-                conn.driver_connection.autocommit = True
+                driver.autocommit = True
             with closing(conn.cursor()) as cursor:
                 cursor.execute(self.sql, self._params(job_id, tenant_id))
                 raw = cursor.fetchone()
                 if self._columns is None:
                     self._columns = self._processors(cursor.description)
             if self._autocommit:
-                conn.driver_connection.autocommit = False  # as the pool's other users expect it
+                driver.autocommit = False  # as the pool's other users expect it
         except BaseException:
             conn.invalidate()  # never back to the pool in an unknown state (a broken link, autocommit on)
             raise

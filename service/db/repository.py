@@ -196,7 +196,8 @@ def prefetch_idempotency_keys(s: Session, pairs: list[tuple[str, str]]) -> None:
     jobs = {job.id: job for job in s.scalars(select(Job).where(Job.id.in_(hits.values())))} if hits else {}
     found = s.info.setdefault("idempotency_keys", {})
     for pair in pairs:
-        found[pair] = jobs.get(hits.get(pair))
+        job_id = hits.get(pair)
+        found[pair] = jobs.get(job_id) if job_id is not None else None
 
 
 def count_open_jobs(s: Session, tenant_id: str) -> int:
@@ -242,7 +243,8 @@ def tenants_usage(s: Session, tenant_ids: list[str]) -> dict[str, Usage]:
 
 
 def active_workers_by_tenant(s: Session) -> dict[str, int]:
-    rows = s.execute(select(Job.tenant_id, func.sum(Job.world_size)).where(Job.state.in_(ACTIVE)).group_by(Job.tenant_id))
+    rows = s.execute(select(Job.tenant_id, func.sum(Job.world_size))
+                     .where(Job.state.in_(ACTIVE)).group_by(Job.tenant_id))
     return {tenant_id: int(n or 0) for tenant_id, n in rows}
 
 
@@ -315,7 +317,8 @@ def transition(s: Session, job: Job, target: JobState, message: str, data: dict 
         job.started_at = now
     if target in TERMINAL:
         job.finished_at = now
-    add_event(s, job.id, "state", message, state=target, data={"from": str(previous), "to": str(target), **(data or {})})
+    add_event(s, job.id, "state", message, state=target,
+              data={"from": str(previous), "to": str(target), **(data or {})})
 
 
 def request_cancel(s: Session, job: Job) -> None:

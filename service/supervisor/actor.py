@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 
 import ray
+from ray.actor import ActorHandle
 
 from service.lifecycle import JobState
 from service.ray_client import NAMESPACE
@@ -37,13 +38,14 @@ def supervisor_name(job_id: str, epoch: int) -> str:
 
 @ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)
 class JobSupervisor:
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._records: list[dict] = []
         self._seq = 0
         self._summary: dict | None = None
         self._run: JobRun | None = None
-        self.job_id, self.epoch, self.metric_stride = None, 0, 1
+        self.job_id: str | None = None
+        self.epoch, self.metric_stride = 0, 1
 
     def ready(self) -> bool:
         return True
@@ -83,18 +85,22 @@ class JobSupervisor:
                     "event": event})
 
     def on_step(self, record: dict) -> None:
+        run = self._run
+        assert run is not None, "the run reports steps only once start() has set it"
         step = record["step"]
-        if step % self.metric_stride and step != self._run.spec.train.steps:
+        if step % self.metric_stride and step != run.spec.train.steps:
             return
         self._push({"type": "step", **record})  # per-rank entries feed the per-rank metrics
 
     def _main(self) -> None:
+        run = self._run
+        assert run is not None, "start() sets the run before it starts this thread"
         try:
-            summary = self._run.run()
+            summary = run.run()
         except BaseException as exc:  # the run itself broke: report it as a failed job
-            self._run.error = f"supervisor error: {exc!r}"
-            summary = self._run.summary() | {"state": str(JobState.FAILED), "error": self._run.error}
-            self.on_state(JobState.FAILED, self._run.error + "\n" + traceback.format_exc(limit=3))
+            run.error = f"supervisor error: {exc!r}"
+            summary = run.summary() | {"state": str(JobState.FAILED), "error": run.error}
+            self.on_state(JobState.FAILED, run.error + "\n" + traceback.format_exc(limit=3))
         with self._lock:
             self._summary = summary
 
@@ -132,12 +138,14 @@ class JobSupervisor:
         return True
 
 
-def create_supervisor(name: str):
+def create_supervisor(name: str) -> ActorHandle:
     """An idle supervisor that outlives the control plane that created it."""
-    return JobSupervisor.options(name=name, namespace=NAMESPACE, lifetime="detached").remote()
+    # @ray.remote turns the class into an ActorClass (with .options); mypy still sees the plain class
+    return JobSupervisor.options(  # type: ignore[attr-defined]
+        name=name, namespace=NAMESPACE, lifetime="detached").remote()
 
 
-def find_supervisor(name: str | None):
+def find_supervisor(name: str | None) -> ActorHandle | None:
     """The live supervisor with this name, or None."""
     if not name:
         return None

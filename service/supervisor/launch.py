@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ray.actor import ActorHandle
+
 from service.db.repository import metric_stride
 from service.settings import Settings
 from service.supervisor.actor import create_supervisor, supervisor_name
@@ -19,7 +21,7 @@ from service.supervisor.standby import StandbyPool
 @dataclass
 class Reservation:
     name: str | None = None
-    handle: object | None = None  # set when a standby was taken
+    handle: ActorHandle | None = None  # set when a standby was taken
 
 
 class Launcher:
@@ -38,9 +40,11 @@ class Launcher:
     def release(self, reservation: Reservation) -> None:
         """The job was not admitted after all: a standby goes back to the pool."""
         if reservation.handle is not None and self.pool is not None:
+            assert reservation.name is not None, "a standby is taken with its name"
             self.pool.give_back((reservation.name, reservation.handle))
 
-    def launch(self, reservation: Reservation, job_id: str, spec: dict, epoch: int, total_steps: int):
+    def launch(self, reservation: Reservation, job_id: str, spec: dict, epoch: int, total_steps: int) -> ActorHandle:
+        assert reservation.name is not None, "name() named the supervisor in the transaction that admitted the job"
         handle = reservation.handle or create_supervisor(reservation.name)
         handle.start.remote(job_id, spec, str(self.settings.job_dir(job_id)), epoch,
                             metric_stride(total_steps, self.settings.metrics_max_points))

@@ -13,6 +13,7 @@ import logging
 import uuid
 
 import ray
+from ray.actor import ActorHandle
 
 from service.ray_client import NAMESPACE
 from service.supervisor.actor import create_supervisor
@@ -29,7 +30,7 @@ def plane_id(database_url: str) -> str:
 class StandbyPool:
     def __init__(self, plane: str, size: int):
         self.prefix, self.size = f"{STANDBY_PREFIX}{plane}-", size
-        self.ready: list[tuple[str, object]] = []
+        self.ready: list[tuple[str, ActorHandle]] = []
         self.starting: dict = {}  # ready() ref -> (name, handle)
 
     def refill(self) -> None:
@@ -51,7 +52,7 @@ class StandbyPool:
             except ray.exceptions.RayError as exc:
                 log.warning("standby supervisor %s did not start: %s", name, exc)
 
-    def take(self) -> tuple[str, object] | None:
+    def take(self) -> tuple[str, ActorHandle] | None:
         """A ready standby (name, handle); else one still starting (the job's call waits for its
         start-up, which is already under way: sooner than a new actor's); else None."""
         self._harvest()
@@ -61,7 +62,7 @@ class StandbyPool:
             return self.starting.pop(next(iter(self.starting)))
         return None
 
-    def give_back(self, standby: tuple[str, object]) -> None:
+    def give_back(self, standby: tuple[str, ActorHandle]) -> None:
         self.ready.insert(0, standby)
 
     def names(self) -> set[str]:

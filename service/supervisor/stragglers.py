@@ -29,7 +29,7 @@ class StragglerChange:
 class StragglerDetector:
     def __init__(self, world_size: int, config: StragglerSpec):
         self.config = config
-        self.history = [deque(maxlen=config.window) for _ in range(world_size)]
+        self.history: list[deque[float]] = [deque(maxlen=config.window) for _ in range(world_size)]
         self.slow: set[int] = set()
 
     def scores(self) -> dict[int, float]:
@@ -68,7 +68,7 @@ class StragglerWatch:
     def reset(self, from_step: int) -> None:
         """Judge every rank afresh from `from_step` (after a live rebalance: the old split's steps do not count)."""
         self.detector = StragglerDetector(self.world_size, self.config)
-        self.per_sample = [deque(maxlen=self.config.window) for _ in range(self.world_size)]
+        self.per_sample: list[deque[float]] = [deque(maxlen=self.config.window) for _ in range(self.world_size)]
         self.judge_from_step = from_step
 
     def observe(self, record: dict) -> list[StragglerChange]:

@@ -137,5 +137,6 @@ def download_model(job_id: str, plane: PlaneDep, s: SessionDep, principal: Princ
     job = job_or_404(s, job_id, principal)
     model = plane.settings.job_dir(job.id) / "model.safetensors"
     if not model.exists():
-        raise ApiError(404, f"job {job.id!r} has no exported model (state {job.state}; it is written when training succeeds)")
+        raise ApiError(404, f"job {job.id!r} has no exported model "
+                            f"(state {job.state}; it is written when training succeeds)")
     return FileResponse(model, media_type="application/octet-stream", filename=f"{job.name}-{job.id}.safetensors")

@@ -18,8 +18,10 @@ router = APIRouter(prefix="/v1/tenants", tags=["admin"])
 
 class Quotas(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    max_workers: int | None = Field(None, ge=1, le=100_000, description="workers its jobs may hold at once; null = no limit")
-    max_queued_jobs: int | None = Field(None, ge=0, le=1_000_000, description="jobs it may have QUEUED; null = no limit")
+    max_workers: int | None = Field(None, ge=1, le=100_000,
+                                    description="workers its jobs may hold at once; null = no limit")
+    max_queued_jobs: int | None = Field(None, ge=0, le=1_000_000,
+                                        description="jobs it may have QUEUED; null = no limit")
     quota_mode: Literal["reject", "queue"] = Field(
         "reject", description="over max_workers at submit: reject = 429, queue = accept and wait for room")
     allow_user_code: bool = Field(False, description="may submit model.entrypoint / data.entrypoint specs")

@@ -6,7 +6,11 @@ from sqlalchemy import create_engine
 from service.db.models import Base
 
 config = context.config
-engine = config.attributes.get("engine") or create_engine(config.get_main_option("sqlalchemy.url"))
+engine = config.attributes.get("engine")
+if engine is None:  # run by the alembic command line: the URL from its configuration
+    url = config.get_main_option("sqlalchemy.url")
+    assert url is not None, "alembic: set sqlalchemy.url, or hand over an engine in config.attributes"
+    engine = create_engine(url)
 
 with engine.begin() as connection:
     context.configure(connection=connection, target_metadata=Base.metadata,
