@@ -25,16 +25,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
+from service.db.engine import Sessions
 from service.db.models import LeaseRow
-
-if TYPE_CHECKING:  # service.db.engine imports this module (the leases table's model)
-    from service.db.engine import Sessions
 
 log = logging.getLogger("trainyard.lease")
 CONTROL = "control"
