@@ -9,11 +9,14 @@ from typing import Any
 import yaml
 
 from workers.parallel.planner import resolve_auto
-from workers.spec import JobSpec
+from workers.spec import JobSpec, SpecError, Violation
 from workers.spec_checks import checked_spec
 
 
 def parse_spec(data: Any, *, allow_fault_injection: bool | None = None) -> JobSpec:
+    if isinstance(data, dict) and data.get("parallel") == "auto" and data.get("program") is not None:
+        raise SpecError([Violation("parallel", "parallel: 'auto' plans Trainyard's own loop; a program "
+                                               "takes explicit degrees (parallel: {dp: .., tp: ..})")])
     if isinstance(data, dict) and data.get("parallel") == "auto":
         data = {**data, "parallel": resolve_auto(data)}
     return checked_spec(data, allow_fault_injection=allow_fault_injection)

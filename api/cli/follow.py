@@ -44,7 +44,7 @@ def follow_jobs(client: Client, job_ids: list[str], console: Console, poll_s: fl
             for job_id in job_ids:
                 job = jobs[job_id] = client.job(job_id)
                 if job_id not in tasks:
-                    tasks[job_id] = progress.add_task(f"{job['name']} {job_id[:6]}", total=job["total_steps"],
+                    tasks[job_id] = progress.add_task(f"{job['name']} {job_id[:6]}", total=job["total_steps"] or None,
                                                       state="", loss="-", rate="-", eta="-")
                 for event in client.events(job_id, after=last_event[job_id]):
                     last_event[job_id] = event["id"]

@@ -83,7 +83,7 @@ def _run_job(spec: JobSpec, job_dir: Path, job_id: str, as_json: bool) -> dict:
     from api.cli.progress import RunProgress
 
     console = Console()
-    with RunProgress(spec.train.steps, console) as progress:
+    with RunProgress(spec.total_steps, console) as progress:
         summary = JobRun(spec, job_dir, job_id, listener=progress).run()
     print_summary(console, summary)
     return summary

@@ -20,7 +20,7 @@ class RunProgress:
             TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} samples/s"),
             TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
         )
-        self.task = self.progress.add_task("train", total=total_steps, state="STARTING", loss="-", rate="-")
+        self.task = self.progress.add_task("train", total=total_steps or None, state="STARTING", loss="-", rate="-")
 
     def __enter__(self) -> "RunProgress":
         self.progress.start()

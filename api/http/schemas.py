@@ -28,7 +28,7 @@ def iso(ts: datetime | None) -> str | None:
 
 def job_out(job: JobRecord | JobRow, full: bool = True) -> dict:
     running = job.state == JobState.RUNNING
-    eta = (job.total_steps - job.step) * job.step_time_s if running and job.step_time_s else None
+    eta = (job.total_steps - job.step) * job.step_time_s if running and job.step_time_s and job.total_steps else None
     out = {
         "id": job.id, "name": job.name, "state": job.state, "priority": job.priority,
         "created_at": iso(job.created_at), "updated_at": iso(job.updated_at),

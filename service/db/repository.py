@@ -275,7 +275,7 @@ def create_job(s: Session, tenant_id: str, spec: JobSpec, priority: int, body_sh
     job = Job(id=uuid.uuid4().hex[:16], tenant_id=tenant_id, created_at=now, updated_at=now, name=spec.name,
               spec=spec.model_dump(mode="json"), state=JobState.QUEUED, priority=priority, world_size=spec.world_size,
               cpus=r.cpus_per_worker * spec.world_size, gpus=r.gpus_per_worker * spec.world_size,
-              total_steps=spec.train.steps, idempotency_key=idempotency_key, body_sha256=body_sha256)
+              total_steps=spec.total_steps, idempotency_key=idempotency_key, body_sha256=body_sha256)
     s.add(job)  # flushed with the rest of the transaction (its id is already set)
     add_event(s, job.id, "state", "job accepted", state=JobState.QUEUED, data={"to": "QUEUED"})
     return job

@@ -88,7 +88,7 @@ class JobSupervisor:
         run = self._run
         assert run is not None, "the run reports steps only once start() has set it"
         step = record["step"]
-        if step % self.metric_stride and step != run.spec.train.steps:
+        if step % self.metric_stride and step != run.spec.total_steps:
             return
         self._push({"type": "step", **record})  # per-rank entries feed the per-rank metrics
 

@@ -5,6 +5,7 @@ data.py      the `data` section               parallel.py  the `parallel` sectio
 job.py       JobSpec and its other sections   derived.py   values the rules and strategies derive
 rules.py     the rules spanning fields        errors.py    Violation, SpecError, the 422 shape
 hf_config.py transformers config classes, never weights
+program.py   the `program` section (the user's own loop); program_rules.py its rules
 
 A stored spec loads with `JobSpec.model_validate`; a submitted one goes through
 workers/spec_loading.py (`parallel: auto`, then every rule and each strategy's own).
@@ -59,6 +60,7 @@ from workers.spec.parallel import (
     SDPPeriodSpec,
     SDPSpec,
 )
+from workers.spec.program import CODE_REF_PREFIX, ProgramSpec
 from workers.spec.rules import (
     FAULT_INJECTION_ENV,
     fault_injection_allowed,
@@ -92,6 +94,8 @@ __all__ = [
     "pipeline_microbatches",
     "PIPELINE_SCHEDULES",
     "PipelineSpec",
+    "ProgramSpec",
+    "CODE_REF_PREFIX",
     "ResourcesSpec",
     "rule_violations",
     "sdp_components",

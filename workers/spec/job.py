@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 from workers.spec.base import Strict
 from workers.spec.data import DataSpec, TextDataSpec
 from workers.spec.model import GPTModelSpec, ModelSpec
 from workers.spec.parallel import ParallelSpec
+from workers.spec.program import ProgramSpec
 
 
 class TrainSpec(Strict):
@@ -104,6 +105,9 @@ class SupervisorSpec(Strict):
     straggler: StragglerSpec = Field(default_factory=StragglerSpec)
 
 
+PROGRAM_REFUSES = ("model", "data", "train")  # sections of Trainyard's own loop
+
+
 class JobSpec(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$", description="lower-case job name")
     model: ModelSpec = Field(default_factory=GPTModelSpec)
@@ -116,11 +120,28 @@ class JobSpec(Strict):
     fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
     fault_injection: list[FaultSpec] = Field(default_factory=list)
     supervisor: SupervisorSpec = Field(default_factory=SupervisorSpec)
+    program: ProgramSpec | None = Field(None, description="the user's own training loop (a command or a "
+                                        "function) instead of Trainyard's; then model, data and train are refused")
+
+    @model_serializer(mode="wrap")
+    def _without_trainer_sections(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict:
+        # A program brings its own loop: the trainer's sections mean nothing for it, and leaving
+        # them out keeps a stored program spec loadable by the rule that refuses them.
+        out = handler(self)
+        if self.program is not None:
+            for section in PROGRAM_REFUSES:
+                out.pop(section, None)
+        return out
 
     @property
     def dp(self) -> int:
         p = self.parallel
         return p.dp if p.dp is not None else max(1, self.resources.workers // (p.tp * p.pp))
+
+    @property
+    def total_steps(self) -> int:
+        """Steps the job trains for; 0 for a program, whose loop alone knows."""
+        return self.train.steps if self.program is None else 0
 
     @property
     def world_size(self) -> int:

@@ -11,6 +11,7 @@ from workers.spec.derived import structure_of
 from workers.spec.errors import Violation
 from workers.spec.job import JobSpec
 from workers.spec.model import USER_MODELS, GPTModelSpec, MLPModelSpec
+from workers.spec.program_rules import program_violations
 
 FAULT_INJECTION_ENV = "TRAINYARD_ALLOW_FAULT_INJECTION"
 
@@ -18,8 +19,11 @@ FAULT_INJECTION_ENV = "TRAINYARD_ALLOW_FAULT_INJECTION"
 def rule_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None) -> Iterator[Violation]:
     """Every broken cross-field rule of the spec (the strategies' own rules are in workers/parallel/)."""
     yield from _size_and_policy_errors(spec)
-    yield from _model_data_errors(spec)
-    yield from _model_structure_errors(spec)
+    if spec.program is not None:
+        yield from program_violations(spec)
+    else:  # the model and data rules are about Trainyard's own loop
+        yield from _model_data_errors(spec)
+        yield from _model_structure_errors(spec)
     yield from _fault_injection_errors(spec, allow_fault_injection)
 
 
@@ -44,7 +48,7 @@ def _size_and_policy_errors(spec: JobSpec) -> Iterator[Violation]:
         yield Violation("supervisor.straggler.recover",
             f"supervisor.straggler.recover must exceed supervisor.straggler.threshold "
             f"(recover={straggler.recover}, threshold={straggler.threshold})")
-    if straggler.policy == "replace" and spec.checkpoint.every_steps == 0:
+    if straggler.policy == "replace" and spec.checkpoint.every_steps == 0 and spec.program is None:
         yield Violation("supervisor.straggler.policy",
             "supervisor.straggler.policy 'replace' needs checkpoint.every_steps > 0: the moved rank resumes "
             "from the next checkpoint (every_steps=0)")
@@ -54,7 +58,7 @@ def _size_and_policy_errors(spec: JobSpec) -> Iterator[Violation]:
             "supervisor.straggler.policy 'rebalance' needs pure data parallelism that averages gradients "
             f"(tp 1, no local_sgd); use 'report' or 'replace' (tp={p.tp}, "
             f"local_sgd={'set' if p.local_sgd is not None else 'none'})")
-    if t.warmup_steps > t.steps:
+    if t.warmup_steps > t.steps and spec.program is None:
         yield Violation("train.warmup_steps",
             f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})")
 
