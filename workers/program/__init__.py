@@ -1,0 +1,1 @@
+"""Running a user's own training loop (`program:`) on one rank: its environment, its session, its process."""
