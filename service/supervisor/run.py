@@ -25,12 +25,12 @@ from service.supervisor.listener import RunListener, SilentListener
 from service.supervisor.logfile import supervisor_log
 from service.supervisor.outcome import Outcome, OutcomeKind
 from service.supervisor.pipeline_balance import PipelineRebalancer
-from service.supervisor.program_steps import ProgramStepJoiner
 from service.supervisor.policies.failure import FailureAction, FailureStatus, on_failure
 from service.supervisor.policies.preemption import PreemptionAction, PreemptionStatus, on_preemption
 from service.supervisor.policies.reshape import CheckpointStatus, on_durable_checkpoint
 from service.supervisor.policies.rollback import RollbackStatus, on_restart
 from service.supervisor.policies.sizing import GrowthStatus, SizingAction, on_growth
+from service.supervisor.program_steps import ProgramStepJoiner
 from service.supervisor.straggler_response import StragglerResponse
 from service.supervisor.stragglers import StragglerWatch
 from service.supervisor.summary import final_result, layout_of, run_summary

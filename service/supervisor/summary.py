@@ -13,8 +13,8 @@ from workers.spec import JobSpec
 
 def layout_of(spec: JobSpec) -> dict[str, Any]:
     p = spec.parallel
-    return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": "program" if spec.program is not None else strategy_name(spec),
-            "world_size": spec.world_size}
+    strategy = "program" if spec.program is not None else strategy_name(spec)
+    return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy, "world_size": spec.world_size}
 
 
 def final_result(results: list[dict | None]) -> dict[str, Any]:
