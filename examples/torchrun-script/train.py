@@ -41,6 +41,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds of extra work per step")
+    parser.add_argument("--log-rate", action="store_true",
+                        help="rank 0 also prints `rate STEP SAMPLES_PER_S UNIX_TIME` after each step")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -74,10 +76,12 @@ def main() -> None:
         optimizer.step()
         if args.sleep:
             time.sleep(args.sleep)
-        elapsed = time.perf_counter() - t0
-        trainyard.report({"loss": loss.item(), "samples_per_s": args.batch * world / elapsed}, step=step)
+        samples_per_s = args.batch * world / (time.perf_counter() - t0)
+        trainyard.report({"loss": loss.item(), "samples_per_s": samples_per_s}, step=step)
         if rank == 0:
             print(f"step {step} loss {loss.item()!r}", flush=True)
+            if args.log_rate:
+                print(f"rate {step} {samples_per_s:.3f} {time.time():.6f}", flush=True)
         # Ranks must agree before acting on a stop request (one rank leaving alone hangs the others).
         stop = torch.tensor([int(trainyard.should_stop())], device=device)
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)
