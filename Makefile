@@ -50,6 +50,12 @@ bench: install
 bench-sdp: install
 	$(PY) bench/sdp.py
 
+# One unmodified torchrun script run by torchrun, `trainyard run`, Ray Train and Ray Jobs (docs/programs-bench.md).
+.PHONY: bench-programs
+bench-programs: install
+	$(PIP) install --quiet -e '.[bench]'
+	$(PY) bench/programs.py
+
 # PNG plots of the dashboards' queries from a real Prometheus scraping a live service (docs/img/).
 .PHONY: dashboards-preview
 dashboards-preview: install prometheus

@@ -57,6 +57,7 @@ TINY = {"name": "bench", "model": {"name": "gpt", "n_layers": 1, "d_model": 32, 
         "train": {"steps": 20, "global_batch_size": 16, "micro_batch_size": 4, "lr": 3e-3, "warmup_steps": 2},
         "resources": {"workers": 2}}
 RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
+RAY_CLI = Path(sys.executable).with_name("ray")  # the `ray` command of the environment running this
 
 
 # --- a tiny keep-alive HTTP client -------------------------------------------
@@ -272,7 +273,7 @@ def first_step_ray_jobs(dashboard: str, args) -> list[dict]:
         for attempt in range(10):  # the head's job agent may not have registered yet on a busy host
             t0 = time.time()
             submitted = subprocess.run(
-                [str(ROOT / ".venv/bin/ray"), "job", "submit", "--address", dashboard, "--no-wait", "--submission-id",
+                [str(RAY_CLI), "job", "submit", "--address", dashboard, "--no-wait", "--submission-id",
                  submission_id, "--runtime-env-json", runtime_env, "--", sys.executable,
                  str(ROOT / "bench/raytrain_first_step.py"), "--out", str(result)],
                 env=env, capture_output=True, text=True, timeout=120)
@@ -319,7 +320,7 @@ class RayHead:
         return logs[-1].read_text(errors="replace")[-1500:] if logs else "(no dashboard agent log)"
 
     def __enter__(self) -> "RayHead":
-        cmd = [str(ROOT / ".venv/bin/ray"), "start", "--head", "--block", "--num-cpus=8", f"--port={self.port}",
+        cmd = [str(RAY_CLI), "start", "--head", "--block", "--num-cpus=8", f"--port={self.port}",
                "--include-dashboard=true", f"--dashboard-port={self.dash}", "--disable-usage-stats",
                f"--temp-dir={self.temp_dir}",
                # Ray's agents default to fixed ports (52365, ...): another Ray on this host would hold
