@@ -233,6 +233,10 @@ def measure(run: dict, batch: int) -> dict:
     return {"sps": WORLD * batch * (len(ts) - k0) / (ts[-1] - ts[k0 - 1]),
             # the median time between two steps: the least moved by other work on a shared host
             "median_step_ms": 1000 * statistics.median(b - a for a, b in zip(ts[k0 - 1:], ts[k0:])),
+            # the median time outside the script's own timed section (batch, forward, backward, step,
+            # sleep): its trainyard.report and should_stop calls, the stop all-reduce, the prints
+            "outside_ms": 1000 * statistics.median(b - a - WORLD * batch / r
+                                                   for a, (_, r, b) in zip(ts[k0 - 1:], found[k0:])),
             # the script's own in-step figure (what it reports): compute and sleep only
             "reported_sps": statistics.fmean(r for _, r, _ in found[k0:]),
             "first_step_s": ts[0] - run.pop("t0"), **run}
@@ -321,7 +325,8 @@ def report(args, runners: list[str], results: dict[str, list[dict]], failures: d
     for name in runners:
         runs = results[name]
         print(f"{name}: samples/s {[round(r['sps']) for r in runs]}, median step ms "
-              f"{[round(r['median_step_ms'], 2) for r in runs]}, in-step (as reported) "
+              f"{[round(r['median_step_ms'], 2) for r in runs]} (outside the timed section "
+              f"{[round(r['outside_ms'], 2) for r in runs]}), in-step (as reported) "
               f"{[round(r['reported_sps']) for r in runs]}, first step s "
               f"{[round(r['first_step_s'], 2) for r in runs]}, mean runnable tasks "
               f"{[round(r['runnable'], 1) for r in runs]}")
