@@ -51,7 +51,8 @@ def submit(
                                typer.Option(help="resubmitting with the same key returns the same job")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the job as JSON")] = False,
 ) -> None:
-    """Submit SPEC to the service (TRAINYARD_URL)."""
+    """Submit SPEC to the service (TRAINYARD_URL). A local program.working_dir (a relative one is taken
+    from SPEC's directory) is zipped and uploaded first; the job's spec names the upload."""
     try:
         data = yaml.safe_load(spec_path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -59,6 +60,8 @@ def submit(
         raise typer.Exit(2)
     client = Client()
     try:
+        if isinstance(data, dict):
+            data = _with_uploaded_code(client, data, spec_path)
         job = client.submit(data, priority=priority, idempotency_key=idempotency_key)
         if as_json and not follow:
             print(json.dumps(job))
@@ -71,6 +74,25 @@ def submit(
                 raise typer.Exit(1)
     except ApiFailure as exc:
         raise fail(exc)
+
+
+def _with_uploaded_code(client: Client, data: dict, spec_path: Path) -> dict:
+    """The spec with its local program.working_dir replaced by the code reference of its upload.
+    An absolute path that is no directory here is left as it is: a path on the service's storage."""
+    from api.cli.code_upload import WorkingDirError, local_working_dir, upload, with_working_dir
+    from service.settings import get_settings
+
+    local = local_working_dir(data, spec_path.parent)
+    if local is None or (not local.exists() and Path(data["program"]["working_dir"]).expanduser().is_absolute()):
+        return data
+    try:
+        uploaded = upload(client, local, get_settings().max_code_bytes)
+    except WorkingDirError as exc:
+        err.print(f"[red]cannot upload the working_dir[/red] {exc}")
+        raise typer.Exit(2) from None
+    verb = "uploaded" if uploaded["created"] else "already uploaded:"
+    err.print(f"{verb} {local} as {uploaded['ref']} ({uploaded['bytes']} bytes)")
+    return with_working_dir(data, uploaded["ref"])
 
 
 def list_jobs(
