@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from api.http.deps import PlaneDep, Principal, PrincipalDep
+from api.http.error_schema import ErrorOut
 from api.http.errors import ApiError
 from service import tenancy
 from service.admission import gates
@@ -30,7 +31,7 @@ class CodeOut(BaseModel):
 
 @router.post("", status_code=201, response_model=CodeOut, responses={
     200: {"model": CodeOut, "description": "the same content was stored before: the same reference"},
-    415: {"description": f"the body is not sent as {MEDIA_TYPE}"},
+    415: {"model": ErrorOut, "description": f"the body is not sent as {MEDIA_TYPE}"},
 }, openapi_extra={"requestBody": {"required": True, "content": {
     MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}}})
 async def upload_code(request: Request, plane: PlaneDep, principal: PrincipalDep) -> JSONResponse:
