@@ -22,10 +22,10 @@ prometheus:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus; }
 
-# Lint and import order (ruff) on api/, service/ and workers/; types (mypy, configured in pyproject.toml) on service/ and workers/.
+# Lint and import order (ruff) on api/, service/, workers/ and trainyard/; types (mypy, configured in pyproject.toml) on all but api/.
 lint: install
-	$(VENV)/bin/ruff check api service workers
-	$(VENV)/bin/mypy service workers
+	$(VENV)/bin/ruff check api service workers trainyard
+	$(VENV)/bin/mypy service workers trainyard
 
 # Timing tests first, alone, while the machine is quiet; then everything else. Both always run.
 # The full layout matrices (marker `exhaustive`) run in test-all, before an issue is resolved.

@@ -67,7 +67,7 @@ class EventRecord:
 class MetricRecord:
     step: int
     ts: float
-    loss: float
+    loss: float | None  # None: a program that reports no loss
     step_time_s: float | None
     samples_per_s: float | None
     tokens_per_s: float | None
@@ -75,6 +75,7 @@ class MetricRecord:
     lr: float | None
     comm_bytes: float | None
     bubble_fraction: float | None
+    extra: dict | None  # a program's other reported metrics
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,8 @@ def event_out(e: EventRecord) -> dict:
 
 
 def metric_out(m: MetricRecord) -> dict:
-    return {"step": m.step, "ts": m.ts, **{k: getattr(m, k) for k in METRIC_FIELDS}}
+    # A program's own keys first: they never shadow a column of the series.
+    return {**(m.extra or {}), "step": m.step, "ts": m.ts, **{k: getattr(m, k) for k in METRIC_FIELDS}}
 
 
 def checkpoint_out(c: CheckpointRecord, available: bool) -> dict:

@@ -116,7 +116,7 @@ class JobMetric(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
     ts: Mapped[float] = mapped_column(Float)
-    loss: Mapped[float] = mapped_column(Float)
+    loss: Mapped[float | None] = mapped_column(Float, nullable=True)  # a program may report none
     step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     samples_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     tokens_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -124,6 +124,7 @@ class JobMetric(Base):
     lr: Mapped[float | None] = mapped_column(Float, nullable=True)
     comm_bytes: Mapped[float | None] = mapped_column(Float, nullable=True)
     bubble_fraction: Mapped[float | None] = mapped_column(Float, nullable=True)
+    extra: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # a program's other reported metrics
 
 
 class Checkpoint(Base):

@@ -359,7 +359,7 @@ def record_steps(s: Session, job: Job, records: Iterable[dict], max_points: int)
     # A step replayed after a restart from a checkpoint replaces the row it had.
     s.execute(delete(JobMetric).where(JobMetric.job_id == job.id, JobMetric.step.in_([r["step"] for r in kept])))
     s.add_all(JobMetric(job_id=job.id, step=r["step"], ts=r.get("ts") or 0.0,
-                        **{k: r.get(k) for k in METRIC_FIELDS}) for r in kept)
+                        extra=r.get("metrics") or None, **{k: r.get(k) for k in METRIC_FIELDS}) for r in kept)
 
 
 def list_metrics(s: Session, job_id: str, after_step: int, limit: int) -> list[JobMetric]:

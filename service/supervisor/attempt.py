@@ -22,3 +22,4 @@ class Attempt:
     grow_to: JobSpec | None = None  # a larger layout to regrow to at the next durable checkpoint
     trained: bool = False  # a step arrived (poll slower from then on)
     stop_sent: bool = False  # the ranks were asked to stop (preemption)
+    stop_deadline_s: float | None = None  # a program asked to stop is killed after its grace period

@@ -30,9 +30,11 @@ from service.supervisor.policies.preemption import PreemptionAction, PreemptionS
 from service.supervisor.policies.reshape import CheckpointStatus, on_durable_checkpoint
 from service.supervisor.policies.rollback import RollbackStatus, on_restart
 from service.supervisor.policies.sizing import GrowthStatus, SizingAction, on_growth
+from service.supervisor.program_steps import ProgramStepJoiner
 from service.supervisor.straggler_response import StragglerResponse
 from service.supervisor.stragglers import StragglerWatch
 from service.supervisor.summary import final_result, layout_of, run_summary
+from trainyard.checkpoints import complete_checkpoints_in
 from workers.checkpointing import latest_checkpoint
 from workers.events import (
     CheckpointEvent,
@@ -47,6 +49,7 @@ from workers.events import (
     RestartEvent,
     SkippedStepEvent,
 )
+from workers.program.environment import checkpoint_dir
 from workers.runtime.group import GroupFailure, WorkerGroup
 from workers.spec import JobSpec
 from workers.training.recovery import RecoveryState
@@ -127,8 +130,9 @@ class JobRun:
                                               f"warm pool) training from step {start_step}")
             self.stragglers.report_move(group, self.avoid_nodes)
             now, ws = time.monotonic(), self.current.world_size
-            live = self._live = Attempt(group, StepAggregator(ws, self.spec.train.global_batch_size),
-                                        StragglerWatch(ws, self.spec.supervisor.straggler), now, now)
+            joiner = (ProgramStepJoiner(ws) if self.spec.program is not None
+                      else StepAggregator(ws, self.spec.train.global_batch_size))
+            live = self._live = Attempt(group, joiner, StragglerWatch(ws, self.spec.supervisor.straggler), now, now)
             while (outcome := self._step(live)) is None:
                 # Poll fast until the first step arrives: time to first step is what users wait on.
                 time.sleep(self.poll_interval_s if live.trained else 0.02)
@@ -143,10 +147,11 @@ class JobRun:
     def _step(self, live: Attempt) -> Outcome | None:
         """One poll of the running group: None to poll again, else how the attempt ended."""
         if self._cancel.is_set():
-            return Outcome.cancelled()
+            return Outcome.cancelled() if self._stopped(live) else None
         if on_preemption(PreemptionStatus(self._preempt.is_set(), True, live.stop_sent)) == PreemptionAction.ASK_STOP:
-            live.group.request_stop()  # the ranks agree at their next checkpoint step (workers/training/trainer.py)
-            live.stop_sent = True
+            self._ask_stop(live)  # the ranks agree at their next checkpoint step (workers/training/trainer.py)
+        if live.stop_deadline_s is not None and time.monotonic() > live.stop_deadline_s:
+            return Outcome.preempted()  # a program that did not stop within its grace period
         durable = self._poll(live)
         if durable is not None and (reshape := self._reshape_at(live, durable)) is not None:
             self._poll(live)  # every rank is past the checkpoint: keep their last steps
@@ -159,7 +164,8 @@ class JobRun:
             self.result = final_result(live.group.results)
             return Outcome.finished()
         now, hang_timeout = time.monotonic(), self.spec.fault_tolerance.hang_timeout_s
-        if now - live.last_progress_s > hang_timeout:
+        # A program that never reports can only die, not hang: its loop is its own.
+        if now - live.last_progress_s > hang_timeout and (live.trained or self.spec.program is None):
             raise GroupFailure(f"no step finished for {hang_timeout:.0f}s (hang)", cause=RestartCause.HANG)
         may_grow = self.current.world_size < self.spec.resources.elastic_range[1]  # spares a cluster query
         if may_grow and live.grow_to is None and now - live.last_growth_check_s > self.growth_check_s:
@@ -170,12 +176,31 @@ class JobRun:
                          live.grow_to.world_size, self.current.world_size)
         return None
 
+    def _ask_stop(self, live: Attempt) -> None:
+        live.group.request_stop()
+        live.stop_sent = True
+        if self.spec.program is not None:
+            live.stop_deadline_s = time.monotonic() + self.spec.program.grace_period_s
+
+    def _stopped(self, live: Attempt) -> bool:
+        """After a cancel: Trainyard's loop stops at once; a program first sees should_stop() and may
+        save, until it returns or its grace period is over."""
+        if self.spec.program is None:
+            return True
+        if not live.stop_sent:
+            self._ask_stop(live)
+        try:
+            self._poll(live)
+            done = live.group.check()
+        except GroupFailure:
+            return True
+        return done or time.monotonic() > (live.stop_deadline_s or 0.0)
+
     def _apply(self, outcome: Outcome) -> bool:
         """Act on how an attempt ended; True to start another."""
         if outcome.kind == OutcomeKind.PREEMPTED:
-            latest = latest_checkpoint(self.job_dir)
             event = PreemptedEvent(self.preempted_by, self.steps[-1]["step"] if self.steps else 0,
-                                   latest[0] if latest else 0)
+                                   self._checkpoint_step())
             self.listener.on_event(event)
             self._set_state(JobState.QUEUED, event.message)
             return False
@@ -203,8 +228,7 @@ class JobRun:
             self._fail(decision.reason)
             return False
         self.restarts += 1
-        latest = latest_checkpoint(self.job_dir)
-        resume = latest[0] if latest else 0
+        resume = self._checkpoint_step()
         self._set_state(JobState.RECOVERING, decision.reason)
         self.listener.on_event(RestartEvent(self.restarts, resume, failed.reason, decision.cause, decision.reason))
         ledger = RecoveryState.load(self.job_dir) if decision.cause.rolls_back else None
@@ -281,6 +305,14 @@ class JobRun:
         self.listener.on_step(record)
 
     # --- the state this run owns --------------------------------------------------------------
+
+    def _checkpoint_step(self) -> int:
+        """The step the next attempt resumes from: the newest complete checkpoint (a program's own)."""
+        if self.spec.program is not None:
+            done = complete_checkpoints_in(checkpoint_dir(self.job_dir))
+            return done[-1][0] if done else 0
+        latest = latest_checkpoint(self.job_dir)
+        return latest[0] if latest else 0
 
     def _free_slots(self) -> int:
         return free_worker_slots(self.cluster, WorkerGroup.bundle_of(self.current), frozenset(self.avoid_nodes))

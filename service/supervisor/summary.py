@@ -13,13 +13,20 @@ from workers.spec import JobSpec
 
 def layout_of(spec: JobSpec) -> dict[str, Any]:
     p = spec.parallel
-    return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy_name(spec),
-            "world_size": spec.world_size}
+    strategy = "program" if spec.program is not None else strategy_name(spec)
+    return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy, "world_size": spec.world_size}
 
 
 def final_result(results: list[dict | None]) -> dict[str, Any]:
     """Rank 0's result of a finished group, with the validation loss averaged over the ranks."""
-    return {**(results[0] or {}), "val_loss": statistics.fmean(r["val_loss"] for r in results if r is not None)}
+    val = [r["val_loss"] for r in results if r is not None and r.get("val_loss") is not None]
+    return {**(results[0] or {}), "val_loss": statistics.fmean(val) if val else None}
+
+
+def _reported_mean(steps: list[dict], key: str) -> float | None:
+    """A program's own figure (rank 0's reports), averaged over the steady steps."""
+    values = [s[key] for s in steps if s.get(key) is not None]
+    return statistics.fmean(values) if values else None
 
 
 def run_summary(run: Any) -> dict[str, Any]:
@@ -42,7 +49,8 @@ def run_summary(run: Any) -> dict[str, Any]:
         "final_val_loss": result.get("val_loss"),
         "world_size": run.current.world_size,
         "layout": layout_of(run.current),
-        "samples_per_s": g * len(steady) / step_time if step_time else None,
+        "samples_per_s": _reported_mean(steady, "samples_per_s") if spec.program is not None
+        else g * len(steady) / step_time if step_time else None,
         # Steps joined from only some ranks (kept across a restart or resize) may lack the tokens.
         "tokens_per_s": statistics.fmean(tokens) if tokens else None,
         "bubble_fraction": pipeline["bubble_fraction"] if pipeline else None,

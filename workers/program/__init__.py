@@ -1,1 +1,1 @@
-"""What runs a `program` job (the user's own training loop) inside the workers."""
+"""Running a user's own training loop (`program:`) on one rank: its environment, its session, its process."""

@@ -24,6 +24,7 @@ from workers.events import RankEvent
 from workers.training.control import RankControl
 
 if TYPE_CHECKING:
+    from workers.program.runner import ProgramRunner
     from workers.training.trainer import Trainer
 
 
@@ -61,7 +62,7 @@ class TrainWorker:
         self._lock = threading.Lock()
         self._events: list[RankEvent] = []
         self.control = RankControl()  # stop and rebalance requests, agreed on between steps
-        self.trainer: Trainer | None = None  # set by setup()
+        self.trainer: Trainer | ProgramRunner | None = None  # set by setup()
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -69,7 +70,8 @@ class TrainWorker:
     def assign(self, rank: int, world_size: int, job_dir: str, log_name: str, pg=None) -> int:
         """Bind this process to one rank of one job. With `pg`, exit once that placement group is gone."""
         self.rank, self.world_size, self.job_dir = rank, world_size, Path(job_dir)
-        _redirect_output(self.job_dir / "logs" / log_name)
+        self.log_path = self.job_dir / "logs" / log_name
+        _redirect_output(self.log_path)
         if pg is not None:
             threading.Thread(target=_exit_when_removed, args=(pg,), daemon=True).start()
         return os.getpid()
@@ -82,7 +84,7 @@ class TrainWorker:
         return ray.util.get_node_ip_address(), port
 
     def setup(self, spec_json: dict, master_addr: str, master_port: int, timeout_s: float,
-              shares: list[int] | None = None) -> dict:
+              shares: list[int] | None = None, attempt: int = 0, nodes: list[str] | None = None) -> dict:
         import torch
         import torch.distributed as dist
 
@@ -90,6 +92,8 @@ class TrainWorker:
         from workers.training.trainer import Trainer
 
         spec = JobSpec.model_validate(spec_json)  # admitted at submit
+        if spec.program is not None:
+            return self._setup_program(spec, (master_addr, master_port), timeout_s, attempt, nodes)
         use_cuda = spec.resources.gpus_per_worker > 0 and torch.cuda.is_available()
         device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
         if use_cuda:
@@ -106,6 +110,21 @@ class TrainWorker:
         start = trainer.resume_from_latest()
         print(f"[rank {self.rank}] ready at step {start}", flush=True)
         return {"rank": self.rank, "start_step": start, "device": str(device)}
+
+    def _setup_program(self, spec, master: tuple[str, int], timeout_s: float, attempt: int,
+                       nodes: list[str] | None) -> dict:
+        from workers.program.environment import RankPlace
+        from workers.program.runner import program_runner
+
+        place = RankPlace.of(self.rank, nodes or ["local"] * self.world_size)
+        self.trainer = program_runner(spec, place, self.job_dir, attempt, master, self.log_path, timeout_s)
+        return {"rank": self.rank, "start_step": 0, "device": "program"}
+
+    def terminate(self) -> None:
+        """Stop a program rank's processes before the actor goes (SIGTERM, then SIGKILL)."""
+        terminate = getattr(self.trainer, "terminate", None)
+        if terminate is not None:
+            terminate()
 
     def train(self) -> dict:
         try:

@@ -19,6 +19,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.events import RankEvent, RestartCause
 from workers.model_io import UserModelError
+from workers.program.errors import ProgramFailed
 from workers.runtime.actor import TrainWorker
 from workers.runtime.pool import find_pool
 from workers.spec import JobSpec
@@ -95,8 +96,8 @@ class WorkerGroup:
             # Collectives time out well after the supervisor's own hang timer, so that a hang is
             # diagnosed as one (by the supervisor) rather than as a peer's collective error.
             collective_timeout = 2 * self.spec.fault_tolerance.hang_timeout_s + 30
-            setups = ray.get([a.setup.remote(spec_json, addr, port, collective_timeout, shares)
-                              for a in self.actors], timeout=timeout_s)
+            setups = ray.get([a.setup.remote(spec_json, addr, port, collective_timeout, shares, self.attempt,
+                                             self.nodes) for a in self.actors], timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             retryable = not isinstance(exc.cause, CONFIGURATION_ERRORS)
             raise GroupFailure(f"group did not form: {_reason(exc)}", retryable,
@@ -153,8 +154,8 @@ class WorkerGroup:
             ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=2.0)
             failures = self._collect(self.train_refs)
             rank, exc = min(failures, key=lambda f: (not isinstance(f[1], ray.exceptions.RayActorError), f[0]))
-            raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", not self._same_user_error(failures),
-                               restart_cause(exc)) from exc
+            retryable = not self._same_user_error(failures) and not _any_unfixable(failures)
+            raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", retryable, restart_cause(exc)) from exc
         return all(res is not None for res in self.results)
 
     def _same_user_error(self, failures: list[tuple[int, ray.exceptions.RayError]]) -> bool:
@@ -185,6 +186,11 @@ class WorkerGroup:
             a.request_shares.remote(version, shares)
 
     def shutdown(self) -> None:
+        if self.spec.program is not None and self.actors:  # a command's process group goes first
+            try:
+                ray.get([a.terminate.remote() for a in self.actors], timeout=15)
+            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                pass  # a dead actor's program died with it (PR_SET_PDEATHSIG)
         for a in self.actors:
             try:
                 ray.kill(a, no_restart=True)
@@ -199,9 +205,14 @@ class WorkerGroup:
             self.pg = None
 
 
+def _any_unfixable(failures: list[tuple[int, ray.exceptions.RayError]]) -> bool:
+    """A program rank failed in a way no restart fixes (workers/program/errors.py)."""
+    return any(getattr(getattr(exc, "cause", None), "retryable", True) is False for _, exc in failures)
+
+
 def _reason(exc: BaseException) -> str:
     cause = getattr(exc, "cause", None)
-    if isinstance(cause, UserModelError):  # the whole message: it says what to change
+    if isinstance(cause, (UserModelError, ProgramFailed)):  # the whole message: it says what to change
         return f"UserModelError: {cause}"
     text = str(exc).strip().splitlines()
     tail = [line for line in text if line.strip()][-1:] or [type(exc).__name__]

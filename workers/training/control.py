@@ -27,6 +27,11 @@ class RankControl:
     def request_stop(self) -> None:
         self._stop.set()
 
+    @property
+    def stop_event(self) -> threading.Event:
+        """Set once the supervisor asked this rank to stop (a program's should_stop() reads it)."""
+        return self._stop
+
     def request_shares(self, version: int, shares: list[int]) -> None:
         with self._lock:
             self._shares = (version, list(shares))

@@ -19,6 +19,17 @@ from workers.spec_checks import checked_spec
 def relayout(spec: JobSpec, workers: int) -> JobSpec | None:
     """`spec` laid out on `workers` ranks with the same global batch, or None if no layout fits."""
     p, t = spec.parallel, spec.train
+    if spec.program is not None:  # the program reshards itself; only its mesh's dp changes
+        if workers % p.tp:
+            return None
+        data = spec.model_dump(mode="json")
+        data["resources"]["workers"] = workers
+        if p.dp is not None:
+            data["parallel"]["dp"] = workers // p.tp
+        try:
+            return checked_spec(data, allow_fault_injection=True)
+        except SPEC_ERRORS:
+            return None
     for tp, pp in dict.fromkeys([(p.tp, p.pp), (p.tp, 1), (1, p.pp), (1, 1)]):
         if workers % (tp * pp):
             continue

@@ -1,0 +1,47 @@
+"""Which checkpoints in a directory are complete, newest last.
+
+A checkpoint is an entry whose name ends in its step number after `-`, `_` or `.` (`step-120`,
+`epoch_3`, `00000120.pt`; an extension may follow):
+a file (write it to a temporary name and rename it, so a half-written file never has the final
+name), or a directory holding a DCP `.metadata` file (torch.distributed.checkpoint writes it
+last) or an empty `COMPLETE` marker the program writes when it is done.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+_STEP = re.compile(r"(?:^|[-_.])(\d+)(?:\.[A-Za-z0-9]+)?$")
+COMPLETE_MARKERS = (".metadata", "COMPLETE")
+
+
+def step_of(path: Path) -> int | None:
+    match = _STEP.search(path.name)
+    return int(match.group(1)) if match else None
+
+
+def is_complete(path: Path) -> bool:
+    if path.name.startswith(".") or path.name.endswith((".tmp", ".partial")):
+        return False
+    if path.is_dir():
+        return any((path / marker).is_file() for marker in COMPLETE_MARKERS)
+    return path.is_file()
+
+
+def complete_checkpoints_in(directory: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint under `directory`, oldest first."""
+    root = Path(directory)
+    if not root.is_dir():
+        return []
+    found = []
+    for entry in root.iterdir():
+        step = step_of(entry)
+        if step is not None and is_complete(entry):
+            found.append((step, entry))
+    return sorted(found)
+
+
+def latest_checkpoint_in(directory: str | Path) -> Path | None:
+    done = complete_checkpoints_in(directory)
+    return done[-1][1] if done else None

@@ -1,0 +1,58 @@
+"""The environment of one program rank: torchrun's variables, so an unmodified torchrun script
+runs, plus Trainyard's own (the job, its checkpoint directory, the attempt, the session socket)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainyard.session import CHECKPOINT_DIR_ENV, MESH_ENV, SOCKET_ENV
+from workers.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where one rank sits in its group: global rank, rank and count on its node, node index."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    group_rank: int
+
+    @staticmethod
+    def of(rank: int, nodes: list[str]) -> RankPlace:
+        """The place of `rank` given every rank's node (ranks on one node are numbered in rank order)."""
+        mine = nodes[rank]
+        order = list(dict.fromkeys(nodes))
+        return RankPlace(rank, len(nodes), nodes[:rank].count(mine), nodes.count(mine), order.index(mine))
+
+
+def checkpoint_dir(job_dir: Path) -> Path:
+    return job_dir / "checkpoints"
+
+
+def mesh_degrees(spec: JobSpec) -> dict[str, int]:
+    return {"dp": spec.dp, "tp": spec.parallel.tp} if spec.parallel.tp > 1 else {"dp": spec.dp}
+
+
+def rank_environment(spec: JobSpec, job_dir: Path, place: RankPlace, master: tuple[str, int], attempt: int,
+                     socket_path: str | None) -> dict[str, str]:
+    assert spec.program is not None
+    env = {
+        "RANK": place.rank, "LOCAL_RANK": place.local_rank, "WORLD_SIZE": place.world_size,
+        "LOCAL_WORLD_SIZE": place.local_world_size, "GROUP_RANK": place.group_rank,
+        "MASTER_ADDR": master[0], "MASTER_PORT": master[1],
+        "TORCHELASTIC_RESTART_COUNT": attempt, "TORCHELASTIC_MAX_RESTARTS": spec.fault_tolerance.max_restarts,
+        "TORCHELASTIC_RUN_ID": job_dir.name,
+        "TRAINYARD_JOB_ID": job_dir.name, CHECKPOINT_DIR_ENV: checkpoint_dir(job_dir), "TRAINYARD_TRIAL": attempt,
+        MESH_ENV: json.dumps(mesh_degrees(spec)),
+        "PYTHONUNBUFFERED": "1",  # the rank's log follows the program as it runs
+    }
+    if socket_path is not None:
+        env[SOCKET_ENV] = socket_path
+    if "CUDA_VISIBLE_DEVICES" in os.environ:  # as Ray assigned it to this actor
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return {**spec.program.env, **{k: str(v) for k, v in env.items()}}

@@ -1,0 +1,63 @@
+"""The actor's end of a command rank's session (trainyard/channel.py): a Unix socket that takes
+reports and answers should_stop, served from its own thread for as long as the rank runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import threading
+from pathlib import Path
+
+from workers.program.reports import ReportSink
+
+
+class SessionServer:
+    def __init__(self, sink: ReportSink, stop: threading.Event):
+        self.sink, self.stop = sink, stop
+        # Short and private: a Unix socket path has ~100 bytes; the directory is this process's own.
+        self._dir = Path(tempfile.mkdtemp(prefix="ty-"))
+        self.path = str(self._dir / "s")
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(self.path)
+        self._sock.listen(8)
+        self._closed = False
+        threading.Thread(target=self._accept, name="trainyard-session", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rwb") as stream:
+            for line in stream:
+                try:
+                    request = json.loads(line)
+                    answer = self._answer(request)
+                except (ValueError, KeyError, TypeError) as exc:
+                    answer = {"error": f"{type(exc).__name__}: {exc}"}
+                stream.write(json.dumps(answer).encode() + b"\n")
+                stream.flush()
+
+    def _answer(self, request: dict) -> dict:
+        op = request["op"]
+        if op == "report":
+            self.sink.report(dict(request["metrics"]), request.get("step"))
+            return {"ok": True}
+        if op == "should_stop":
+            return {"stop": self.stop.is_set()}
+        raise ValueError(f"unknown op {op!r}")
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._sock.close()
+            os.unlink(self.path)
+            self._dir.rmdir()
+        except OSError:
+            pass
