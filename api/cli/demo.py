@@ -27,6 +27,7 @@ from rich.table import Table
 from api.cli.client import ApiFailure, Client
 from api.cli.code_upload import local_working_dir, upload, with_working_dir
 from api.cli.follow import follow_jobs
+from api.cli.output import steps_of
 from service.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (api/cli/demo.py)
@@ -121,7 +122,7 @@ def summary_table(jobs: list[dict]) -> Table:
             elapsed = datetime.fromisoformat(j["finished_at"]) - datetime.fromisoformat(j["started_at"])
             wall = f"{elapsed.total_seconds():.1f}s"
         rate = s.get("samples_per_s")
-        table.add_row(j["name"], j["id"], j["state"], f"{j['step']}/{j['total_steps']}", loss,
+        table.add_row(j["name"], j["id"], j["state"], steps_of(j), loss,
                       f"{rate:,.0f}" if rate else "-", str(j["restarts"]), wall)
     return table
 

@@ -13,7 +13,7 @@ from rich.table import Column, Table
 
 from api.cli.client import ApiFailure, Client
 from api.cli.follow import TERMINAL, follow_jobs
-from api.cli.output import err, fail, out
+from api.cli.output import err, fail, out, steps_of
 
 
 def _num(value, fmt=".4g") -> str:
@@ -113,7 +113,7 @@ def list_jobs(
     for c in table.columns[2:4]:
         c.no_wrap = True
     for j in jobs:
-        table.add_row(j["id"], j["name"], j["state"], f"{j['step']}/{j['total_steps']}", _num(j["loss"]),
+        table.add_row(j["id"], j["name"], j["state"], steps_of(j), _num(j["loss"]),
                       _num(j["samples_per_s"], ",.0f"), str(j["restarts"]),
                       (j["created_at"] or "")[5:16].replace("T", " "))
     out.print(table)
