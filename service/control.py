@@ -21,7 +21,7 @@ from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
 from service.db.group_commit import GroupCommit
 from service.db.job_reader import JobReader
 from service.leases import FencedSessions, LeaderLease, LeaseHeld, LeaseLost
-from service.metric_catalogue import LiveMetrics
+from service.live_metrics import LiveMetrics
 from service.metrics import make_registry
 from service.settings import Settings
 from service.shared_state import SharedState

@@ -1,4 +1,5 @@
-"""The metrics catalogue: every series /metrics exposes, and how the control plane updates the live ones.
+"""The metrics catalogue: every series /metrics exposes, and the updates drained records make to the
+live ones (applied on a registry by service/live_metrics.py).
 
 Two sources feed /metrics:
 - `db`: read from the database at scrape time by service.metrics.JobCollector (job state, step,
@@ -24,12 +25,7 @@ CPU clusters have no meaningful peak, so by default no MFU series exists.
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
 from dataclasses import dataclass
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from workers.events import (
     CheckpointEvent,
@@ -42,9 +38,7 @@ from workers.events import (
     StragglerEvent,
     StragglerRecoveredEvent,
 )
-from workers.spec import StragglerSpec
 
-log = logging.getLogger("trainyard.metrics")
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CHECKPOINT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 QUEUE_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0)
@@ -180,7 +174,7 @@ class Update:
     value: float = 1.0
 
 
-def _u(name: str, op: str, value, **labels) -> Update:
+def update(name: str, op: str, value, **labels) -> Update:
     return Update(name, tuple((k, str(v)) for k, v in labels.items()), op, float(value))
 
 
@@ -196,11 +190,11 @@ STRAGGLER_ACTIONS = ("reported", "rebalance_planned", "rebalanced", "replace_pla
 def zero_counters(job: str) -> list[Update]:
     """A new job's event counters at 0, so the first event is an increase() and panels show zeros, not gaps.
     (The bounded label values are listed above; a cause outside them still counts, from 1.)"""
-    out = [_u("trainyard_restarts", "inc", 0, job=job, cause=c) for c in RESTART_CAUSES]
-    out += [_u("trainyard_rollbacks", "inc", 0, job=job, cause=c) for c in sorted(ROLLBACK_CAUSES)]
-    out += [_u("trainyard_resizes", "inc", 0, job=job, reason=r) for r in RESIZE_REASONS]
-    out += [_u("trainyard_straggler_actions", "inc", 0, job=job, action=a) for a in STRAGGLER_ACTIONS]
-    out += [_u("trainyard_checkpoints", "inc", 0, job=job), _u("trainyard_skipped_steps", "inc", 0, job=job)]
+    out = [update("trainyard_restarts", "inc", 0, job=job, cause=c) for c in RESTART_CAUSES]
+    out += [update("trainyard_rollbacks", "inc", 0, job=job, cause=c) for c in sorted(ROLLBACK_CAUSES)]
+    out += [update("trainyard_resizes", "inc", 0, job=job, reason=r) for r in RESIZE_REASONS]
+    out += [update("trainyard_straggler_actions", "inc", 0, job=job, action=a) for a in STRAGGLER_ACTIONS]
+    out += [update("trainyard_checkpoints", "inc", 0, job=job), update("trainyard_skipped_steps", "inc", 0, job=job)]
     return out
 
 
@@ -213,11 +207,11 @@ def step_updates(job: str, rec: dict) -> list[Update]:
                       ("bubble_fraction_theoretical", "trainyard_job_bubble_fraction_theoretical")):
         value = rec.get(key)
         if value is not None and value == value and abs(value) != float("inf"):  # skip NaN/inf (skipped steps)
-            out.append(_u(name, "set", value, job=job))
+            out.append(update(name, "set", value, job=job))
     if rec.get("step_time_s") is not None:
-        out.append(_u("trainyard_job_step_duration_seconds", "observe", rec["step_time_s"], job=job))
+        out.append(update("trainyard_job_step_duration_seconds", "observe", rec["step_time_s"], job=job))
     if rec.get("skipped") and not rec.get("partial"):
-        out.append(_u("trainyard_skipped_steps", "inc", 1, job=job))
+        out.append(update("trainyard_skipped_steps", "inc", 1, job=job))
     for r in rec.get("ranks") or ():
         rank = r["rank"]
         for key, name in (("compute_time_s", "trainyard_rank_compute_seconds"),
@@ -227,7 +221,7 @@ def step_updates(job: str, rec: dict) -> list[Update]:
                           ("model_state_bytes", "trainyard_rank_model_state_bytes"),
                           ("peak_memory_bytes", "trainyard_rank_peak_memory_bytes")):
             if r.get(key) is not None:
-                out.append(_u(name, "set", r[key], job=job, rank=rank))
+                out.append(update(name, "set", r[key], job=job, rank=rank))
     for st in rec.get("stages") or ():
         stage = st["stage"]
         for key, name in (("bubble_fraction", "trainyard_stage_bubble_fraction"),
@@ -235,31 +229,31 @@ def step_updates(job: str, rec: dict) -> list[Update]:
                           ("activation_bytes_peak", "trainyard_stage_activation_bytes_in_flight"),
                           ("busy_s", "trainyard_stage_busy_seconds"), ("idle_s", "trainyard_stage_idle_seconds")):
             if st.get(key) is not None:
-                out.append(_u(name, "set", st[key], job=job, stage=stage))
+                out.append(update(name, "set", st[key], job=job, stage=stage))
     return out
 
 
 def event_updates(job: str, event: RunEvent) -> list[Update]:
     """Updates for one supervisor event (restart, resize, straggler, checkpoint, ...): labels from its fields."""
     if isinstance(event, RestartEvent):
-        out = [_u("trainyard_restarts", "inc", 1, job=job, cause=event.cause)]
+        out = [update("trainyard_restarts", "inc", 1, job=job, cause=event.cause)]
         if event.cause.rolls_back:
-            out.append(_u("trainyard_rollbacks", "inc", 1, job=job, cause=event.cause))
+            out.append(update("trainyard_rollbacks", "inc", 1, job=job, cause=event.cause))
         return out
     if isinstance(event, ResizeEvent):
-        return [_u("trainyard_resizes", "inc", 1, job=job, reason=event.direction)]
+        return [update("trainyard_resizes", "inc", 1, job=job, reason=event.direction)]
     if isinstance(event, StragglerEvent):
-        return [_u("trainyard_straggler_actions", "inc", 1, job=job, action=event.decision)]
+        return [update("trainyard_straggler_actions", "inc", 1, job=job, action=event.decision)]
     action = STRAGGLER_OUTCOMES.get(type(event))
     if action is not None:
-        return [_u("trainyard_straggler_actions", "inc", 1, job=job, action=action)]
+        return [update("trainyard_straggler_actions", "inc", 1, job=job, action=action)]
     if isinstance(event, CheckpointEvent):
-        out = [_u("trainyard_checkpoints", "inc", 1, job=job),
-               _u("trainyard_job_last_checkpoint_step", "set", event.step, job=job)]
+        out = [update("trainyard_checkpoints", "inc", 1, job=job),
+               update("trainyard_job_last_checkpoint_step", "set", event.step, job=job)]
         if event.duration_s is not None:
-            out.append(_u("trainyard_checkpoint_duration_seconds", "observe", event.duration_s, job=job))
+            out.append(update("trainyard_checkpoint_duration_seconds", "observe", event.duration_s, job=job))
         if event.bytes is not None:
-            out.append(_u("trainyard_checkpoint_bytes", "set", event.bytes, job=job))
+            out.append(update("trainyard_checkpoint_bytes", "set", event.bytes, job=job))
         return out
     return []
 
@@ -267,10 +261,10 @@ def event_updates(job: str, event: RunEvent) -> list[Update]:
 def layout_updates(job: str, layout: dict | None) -> list[Update]:
     if not layout:
         return []
-    out = [_u("trainyard_job_world_size", "set", layout["world_size"], job=job)]
+    out = [update("trainyard_job_world_size", "set", layout["world_size"], job=job)]
     for dim in ("dp", "tp", "pp"):
         if layout.get(dim) is not None:
-            out.append(_u("trainyard_job_layout_degree", "set", layout[dim], job=job, dim=dim))
+            out.append(update("trainyard_job_layout_degree", "set", layout[dim], job=job, dim=dim))
     return out
 
 
@@ -288,131 +282,3 @@ def mfu(tokens_per_s: float | None, params: float | None, peak_flops_per_worker:
     if not tokens_per_s or not params or peak_flops_per_worker <= 0 or world <= 0:
         return None
     return 6.0 * params * tokens_per_s / (peak_flops_per_worker * world)
-
-
-# --- the live registry --------------------------------------------------------------
-
-
-class LiveMetrics:
-    """The catalogue's live metrics on one registry, updated from drained records; thread-safe."""
-
-    def __init__(self, registry: CollectorRegistry | None = None, retention_s: float = 600.0,
-                 peak_flops_per_worker: float = 0.0):
-        self.registry = registry or CollectorRegistry(auto_describe=False)
-        self.retention_s, self.peak_flops_per_worker = retention_s, peak_flops_per_worker
-        self._lock = threading.Lock()
-        self._metrics: dict[str, Gauge | Counter | Histogram] = {}
-        self._job_series: dict[str, set[tuple[str, tuple]]] = {}  # job -> (metric, label values) it owns
-        self._ended: dict[str, float] = {}  # job -> when it stopped being active
-        for m in CATALOGUE:
-            if m.source != "live":
-                continue
-            if m.kind == "gauge":
-                self._metrics[m.name] = Gauge(m.name, m.help, labelnames=m.labels, registry=self.registry)
-            elif m.kind == "counter":
-                self._metrics[m.name] = Counter(m.name, m.help, labelnames=m.labels, registry=self.registry)
-            else:
-                assert m.buckets is not None, f"{m.name}: every histogram in CATALOGUE names its buckets"
-                self._metrics[m.name] = Histogram(m.name, m.help, labelnames=m.labels, registry=self.registry,
-                                                  buckets=m.buckets)
-
-    def apply(self, updates: list[Update]) -> None:
-        with self._lock:
-            for u in updates:
-                metric = self._metrics[u.name]
-                values = tuple(v for _, v in u.labels)
-                child = metric.labels(*values) if values else metric
-                # the catalogue's kind decides the op: set a gauge, inc a counter (or gauge), observe a histogram
-                if u.op == "set":
-                    assert isinstance(child, Gauge), f"{u.name}: set on a {type(child).__name__}"
-                    child.set(u.value)
-                elif u.op == "inc":
-                    assert isinstance(child, (Gauge, Counter)), f"{u.name}: inc on a {type(child).__name__}"
-                    child.inc(u.value)
-                else:
-                    assert isinstance(child, Histogram), f"{u.name}: observe on a {type(child).__name__}"
-                    child.observe(u.value)
-                job = dict(u.labels).get("job")
-                if job is not None:
-                    self._job_series.setdefault(job, set()).add((u.name, values))
-                    self._ended.pop(job, None)
-
-    # --- what the control plane calls -------------------------------------------------
-
-    def drained(self, job: str, records: list[dict], layout: dict | None = None, spec: dict | None = None,
-                world_size: int | None = None) -> None:
-        """Newly stored supervisor records of one job (each record is applied once). Never raises:
-        a malformed record costs its metrics, not the reconciler's tick."""
-        try:
-            self._drained(job, records, layout, spec, world_size)
-        except Exception:
-            log.exception("metrics from the records of job %s", job)
-
-    def _drained(self, job, records, layout, spec, world_size) -> None:
-        updates = [] if job in self.jobs() else zero_counters(job)
-        updates += layout_updates(job, layout)
-        if spec is not None:
-            straggler = (spec.get("supervisor") or {}).get("straggler") or {}
-            threshold = straggler.get("threshold", StragglerSpec.model_fields["threshold"].default)
-            if straggler.get("policy") != "off":
-                updates.append(_u("trainyard_straggler_threshold", "set", threshold, job=job))
-        last_step = None
-        for rec in records:
-            if rec["type"] == "step":
-                updates += step_updates(job, rec)
-                last_step = rec
-            elif rec["type"] == "event" and rec.get("event") is not None:  # the supervisor's typed event
-                updates += event_updates(job, rec["event"])
-        if last_step is not None and spec is not None and self.peak_flops_per_worker > 0:
-            world = world_size or (layout or {}).get("world_size") or 1
-            value = mfu(last_step.get("tokens_per_s"), gpt_params(spec), self.peak_flops_per_worker, world)
-            if value is not None:
-                updates.append(_u("trainyard_job_mfu_ratio", "set", value, job=job))
-        self.apply(updates)
-
-    def restarted(self, job: str, event: RestartEvent) -> None:
-        """A restart the control plane itself made (a lost supervisor replaced)."""
-        self.apply(([] if job in self.jobs() else zero_counters(job)) + event_updates(job, event))
-
-    def queue_wait(self, seconds: float) -> None:
-        self._histogram("trainyard_queue_wait_seconds").observe(max(0.0, seconds))
-
-    def decision(self, decision: str, n: int = 1) -> None:
-        self._counter("trainyard_scheduler_decisions").labels(decision).inc(n)
-
-    def http(self, method: str, route: str, status: int, seconds: float) -> None:
-        self._histogram("trainyard_http_request_duration_seconds").labels(method, route, str(status)).observe(seconds)
-
-    def _histogram(self, name: str) -> Histogram:
-        metric = self._metrics[name]
-        assert isinstance(metric, Histogram), f"{name} is a {type(metric).__name__} in CATALOGUE"
-        return metric
-
-    def _counter(self, name: str) -> Counter:
-        metric = self._metrics[name]
-        assert isinstance(metric, Counter), f"{name} is a {type(metric).__name__} in CATALOGUE"
-        return metric
-
-    def retain(self, active_jobs: set[str], now: float | None = None) -> list[str]:
-        """Drop the series of jobs inactive for longer than the retention; returns the jobs dropped."""
-        now = time.monotonic() if now is None else now
-        dropped = []
-        with self._lock:
-            for job in list(self._job_series):
-                if job in active_jobs:
-                    self._ended.pop(job, None)
-                    continue
-                ended = self._ended.setdefault(job, now)
-                if now - ended >= self.retention_s:
-                    for name, values in self._job_series.pop(job):
-                        try:
-                            self._metrics[name].remove(*values)
-                        except KeyError:
-                            pass
-                    self._ended.pop(job, None)
-                    dropped.append(job)
-        return dropped
-
-    def jobs(self) -> set[str]:
-        with self._lock:
-            return set(self._job_series)

@@ -30,7 +30,7 @@ from service import preemption
 from service.db import repository as repo
 from service.db.engine import SessionSource
 from service.lifecycle import TERMINAL, IllegalTransition, JobState
-from service.metric_catalogue import LiveMetrics
+from service.live_metrics import LiveMetrics
 from service.settings import Settings
 from service.supervisor.actor import find_supervisor
 from service.supervisor.launch import Launcher

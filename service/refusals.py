@@ -27,6 +27,10 @@ class NeverFits(InvalidRequest):
     """The job could never run: more than the cluster has, or than the tenant may ever hold."""
 
 
+class TooLarge(Refusal):
+    """The request carries more than a configured limit allows (an uploaded zip over TRAINYARD_MAX_CODE_BYTES)."""
+
+
 class OverQuota(Refusal):
     """A quota is full now; the same submit may pass later."""
 

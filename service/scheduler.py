@@ -29,7 +29,7 @@ from service.db import repository as repo
 from service.db.engine import SessionSource
 from service.db.models import Job, utcnow
 from service.lifecycle import JobState
-from service.metric_catalogue import LiveMetrics
+from service.live_metrics import LiveMetrics
 from service.preemption import Shortfall, choose_victims, row_of
 from service.quotas import admissible
 from service.settings import Settings

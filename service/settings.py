@@ -24,6 +24,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8600, ge=0, le=65535)
     max_body_bytes: int = 1_000_000  # larger request bodies get 413
+    max_code_bytes: int = Field(64 * 2**20, ge=1)  # POST /v1/code: a program's zipped working_dir; larger get 413
     max_active_jobs_per_tenant: int = 10_000  # QUEUED + running jobs; more get 429
     scheduler_enabled: bool = True  # false = accept jobs but keep them QUEUED (maintenance, benchmarks)
     control_loops: bool = True  # false = an API-only replica: no scheduler or reconciler here

@@ -7,6 +7,9 @@ import pytest
 from tests.live import create_pg_schema, drop_pg_schema, pg_schema_url
 
 BACKENDS = ["sqlite", "postgresql"]
+# The live end-to-end tests that train: PostgreSQL (production's database) in `make test`, both in
+# `make test-all`; the repository, admission and API tests run on both everywhere.
+LIVE_BACKENDS = [pytest.param("sqlite", marks=pytest.mark.exhaustive), "postgresql"]
 
 
 def make_db_url(backend: str, tmp_path) -> tuple[str, str | None]:
@@ -18,6 +21,14 @@ def make_db_url(backend: str, tmp_path) -> tuple[str, str | None]:
 
 @pytest.fixture(params=BACKENDS)
 def db_url(request, tmp_path):
+    url, schema = make_db_url(request.param, tmp_path)
+    yield url
+    if schema:
+        drop_pg_schema(schema)
+
+
+@pytest.fixture(params=LIVE_BACKENDS)
+def live_db_url(request, tmp_path):
     url, schema = make_db_url(request.param, tmp_path)
     yield url
     if schema:

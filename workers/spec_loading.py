@@ -8,7 +8,6 @@ from typing import Any
 
 import yaml
 
-from workers.parallel.planner import resolve_auto
 from workers.spec import JobSpec, SpecError, Violation
 from workers.spec_checks import checked_spec
 
@@ -18,6 +17,8 @@ def parse_spec(data: Any, *, allow_fault_injection: bool | None = None) -> JobSp
         raise SpecError([Violation("parallel", "parallel: 'auto' plans Trainyard's own loop; a program "
                                                "takes explicit degrees (parallel: {dp: .., tp: ..})")])
     if isinstance(data, dict) and data.get("parallel") == "auto":
+        from workers.parallel.planner import resolve_auto  # torch: only when a plan is asked for
+
         data = {**data, "parallel": resolve_auto(data)}
     return checked_spec(data, allow_fault_injection=allow_fault_injection)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -58,6 +59,10 @@ class Client:
     def submit(self, spec: dict, priority: int = 0, idempotency_key: str | None = None) -> dict:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return self.request("POST", "/v1/jobs", json=spec, params={"priority": priority}, headers=headers).json()
+
+    def upload_code(self, zipped: IO[bytes]) -> dict:
+        """POST /v1/code: a working_dir's zip, streamed from an open file; {ref, sha256, bytes, created}."""
+        return self.request("POST", "/v1/code", content=zipped, headers={"Content-Type": "application/zip"}).json()
 
     def job(self, job_id: str) -> dict:
         return self.request("GET", f"/v1/jobs/{job_id}").json()

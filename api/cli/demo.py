@@ -3,7 +3,8 @@ follow them live, print a summary table and stop the service.
 
 Two extra jobs show fault tolerance (the demo's own service allows fault injection): gpt-ddp
 with a rank crash injected at step 30, and gpt-ddp with rank 1 made 3x slower from step 10,
-which the supervisor rebalances live (policy `rebalance`).
+which the supervisor rebalances live (policy `rebalance`). `examples/torchrun-script/` is an
+unmodified torchrun script run as a program (its code uploaded with POST /v1/code first).
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from rich.console import Console
 from rich.table import Table
 
 from api.cli.client import ApiFailure, Client
+from api.cli.code_upload import local_working_dir, upload, with_working_dir
 from api.cli.follow import follow_jobs
+from api.cli.output import steps_of
+from service.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (api/cli/demo.py)
 console = Console()
@@ -77,7 +81,13 @@ def stop_service(proc: subprocess.Popen) -> None:
 
 
 def demo_specs() -> list[dict]:
+    """Every example: `examples/*.yaml`, and `examples/*/spec.yaml` with its program's working_dir
+    made absolute (it is uploaded at submit, as `trainyard submit` does)."""
     specs = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "examples").glob("*.yaml"))]
+    for path in sorted((ROOT / "examples").glob("*/spec.yaml")):
+        data = yaml.safe_load(path.read_text())
+        local = local_working_dir(data, path.parent)
+        specs.append(with_working_dir(data, str(local)) if local is not None else data)
     gpt = next((s for s in specs if s.get("name") == "gpt-ddp"), None)
     if gpt is not None:
         crash = copy.deepcopy(gpt)
@@ -112,7 +122,7 @@ def summary_table(jobs: list[dict]) -> Table:
             elapsed = datetime.fromisoformat(j["finished_at"]) - datetime.fromisoformat(j["started_at"])
             wall = f"{elapsed.total_seconds():.1f}s"
         rate = s.get("samples_per_s")
-        table.add_row(j["name"], j["id"], j["state"], f"{j['step']}/{j['total_steps']}", loss,
+        table.add_row(j["name"], j["id"], j["state"], steps_of(j), loss,
                       f"{rate:,.0f}" if rate else "-", str(j["restarts"]), wall)
     return table
 
@@ -127,6 +137,8 @@ def main() -> int:
         console.print(f"[green]service ready[/green] at {client.url} (log: {log})")
         ids = []
         for spec in demo_specs():
+            if (local := local_working_dir(spec, ROOT)) is not None:  # a program: ship its code first
+                spec = with_working_dir(spec, upload(client, local, get_settings().max_code_bytes)["ref"])
             job = client.submit(spec)
             ids.append(job["id"])
             console.print(f"POST /v1/jobs {spec['name']:<16} -> 201 {job['id']} {job['state']}")

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from api.cli.output import err
-from workers.spec import SPEC_ERRORS, JobSpec, format_validation_error
+from workers.spec import CODE_REF_PREFIX, SPEC_ERRORS, JobSpec, format_validation_error
 from workers.spec_loading import load_spec
 
 
@@ -29,6 +29,19 @@ def read_spec_or_exit(path: Path, allow_fault_injection: bool | None = None) -> 
         raise typer.Exit(2)
 
 
+def with_absolute_working_dir(spec: JobSpec, spec_dir: Path) -> JobSpec:
+    """`trainyard run` uses a local program.working_dir in place: a relative one is taken from the spec
+    file's directory (as `trainyard submit` does), not from wherever the workers start."""
+    program = spec.program
+    if program is None or program.working_dir is None or program.working_dir.startswith(CODE_REF_PREFIX):
+        return spec
+    path = Path(program.working_dir).expanduser()
+    absolute = str(path if path.is_absolute() else (spec_dir / path).absolute())
+    if absolute == program.working_dir:
+        return spec
+    return spec.model_copy(update={"program": program.model_copy(update={"working_dir": absolute})})
+
+
 def run(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec")],
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON summary object")] = False,
@@ -42,7 +55,8 @@ def run(
     from service.settings import get_settings
 
     settings = get_settings()
-    spec = read_spec_or_exit(spec_path, allow_fault_injection=settings.allow_fault_injection)
+    spec = with_absolute_working_dir(read_spec_or_exit(spec_path, allow_fault_injection=settings.allow_fault_injection),
+                                     spec_path.parent)
     job_id = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     connect(settings)
     pool = _start_warm_pool(warm_workers)

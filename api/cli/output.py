@@ -19,3 +19,8 @@ def fail(exc: ApiFailure) -> typer.Exit:
         if e.get("message") and e["message"] not in exc.message:
             err.print(f"  {e['message']}")
     return typer.Exit(2 if exc.status == 422 else 1)
+
+
+def steps_of(job: dict) -> str:
+    """'12/100'; a program's total is unknown (0): '12'."""
+    return f"{job['step']}/{job['total_steps']}" if job["total_steps"] else str(job["step"])

@@ -13,7 +13,7 @@ from rich.table import Column, Table
 
 from api.cli.client import ApiFailure, Client
 from api.cli.follow import TERMINAL, follow_jobs
-from api.cli.output import err, fail, out
+from api.cli.output import err, fail, out, steps_of
 
 
 def _num(value, fmt=".4g") -> str:
@@ -51,7 +51,8 @@ def submit(
                                typer.Option(help="resubmitting with the same key returns the same job")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the job as JSON")] = False,
 ) -> None:
-    """Submit SPEC to the service (TRAINYARD_URL)."""
+    """Submit SPEC to the service (TRAINYARD_URL). A local program.working_dir (a relative one is taken
+    from SPEC's directory) is zipped and uploaded first; the job's spec names the upload."""
     try:
         data = yaml.safe_load(spec_path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -59,6 +60,8 @@ def submit(
         raise typer.Exit(2)
     client = Client()
     try:
+        if isinstance(data, dict):
+            data = _with_uploaded_code(client, data, spec_path)
         job = client.submit(data, priority=priority, idempotency_key=idempotency_key)
         if as_json and not follow:
             print(json.dumps(job))
@@ -71,6 +74,25 @@ def submit(
                 raise typer.Exit(1)
     except ApiFailure as exc:
         raise fail(exc)
+
+
+def _with_uploaded_code(client: Client, data: dict, spec_path: Path) -> dict:
+    """The spec with its local program.working_dir replaced by the code reference of its upload.
+    An absolute path that is no directory here is left as it is: a path on the service's storage."""
+    from api.cli.code_upload import WorkingDirError, local_working_dir, upload, with_working_dir
+    from service.settings import get_settings
+
+    local = local_working_dir(data, spec_path.parent)
+    if local is None or (not local.exists() and Path(data["program"]["working_dir"]).expanduser().is_absolute()):
+        return data
+    try:
+        uploaded = upload(client, local, get_settings().max_code_bytes)
+    except WorkingDirError as exc:
+        err.print(f"[red]cannot upload the working_dir[/red] {exc}")
+        raise typer.Exit(2) from None
+    verb = "uploaded" if uploaded["created"] else "already uploaded:"
+    err.print(f"{verb} {local} as {uploaded['ref']} ({uploaded['bytes']} bytes)")
+    return with_working_dir(data, uploaded["ref"])
 
 
 def list_jobs(
@@ -91,7 +113,7 @@ def list_jobs(
     for c in table.columns[2:4]:
         c.no_wrap = True
     for j in jobs:
-        table.add_row(j["id"], j["name"], j["state"], f"{j['step']}/{j['total_steps']}", _num(j["loss"]),
+        table.add_row(j["id"], j["name"], j["state"], steps_of(j), _num(j["loss"]),
                       _num(j["samples_per_s"], ",.0f"), str(j["restarts"]),
                       (j["created_at"] or "")[5:16].replace("T", " "))
     out.print(table)

@@ -11,10 +11,10 @@ from api.http.audit import AuditMiddleware
 from api.http.deps import require, require_by_method
 from api.http.errors import install_error_handlers
 from api.http.job_read_fast_path import JobReadFastPath
-from api.http.limits import BodyLimitMiddleware
+from api.http.limits import BodyLimit, BodyLimitMiddleware
 from api.http.ratelimit import TokenBuckets
 from api.http.request_metrics import RequestMetricsMiddleware
-from api.http.routers import artifacts, audit, jobs, plans, system, tenants, tokens
+from api.http.routers import artifacts, audit, code, jobs, plans, system, tenants, tokens
 from service.control import ControlPlane
 from service.settings import Settings, get_settings
 from service.shared_state import SharedState
@@ -47,8 +47,11 @@ def create_app(settings: Settings | None = None, shared: SharedState | None = No
     if settings.rate_limit_per_s > 0:
         app.state.rate_limiter = TokenBuckets(settings.rate_limit_per_s, settings.rate_limit_burst)
     app.add_middleware(AuditMiddleware)
+    # A code upload is a file, not a JSON spec: its own (larger) limit, checked instead of the default one.
+    code_limit = BodyLimit(settings.max_code_bytes, settings.request_read_timeout_s, "TRAINYARD_MAX_CODE_BYTES",
+                           min_bytes_per_s=code.MIN_UPLOAD_BYTES_PER_S)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
-                       read_timeout_s=settings.request_read_timeout_s)
+                       read_timeout_s=settings.request_read_timeout_s, routes={code.PATH: code_limit})
     app.add_middleware(JobReadFastPath)  # GET /v1/jobs/{id}'s plain success, without the framework
 
     def observe(method: str, route: str, status: int, seconds: float) -> None:
@@ -57,11 +60,12 @@ def create_app(settings: Settings | None = None, shared: SharedState | None = No
             plane.observe_http(method, route, status, seconds)
 
     app.add_middleware(RequestMetricsMiddleware, observe=observe)  # outermost: times the 413s too
-    # Every /v1 route's scope, in one place: job reads need read, submit and cancel need submit,
+    # Every /v1 route's scope, in one place: job reads need read, submit, cancel and code uploads need submit,
     # administration needs admin (tests/api/test_tenancy.py::test_every_route_checks_its_scope
     # checks every route).
     app.include_router(system.router)
     app.include_router(jobs.router, dependencies=[Depends(require_by_method)])
+    app.include_router(code.router, dependencies=[Depends(require("submit"))])
     app.include_router(artifacts.router, dependencies=[Depends(require("read"))])
     app.include_router(plans.router, dependencies=[Depends(require("read"))])
     for admin_router in (tenants.router, tokens.router, audit.router):

@@ -21,6 +21,7 @@ CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
 ACTIONS = {
     ("POST", "/v1/jobs"): SUBMIT,
     ("POST", "/v1/jobs/{job_id}/cancel"): "job.cancel",
+    ("POST", "/v1/code"): "code.upload",
     ("POST", "/v1/tenants"): "tenant.create",
     ("PATCH", "/v1/tenants/{tenant_id}"): "tenant.update",
     ("POST", "/v1/tokens"): "token.create",

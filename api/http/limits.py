@@ -1,6 +1,10 @@
 """Request body limits as plain ASGI middleware: size (413, before the body is read or parsed)
 and read time (408 for a client that sends its headers and then stalls, or trickles its body).
 
+One limit for every route (JSON bodies), and larger ones for the routes that take files (a
+code upload, POST /v1/code): such a route's body gets its own size limit, and its read time grows
+with the body's size (declared, else the limit) at a minimum transfer rate.
+
 The read-time bound covers only the request body: once it is complete, later `receive`
 calls (a streaming response listening for the client's disconnect) wait without limit.
 """
@@ -8,8 +12,24 @@ calls (a streaming response listening for the client's disconnect) wait without 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import anyio
+
+
+@dataclass(frozen=True)
+class BodyLimit:
+    max_bytes: int
+    read_timeout_s: float | None = None
+    setting: str = "TRAINYARD_MAX_BODY_BYTES"  # named in the 413, so a user knows what to raise
+    min_bytes_per_s: float | None = None  # a large body gets (its size / this) longer than read_timeout_s
+
+    def read_time_s(self, declared: int | None) -> float | None:
+        if self.read_timeout_s is None:
+            return None
+        if not self.min_bytes_per_s:
+            return self.read_timeout_s
+        return self.read_timeout_s + (self.max_bytes if declared is None else declared) / self.min_bytes_per_s
 
 
 class BodyRejected(Exception):
@@ -18,24 +38,30 @@ class BodyRejected(Exception):
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app, max_bytes: int, read_timeout_s: float | None = None):
-        self.app, self.max_bytes, self.read_timeout_s = app, max_bytes, read_timeout_s
+    """`routes`: exact paths with a limit of their own instead of the default one."""
+
+    def __init__(self, app, max_bytes: int, read_timeout_s: float | None = None,
+                 routes: dict[str, BodyLimit] | None = None):
+        self.app, self.default, self.routes = app, BodyLimit(max_bytes, read_timeout_s), routes or {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.routes.get(scope["path"], self.default)
+        declared: int | None = None
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     return await self._reject(send, 400, "content-length: not an integer")
-                if declared > self.max_bytes:
-                    return await self._reject(send, 413, self._message(declared))
+                if declared > limit.max_bytes:
+                    return await self._reject(send, 413, self._message(limit, declared))
         received = 0
         started = False
         body_done = False
-        deadline = anyio.current_time() + self.read_timeout_s if self.read_timeout_s else None
+        read_time_s = limit.read_time_s(declared)
+        deadline = anyio.current_time() + read_time_s if read_time_s else None
 
         async def limited_receive():
             nonlocal received, body_done
@@ -50,7 +76,7 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 body_done = not message.get("more_body", False)
-                if received > self.max_bytes:
+                if received > limit.max_bytes:
                     raise BodyRejected(413)
             return message
 
@@ -65,13 +91,15 @@ class BodyLimitMiddleware:
             if started:  # the answer is already on its way; nothing more to say
                 return
             if exc.status == 413:
-                await self._reject(send, 413, self._message(received))
+                await self._reject(send, 413, self._message(limit, received))
             else:
                 await self._reject(send, 408, f"body: the request body was not received within "
-                                              f"{self.read_timeout_s:g} s ({received} bytes arrived)")
+                                              f"{read_time_s:g} s ({received} bytes arrived)")
 
-    def _message(self, size: int) -> str:
-        return f"body: request body of {size} bytes or more is over the limit of {self.max_bytes} bytes"
+    @staticmethod
+    def _message(limit: BodyLimit, size: int) -> str:
+        return (f"body: request body of {size} bytes or more is over the limit of {limit.max_bytes} bytes "
+                f"({limit.setting})")
 
     async def _reject(self, send, status: int, message: str) -> None:
         body = json.dumps({"detail": message, "errors": [{"field": "body", "message": message}]}).encode()

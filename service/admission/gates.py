@@ -1,12 +1,14 @@
 """What a tenant's job spec may ask for, checked at submit before anything is written.
 
-- user code (`model.entrypoint`, `data.entrypoint`) runs arbitrary Python in the workers:
-  only for tenants with allow_user_code (NotAllowed: 403);
+- user code (`model.entrypoint`, `data.entrypoint`, `program`, and uploading a program's code with
+  POST /v1/code) runs arbitrary Python in the workers: only for tenants with allow_user_code (NotAllowed: 403);
 - fault injection needs the server setting (the spec's own rule, 422) and an admin-scoped
   token (NotAllowed: 403), so a tenant cannot crash its own workers on a shared cluster at will;
-- storage paths (`train.init_from`, `model.hf.pretrained`) stay under the storage root: no `..`, no absolute path
-  outside it, and a path into `jobs/<id>/` must name one of the caller's own jobs (InvalidRequest: 422). A
-  relative path is taken from the storage root and stored absolute, as the workers read it.
+- storage paths (`train.init_from`, `model.hf.pretrained`, `program.working_dir`) stay under the storage root:
+  no `..`, no absolute path outside it, and a path into `jobs/<id>/` must name one of the caller's own jobs
+  (InvalidRequest: 422). A relative path is taken from the storage root and stored absolute, as the workers
+  read it. A `program.working_dir` may instead be `code:<sha256>`, uploaded code that must be in the store
+  (service/code_store.py; else 422); it is stored as it is.
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ import os
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
+from service import code_store
 from service.db.models import Tenant
+from service.records import TenantRecord
 from service.refusals import InvalidRequest, NotAllowed
-from workers.spec import EntrypointSpec, JobSpec
+from workers.spec import CODE_REF_PREFIX, EntrypointSpec, JobSpec
 
-PATH_FIELDS = (("train", "init_from"), ("model", "hf", "pretrained"))
+PATH_FIELDS = (("train", "init_from"), ("model", "hf", "pretrained"), ("program", "working_dir"))
+CODE_REF_FIELDS = (("program", "working_dir"),)  # may name uploaded code instead of a path
+_USER_CODE = "(allow_user_code is false; an admin can allow it with PATCH /v1/tenants/{id})"
 
 
 def check_fault_injection_scope(data: dict, scopes: frozenset[str]) -> None:
@@ -29,21 +35,33 @@ def check_fault_injection_scope(data: dict, scopes: frozenset[str]) -> None:
 
 
 def check_user_code(spec: JobSpec, tenant: Tenant) -> None:
+    if tenant.allow_user_code:
+        return
     for field in ("model", "data"):
-        if isinstance(getattr(spec, field), EntrypointSpec) and not tenant.allow_user_code:
-            raise NotAllowed(f"{field}.entrypoint: tenant {tenant.name!r} may not run user code "
-                             "(allow_user_code is false; an admin can allow it with PATCH /v1/tenants/{id})",
+        if isinstance(getattr(spec, field), EntrypointSpec):
+            raise NotAllowed(f"{field}.entrypoint: tenant {tenant.name!r} may not run user code {_USER_CODE}",
                              f"{field}.entrypoint")
+    if spec.program is not None:
+        raise NotAllowed(f"program: tenant {tenant.name!r} may not run user code {_USER_CODE}", "program")
+
+
+def check_code_upload(tenant: Tenant | TenantRecord) -> None:
+    if not tenant.allow_user_code:
+        raise NotAllowed(f"body: tenant {tenant.name!r} may not upload user code {_USER_CODE}", "body")
 
 
 def confine_paths(spec: JobSpec, root: Path, owns_job: Callable[[str], bool]) -> JobSpec:
-    """The spec with every storage path made absolute under `root`; InvalidRequest for one outside it."""
+    """The spec with every storage path made absolute under `root`; InvalidRequest for one outside it,
+    or for a code reference that names no stored code."""
     root = Path(os.path.realpath(root))
     for path_of_field in PATH_FIELDS:
         value = _get(spec, path_of_field)
         if not isinstance(value, str):
             continue
         name = ".".join(path_of_field)
+        if path_of_field in CODE_REF_FIELDS and value.startswith(CODE_REF_PREFIX):
+            _check_code_ref(value, root, name)
+            continue
         if ".." in PurePosixPath(value).parts:
             raise InvalidRequest(f"{name}: may not contain '..' (paths stay under the storage root)", name)
         path = Path(os.path.realpath(root / value))  # an absolute value replaces root; symlinks are followed
@@ -55,6 +73,16 @@ def confine_paths(spec: JobSpec, root: Path, owns_job: Callable[[str], bool]) ->
             raise InvalidRequest(f"{name}: jobs/{parts[1]} is not one of this tenant's jobs", name)
         spec = _replaced(spec, path_of_field, str(path))
     return spec
+
+
+def _check_code_ref(ref: str, root: Path, name: str) -> None:
+    try:
+        stored = code_store.is_stored(root, ref)
+    except ValueError as exc:  # not 'code:' and 64 hex digits; the message names the field
+        raise InvalidRequest(str(exc), name) from None
+    if not stored:
+        raise InvalidRequest(f"{name}: {ref} is not uploaded code (POST /v1/code answers the reference "
+                             "to use; upload the directory first)", name)
 
 
 def _get(obj, path: tuple[str, ...]):

@@ -3,9 +3,9 @@
 In order: the token's right to inject faults, the spec's own rules (pydantic; ValidationError),
 whether the job could ever fit the cluster, then, in the group-commit writer's transaction and
 under the tenant's row lock (so concurrent submits on any replica cannot both take the last
-place): the idempotency key, the tenant's right to run user code, the storage paths, every
-quota, and finally the insert and its audit record. A refusal is a typed value
-(service/refusals.py) and writes nothing; the API maps it to its HTTP answer.
+place): the idempotency key, the tenant's right to run user code, the storage paths (and that
+uploaded code a program names is stored), every quota, and finally the insert and its audit
+record. A refusal is a typed value (service/refusals.py) and writes nothing; the API maps it to its HTTP answer.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from service.supervisor.program_steps import ProgramStepJoiner
 from service.supervisor.straggler_response import StragglerResponse
 from service.supervisor.stragglers import StragglerWatch
 from service.supervisor.summary import final_result, layout_of, run_summary
+from trainyard.checkpoints import complete_checkpoints_in
 from workers.checkpointing import latest_checkpoint
 from workers.events import (
     CheckpointEvent,
@@ -48,6 +49,7 @@ from workers.events import (
     RestartEvent,
     SkippedStepEvent,
 )
+from workers.program.environment import checkpoint_dir
 from workers.runtime.group import GroupFailure, WorkerGroup
 from workers.spec import JobSpec
 from workers.training.recovery import RecoveryState
@@ -197,9 +199,8 @@ class JobRun:
     def _apply(self, outcome: Outcome) -> bool:
         """Act on how an attempt ended; True to start another."""
         if outcome.kind == OutcomeKind.PREEMPTED:
-            latest = latest_checkpoint(self.job_dir)
             event = PreemptedEvent(self.preempted_by, self.steps[-1]["step"] if self.steps else 0,
-                                   latest[0] if latest else 0)
+                                   self._checkpoint_step())
             self.listener.on_event(event)
             self._set_state(JobState.QUEUED, event.message)
             return False
@@ -227,8 +228,7 @@ class JobRun:
             self._fail(decision.reason)
             return False
         self.restarts += 1
-        latest = latest_checkpoint(self.job_dir)
-        resume = latest[0] if latest else 0
+        resume = self._checkpoint_step()
         self._set_state(JobState.RECOVERING, decision.reason)
         self.listener.on_event(RestartEvent(self.restarts, resume, failed.reason, decision.cause, decision.reason))
         ledger = RecoveryState.load(self.job_dir) if decision.cause.rolls_back else None
@@ -305,6 +305,14 @@ class JobRun:
         self.listener.on_step(record)
 
     # --- the state this run owns --------------------------------------------------------------
+
+    def _checkpoint_step(self) -> int:
+        """The step the next attempt resumes from: the newest complete checkpoint (a program's own)."""
+        if self.spec.program is not None:
+            done = complete_checkpoints_in(checkpoint_dir(self.job_dir))
+            return done[-1][0] if done else 0
+        latest = latest_checkpoint(self.job_dir)
+        return latest[0] if latest else 0
 
     def _free_slots(self) -> int:
         return free_worker_slots(self.cluster, WorkerGroup.bundle_of(self.current), frozenset(self.avoid_nodes))

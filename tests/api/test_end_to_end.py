@@ -7,14 +7,14 @@ import time
 import pytest
 import ray
 
-from tests.db_fixtures import BACKENDS, make_db_url
+from tests.db_fixtures import LIVE_BACKENDS, make_db_url
 from tests.helpers import tiny_spec
 from tests.live import Server, drop_pg_schema, states_of, wait_for, wait_step
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=LIVE_BACKENDS)
 def server(request, tmp_path, ray_address):
     url, schema = make_db_url(request.param, tmp_path)
     srv = Server(tmp_path / "home", url, ray_address).start()

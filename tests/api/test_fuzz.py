@@ -5,11 +5,14 @@ document declares them. Bounded: a few examples per operation, the whole module 
 
 from __future__ import annotations
 
+import io
 import os
+import zipfile
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import (
@@ -32,6 +35,21 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]
 FUZZ = settings(deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck),
                 phases=[Phase.explicit, Phase.generate])  # no shrinking: report what failed, fast
+
+
+
+def _zipped(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+# POST /v1/code takes a zip: real zips (names may be unsafe: '..', absolute) and arbitrary bytes.
+ZIPS = st.one_of(st.binary(max_size=512), st.dictionaries(st.text(min_size=1, max_size=12), st.binary(max_size=64),
+                                                          max_size=4).map(_zipped))
+schemathesis.openapi.media_type("application/zip", ZIPS)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from tests.live import (
 pytestmark = pytest.mark.slow
 LEASE_TTL_S = 3
 JOBS = 3
-STEPS = 1000  # long enough that a job that started warm is still running when the last one starts
+STEPS = 300  # long enough that a job that started warm is still running when the last one starts
 
 
 @pytest.fixture

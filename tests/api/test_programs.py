@@ -3,6 +3,7 @@ an unmodified torchrun script and a train function, with restarts, hangs, stragg
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api.cli.code_upload import zip_dir
 from tests.helpers import alive_actors, wait_until
 from tests.live import Server, wait_for
 
@@ -56,10 +58,19 @@ def job_dir(srv: Server, job_id: str) -> Path:
     return srv.home / "storage" / "jobs" / job_id
 
 
-def script_spec(srv: Server, name: str, steps: int, **extra) -> dict:
+def uploaded(client: httpx.Client, src: Path) -> str:
+    """The code reference of `src` zipped and uploaded, as a REST client ships a working_dir."""
+    zipped = io.BytesIO()
+    zip_dir(src, zipped, max_bytes=64 << 20)
+    r = client.post("/v1/code", content=zipped.getvalue(), headers={"Content-Type": "application/zip"})
+    assert r.status_code in (200, 201), r.text
+    return r.json()["ref"]
+
+
+def script_spec(working_dir: str, name: str, steps: int, **extra) -> dict:
     return {"name": name, "resources": {"workers": 2, "cpus_per_worker": 1},
             "program": {"command": ["python", "train.py", "--steps", str(steps), "--checkpoint-every", "5"],
-                        "working_dir": code_in_storage(srv, SCRIPT_DIR)}, **extra}
+                        "working_dir": working_dir}, **extra}
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +89,10 @@ def test_torchrun_script_matches_torchrun_and_resumes_after_a_crash(server, torc
     ref_losses, ref_sha = torchrun_reference
     assert sorted(ref_losses) == list(range(1, 13))
     with server.client() as c:
-        clean = submit(c, script_spec(server, "script", 12))
-        crashed = submit(c, script_spec(server, "script-crash", 12,
+        ref = uploaded(c, SCRIPT_DIR)
+        assert ref.startswith("code:")
+        clean = submit(c, script_spec(ref, "script", 12))
+        crashed = submit(c, script_spec(code_in_storage(server, SCRIPT_DIR), "script-crash", 12,
                                         fault_injection=[{"at_step": 7, "rank": 1, "kind": "crash"}]))
         clean_job = wait_for(c, clean["id"], {"SUCCEEDED", "FAILED"}, timeout=240)
         assert clean_job["state"] == "SUCCEEDED", clean_job
@@ -127,7 +140,8 @@ def test_function_gets_its_mesh_reports_metrics_and_stops_on_cancel(server):
         done = wait_for(c, job["id"], {"CANCELLED", "FAILED", "SUCCEEDED"}, timeout=60)
         assert done["state"] == "CANCELLED"
         assert time.monotonic() - cancelled_at < 20 + 10  # within the grace period (and the poll)
-        stopped = sorted(p.name.split("-step")[0] for p in (job_dir(server, job["id"]) / "checkpoints").glob("stopped-*"))
+        marks = (job_dir(server, job["id"]) / "checkpoints").glob("stopped-*")
+        stopped = sorted(p.name.split("-step")[0] for p in marks)
         assert stopped == [f"stopped-rank{r}" for r in range(4)]  # every rank saw should_stop() and returned
     assert wait_until(lambda: not [a for a in alive_actors() if job["id"] in (a.get("Name") or "")
                                    and a["State"] != "DEAD"], 30)

@@ -53,8 +53,8 @@ def _posted(metrics: str) -> int:
         metrics, re.M)))
 
 
-def test_two_processes_share_the_load_and_the_metrics(db_url, ray_address, tmp_path):
-    server = Server(tmp_path / "home", db_url, ray_address, "--workers", "2", **QUIET).start(timeout=180)
+def test_two_processes_share_the_load_and_the_metrics(live_db_url, ray_address, tmp_path):
+    server = Server(tmp_path / "home", live_db_url, ray_address, "--workers", "2", **QUIET).start(timeout=180)
     replacement: list[int] = []
     try:
         # ready only once every API process serves

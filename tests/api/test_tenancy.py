@@ -43,7 +43,7 @@ ROUTES = {
     ("GET", "/v1/jobs/{job_id}/events"): "read", ("GET", "/v1/jobs/{job_id}/metrics"): "read",
     ("GET", "/v1/jobs/{job_id}/logs"): "read", ("GET", "/v1/jobs/{job_id}/checkpoints"): "read",
     ("GET", "/v1/jobs/{job_id}/checkpoints/model"): "read", ("POST", "/v1/plans"): "read",
-    ("POST", "/v1/jobs"): "submit", ("POST", "/v1/jobs/{job_id}/cancel"): "submit",
+    ("POST", "/v1/jobs"): "submit", ("POST", "/v1/jobs/{job_id}/cancel"): "submit", ("POST", "/v1/code"): "submit",
     ("POST", "/v1/tenants"): "admin", ("GET", "/v1/tenants"): "admin", ("GET", "/v1/tenants/{tenant_id}"): "admin",
     ("PATCH", "/v1/tenants/{tenant_id}"): "admin", ("POST", "/v1/tokens"): "admin", ("GET", "/v1/tokens"): "admin",
     ("DELETE", "/v1/tokens/{token_id}"): "admin", ("GET", "/v1/audit"): "admin",

@@ -47,6 +47,7 @@ class AttemptScript:
     lose_node: str | None = None  # ... and with it this node
     per_sample_s: tuple[float, ...] = ()  # each rank's compute time per sample (default: all equal)
     preempt_at: int | None = None  # the test asks the run to make room at this step
+    ignores_stop: bool = False  # a program that never looks at should_stop()
 
 
 @dataclass
@@ -89,7 +90,7 @@ class ScriptedGroup:
             (checkpoint_root(self.job_dir) / f"step-{self.step:08d}").mkdir(parents=True, exist_ok=True)
             (checkpoint_root(self.job_dir) / f"step-{self.step:08d}" / ".metadata").touch()
             events += [RankCheckpoint(r, self.step, 0.01) for r in range(self.ws)]
-            self.stopped = self.stop_asked  # preempted ranks stop at a checkpoint step
+            self.stopped = self.stop_asked and not self.plan.ignores_stop  # preempted ranks stop at a checkpoint
         return events
 
     def check(self) -> bool:

@@ -82,3 +82,32 @@ def test_gates_and_the_cluster_refuse_before_anything_is_written(admit, sessions
     assert refused.value.field == "train.init_from"
     with sessions() as s:
         assert repo.row_counts(s)["jobs"] == 0
+
+
+def test_a_program_needs_user_code_and_stored_code_or_a_confined_path(admit, sessions, tmp_path):
+    program = {"name": "prog", "program": {"command": ["python", "train.py"]}, "resources": {"workers": 1}}
+
+    def with_dir(working_dir):
+        return {**program, "program": {**program["program"], "working_dir": working_dir}}
+
+    with pytest.raises(NotAllowed, match="program: tenant 'acme' may not run user code") as refused:
+        admit(program)
+    assert refused.value.field == "program"
+    with sessions.begin() as s:
+        repo.find_tenant(s, "acme").allow_user_code = True
+    sha = "c" * 64
+    with pytest.raises(InvalidRequest, match="is not uploaded code") as refused:
+        admit(with_dir(f"code:{sha}"))
+    assert refused.value.field == "program.working_dir"
+    with pytest.raises(InvalidRequest, match="not a code reference"):
+        admit(with_dir("code:../../etc"))
+    with pytest.raises(InvalidRequest, match="under the storage root") as refused:
+        admit(with_dir("/etc"))
+    assert refused.value.field == "program.working_dir"
+    with sessions() as s:
+        assert repo.row_counts(s)["jobs"] == 0
+    (tmp_path / "storage" / "code").mkdir(parents=True)
+    (tmp_path / "storage" / "code" / f"{sha}.zip").write_bytes(b"")  # stored (the store checked it at upload)
+    assert admit(with_dir(f"code:{sha}")).job.spec["program"]["working_dir"] == f"code:{sha}"
+    relative = admit(with_dir("team/code")).job.spec["program"]["working_dir"]
+    assert relative == str((tmp_path / "storage" / "team" / "code").resolve())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from api.http.schemas import job_out
 from service.db import repository as repo
 from service.lifecycle import JobState
-from service.metric_catalogue import LiveMetrics
+from service.live_metrics import LiveMetrics
 from service.reconciler import Reconciler
 from service.settings import Settings
 from tests.helpers import spec_of

@@ -7,13 +7,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.metric_catalogue import (
     CATALOGUE,
-    LiveMetrics,
     event_updates,
     exposed_names,
     gpt_params,
     mfu,
     step_updates,
 )
+from service.live_metrics import LiveMetrics
 from workers.events import (
     CheckpointEvent,
     PreemptedEvent,

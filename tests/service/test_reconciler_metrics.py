@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.db import repository as repo
 from service.lifecycle import JobState
-from service.metric_catalogue import LiveMetrics
+from service.live_metrics import LiveMetrics
 from service.reconciler import Reconciler
 from service.settings import Settings
 from tests.helpers import spec_of

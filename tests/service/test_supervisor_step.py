@@ -8,9 +8,14 @@ interfaces; everything else is the real JobRun with its real policies.
 from __future__ import annotations
 
 from service.supervisor.run import JobRun
+import time
+
+import pytest
+
 from tests.helpers import spec_of
 from tests.service.supervisor_fakes import AttemptScript, FakeCluster, Script, ScriptedGroup
 from workers.events import RestartCause, StragglerAction
+from workers.spec import JobSpec
 
 
 class Recorder:
@@ -100,3 +105,30 @@ def test_a_crash_past_the_restart_budget_fails_the_job(tmp_path):
     summary = scripted_run(tmp_path, spec, script, cluster, rec).run()
     assert rec.states[-1] == "FAILED" and summary["restarts"] == 1
     assert "restart budget exhausted (1/1)" in summary["error"]
+
+
+@pytest.mark.parametrize("ignores_stop", [False, True])
+@pytest.mark.parametrize("ask", ["cancel", "preempt"])
+def test_a_program_asked_to_stop_gets_its_grace_period(tmp_path, ask, ignores_stop):
+    spec = JobSpec.model_validate({"name": "p", "resources": {"workers": 2},
+                                   "program": {"command": ["python", "train.py"], "grace_period_s": 0.3}})
+    cluster = FakeCluster({"node-a": 2})
+    script = Script([AttemptScript(ignores_stop=ignores_stop)], total_steps=10_000)
+    rec = Recorder()
+    run = scripted_run(tmp_path, spec, script, cluster, rec)
+    asked: list[float] = []
+
+    def ask_at_step_5(record):
+        if record["step"] == 5 and not asked:
+            asked.append(time.monotonic())
+            run.cancel() if ask == "cancel" else run.preempt("high")
+
+    rec.on_step_hook = ask_at_step_5
+    summary = run.run()
+    waited = time.monotonic() - asked[0]
+    assert script.started[0].stop_asked  # should_stop() became True first
+    assert summary["state"] == ("CANCELLED" if ask == "cancel" else "QUEUED")
+    if ignores_stop:  # killed once the grace period is over, not before
+        assert 0.3 <= waited < 5.0
+    else:  # it saved and returned at its next checkpoint
+        assert waited < 0.3 and summary["steps"] == 6

@@ -34,7 +34,7 @@ def _size_and_policy_errors(spec: JobSpec) -> Iterator[Violation]:
         yield Violation("parallel",
             f"parallel: dp x tp x pp must equal resources.workers "
             f"(dp={dp} x tp={p.tp} x pp={p.pp} = {dp * p.tp * p.pp}, workers={r.workers})")
-    elif t.global_batch_size % (dp * t.micro_batch_size):
+    elif spec.program is None and t.global_batch_size % (dp * t.micro_batch_size):
         yield Violation("train.global_batch_size",
             f"train.global_batch_size must be divisible by parallel.dp x train.micro_batch_size "
             f"(global_batch_size={t.global_batch_size}, dp={dp}, micro_batch_size={t.micro_batch_size})")

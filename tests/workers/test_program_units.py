@@ -1,0 +1,116 @@
+"""The pieces of program jobs that need no cluster: the spec's rules, the session API outside
+Trainyard, which checkpoints are complete, how an exit is classified, the rank environment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.supervisor.policies.sizing import relayout
+from service.supervisor.program_steps import ProgramStepJoiner
+from trainyard.checkpoints import complete_checkpoints_in, latest_checkpoint_in
+from workers.program.environment import RankPlace, rank_environment
+from workers.program.errors import ProgramUnfixable, exit_failure
+from workers.spec import SPEC_ERRORS, JobSpec
+from workers.spec_loading import parse_spec
+
+
+def program_spec(**overrides) -> dict:
+    return {"name": "p", "resources": {"workers": 2}, "program": {"command": ["python", "train.py"]}, **overrides}
+
+
+def test_a_program_spec_round_trips_without_the_trainer_sections():
+    spec = parse_spec(program_spec())
+    stored = spec.model_dump(mode="json")
+    assert not {"model", "data", "train"} & set(stored)
+    assert parse_spec(stored) == spec  # a stored program spec passes its own rules again
+    assert spec.total_steps == 0
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"program": {"command": ["a"], "function": "m:f"}}, "program.command"),
+    ({"program": {"command": ["a"], "config": {"x": 1}}}, "program.config"),
+    ({"parallel": {"tp": 2}}, "parallel"),
+    ({"program": {"function": "m:f"}, "parallel": {"dp": 1, "pp": 2}}, "parallel"),
+    ({"fault_injection": [{"at_step": 1, "kind": "nan"}]}, "fault_injection[0].kind"),
+    ({"program": {"command": ["a"], "env": {"TRAINYARD_JOB_ID": "x"}}}, "program.env"),
+    ({"program": {"function": "m:f"}, "parallel": "auto"}, "parallel"),
+])
+def test_program_rules_name_the_field(overrides, field, monkeypatch):
+    monkeypatch.setenv("TRAINYARD_ALLOW_FAULT_INJECTION", "1")
+    with pytest.raises(SPEC_ERRORS) as info:
+        parse_spec(program_spec(**overrides))
+    assert field in str(info.value)
+
+
+def test_session_api_outside_trainyard_is_harmless(tmp_path):
+    code = ("import trainyard; trainyard.report({'loss': 1.0}); assert trainyard.should_stop() is False; "
+            "print(trainyard.rank(), trainyard.world_size(), trainyard.checkpoint_dir(), trainyard.latest_checkpoint())")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINYARD_", "RANK", "WORLD_SIZE"))}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1", "checkpoints", "None"]
+
+
+def test_only_complete_checkpoints_count(tmp_path):
+    (tmp_path / "step-5.pt").write_bytes(b"x")
+    (tmp_path / "step-20.pt.tmp").write_bytes(b"half")
+    (tmp_path / "step-10").mkdir()  # a DCP directory still being written: no .metadata yet
+    (tmp_path / "step-8").mkdir()
+    (tmp_path / "step-8" / ".metadata").write_bytes(b"m")
+    (tmp_path / "final.sha256").write_text("abc")  # a step-less name
+    assert [s for s, _ in complete_checkpoints_in(tmp_path)] == [5, 8]
+    (tmp_path / "step-10" / "COMPLETE").touch()
+    assert latest_checkpoint_in(tmp_path) == tmp_path / "step-10"
+
+
+@pytest.mark.parametrize("code, tail, unfixable", [
+    (2, ["usage: train.py", "train.py: error: unrecognized arguments: --x"], True),
+    (1, ["Traceback ...", "ModuleNotFoundError: No module named 'nope'"], True),
+    (1, ["Traceback ...", "RuntimeError: Connection reset by peer"], False),
+    (-9, [], False),
+])
+def test_exit_classification(code, tail, unfixable):
+    failure = exit_failure(1, "python", code, tail)
+    assert isinstance(failure, ProgramUnfixable) is unfixable
+    assert failure.retryable is not unfixable
+    assert str(failure).startswith("rank 1: python ")
+
+
+def test_rank_environment_is_torchruns():
+    spec = parse_spec(program_spec(resources={"workers": 3}))
+    place = RankPlace.of(2, ["n1", "n2", "n2"])
+    env = rank_environment(spec, Path("/s/jobs/j1"), place, ("10.0.0.1", 29500), 1, "/tmp/s")
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                                "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID",
+                                "TRAINYARD_TRIAL", "TRAINYARD_CHECKPOINT_DIR")} == {
+        "RANK": "2", "LOCAL_RANK": "1", "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+        "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "1",
+        "TORCHELASTIC_RUN_ID": "j1", "TRAINYARD_TRIAL": "1", "TRAINYARD_CHECKPOINT_DIR": "/s/jobs/j1/checkpoints"}
+
+
+def test_an_elastic_program_shrinks_its_world_and_its_mesh():
+    command = parse_spec(program_spec(resources={"workers": 4, "min_workers": 2}))
+    assert relayout(command, 3).world_size == 3
+    function = parse_spec(program_spec(program={"function": "m:f"}, parallel={"dp": 2, "tp": 2},
+                                       resources={"workers": 4, "min_workers": 2}))
+    smaller = relayout(function, 2)
+    assert (smaller.world_size, smaller.dp, smaller.parallel.tp) == (2, 1, 2)
+    assert relayout(function, 3) is None  # tp 2 does not divide 3 workers
+
+
+def test_program_steps_take_rank_zeros_values_and_every_ranks_time():
+    joiner = ProgramStepJoiner(2)
+    base = {"step": 3, "comm_time_s": 0.0, "samples": 0, "ts": 1.0, "grad_norm": None, "lr": None}
+    assert joiner.add({**base, "rank": 1, "loss": 9.0, "step_time_s": 0.5, "compute_time_s": 0.4,
+                       "samples_per_s": 1.0, "metrics": {"acc": 0.1}}) is None
+    joined = joiner.add({**base, "rank": 0, "loss": 2.0, "step_time_s": 0.2, "compute_time_s": 0.1,
+                         "samples_per_s": 50.0, "metrics": {"acc": 0.9}})
+    assert (joined["loss"], joined["samples_per_s"], joined["metrics"], joined["step_time_s"]) == (2.0, 50.0,
+                                                                                                  {"acc": 0.9}, 0.5)
+    assert [r["compute_time_s"] for r in joined["ranks"]] == [0.1, 0.4]
+    assert isinstance(JobSpec.model_validate(parse_spec(program_spec()).model_dump()), JobSpec)
