@@ -1,5 +1,5 @@
 """The actor's end of a command rank's session (trainyard/channel.py): a Unix socket that takes
-reports and answers should_stop, served from its own thread for as long as the rank runs."""
+reports and says whether to stop (in every answer), served from its own thread while the rank runs."""
 
 from __future__ import annotations
 
@@ -48,10 +48,9 @@ class SessionServer:
         op = request["op"]
         if op == "report":
             self.sink.report(dict(request["metrics"]), request.get("step"))
-            return {"ok": True}
-        if op == "should_stop":
-            return {"stop": self.stop.is_set()}
-        raise ValueError(f"unknown op {op!r}")
+        elif op != "should_stop":
+            raise ValueError(f"unknown op {op!r}")
+        return {"stop": self.stop.is_set()}  # every answer says whether to stop
 
     def close(self) -> None:
         self._closed = True
