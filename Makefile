@@ -29,9 +29,10 @@ lint: install
 
 # Timing tests first, alone, while the machine is quiet; then everything else. Both always run.
 # The full layout matrices (marker `exhaustive`) run in test-all, before an issue is resolved.
+# The 25 slowest tests are listed at the end, so that every CI log says where the time goes.
 test: lint install prometheus
 	$(VENV)/bin/pytest -q -m timing; timing=$$?; \
-	$(VENV)/bin/pytest -q -m "not timing and not exhaustive"; rest=$$?; \
+	$(VENV)/bin/pytest -q --durations=25 -m "not timing and not exhaustive"; rest=$$?; \
 	exit $$(( timing || rest ))
 
 test-all: lint install prometheus
