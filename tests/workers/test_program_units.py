@@ -93,6 +93,13 @@ def test_rank_environment_is_torchruns():
         "TORCHELASTIC_RUN_ID": "j1", "TRAINYARD_TRIAL": "1", "TRAINYARD_CHECKPOINT_DIR": "/s/jobs/j1/checkpoints"}
 
 
+def test_every_rank_sees_its_nodes_gpus_in_local_rank_order():
+    nodes, gpus = ["a", "b", "a", "b"], [["3"], ["0"], ["1"], ["2"]]
+    assert [RankPlace.of(r, nodes, gpus).node_devices for r in range(4)] == ["3,1", "0,2", "3,1", "0,2"]
+    assert RankPlace.of(2, nodes, gpus).local_rank == 1  # cuda:1 of "3,1" is this rank's own GPU 1
+    assert RankPlace.of(0, nodes).node_devices is None  # CPU: no CUDA_VISIBLE_DEVICES is set
+
+
 def test_an_elastic_program_shrinks_its_world_and_its_mesh():
     command = parse_spec(program_spec(resources={"workers": 4, "min_workers": 2}))
     assert relayout(command, 3).world_size == 3

@@ -4,7 +4,6 @@ runs, plus Trainyard's own (the job, its checkpoint directory, the attempt, the 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,13 +20,19 @@ class RankPlace:
     local_rank: int
     local_world_size: int
     group_rank: int
+    node_devices: str | None = None  # CUDA_VISIBLE_DEVICES: the GPUs of this node's ranks, in local-rank order
 
     @staticmethod
-    def of(rank: int, nodes: list[str]) -> RankPlace:
-        """The place of `rank` given every rank's node (ranks on one node are numbered in rank order)."""
+    def of(rank: int, nodes: list[str], gpus: list[list[str]] | None = None) -> RankPlace:
+        """The place of `rank` given every rank's node (ranks on one node are numbered in rank order)
+        and, on GPUs, every rank's GPU ids as Ray assigned them."""
         mine = nodes[rank]
         order = list(dict.fromkeys(nodes))
-        return RankPlace(rank, len(nodes), nodes[:rank].count(mine), nodes.count(mine), order.index(mine))
+        # As under torchrun, each rank sees its node's GPUs and picks cuda:LOCAL_RANK (Ray alone would
+        # show each actor only its own, and cuda:LOCAL_RANK would not exist).
+        devices = (",".join(g for r, node in enumerate(nodes) if node == mine for g in gpus[r])
+                   if gpus and any(gpus) else None)
+        return RankPlace(rank, len(nodes), nodes[:rank].count(mine), nodes.count(mine), order.index(mine), devices)
 
 
 def checkpoint_dir(job_dir: Path) -> Path:
@@ -53,6 +58,6 @@ def rank_environment(spec: JobSpec, job_dir: Path, place: RankPlace, master: tup
     }
     if socket_path is not None:
         env[SOCKET_ENV] = socket_path
-    if "CUDA_VISIBLE_DEVICES" in os.environ:  # as Ray assigned it to this actor
-        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    if place.node_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = place.node_devices
     return {**spec.program.env, **{k: str(v) for k, v in env.items()}}

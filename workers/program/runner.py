@@ -115,7 +115,9 @@ class FunctionRunner(ProgramRunner):
         import torch.distributed as dist
 
         assert self.program.function is not None
-        os.environ.update(rank_environment(self.spec, self.job_dir, self.place, self.master, self.attempt, None))
+        env = rank_environment(self.spec, self.job_dir, self.place, self.master, self.attempt, None)
+        env.pop("CUDA_VISIBLE_DEVICES", None)  # this process keeps the one GPU Ray gave it: cuda:0
+        os.environ.update(env)
         use_cuda = self.spec.resources.gpus_per_worker > 0 and torch.cuda.is_available()
         if use_cuda:
             torch.cuda.set_device(0)

@@ -76,6 +76,9 @@ class TrainWorker:
             threading.Thread(target=_exit_when_removed, args=(pg,), daemon=True).start()
         return os.getpid()
 
+    def gpu_ids(self) -> list[str]:
+        return [str(g) for g in ray.get_gpu_ids()]
+
     def address(self) -> tuple[str, int]:
         """This node's IP and a free port (asked of rank 0, which hosts the TCP store)."""
         with socket.socket() as s:
@@ -84,7 +87,8 @@ class TrainWorker:
         return ray.util.get_node_ip_address(), port
 
     def setup(self, spec_json: dict, master_addr: str, master_port: int, timeout_s: float,
-              shares: list[int] | None = None, attempt: int = 0, nodes: list[str] | None = None) -> dict:
+              shares: list[int] | None = None, attempt: int = 0, nodes: list[str] | None = None,
+              gpus: list[list[str]] | None = None) -> dict:
         import torch
         import torch.distributed as dist
 
@@ -93,7 +97,7 @@ class TrainWorker:
 
         spec = JobSpec.model_validate(spec_json)  # admitted at submit
         if spec.program is not None:
-            return self._setup_program(spec, (master_addr, master_port), timeout_s, attempt, nodes)
+            return self._setup_program(spec, (master_addr, master_port), timeout_s, attempt, nodes, gpus)
         use_cuda = spec.resources.gpus_per_worker > 0 and torch.cuda.is_available()
         device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
         if use_cuda:
@@ -112,11 +116,11 @@ class TrainWorker:
         return {"rank": self.rank, "start_step": start, "device": str(device)}
 
     def _setup_program(self, spec, master: tuple[str, int], timeout_s: float, attempt: int,
-                       nodes: list[str] | None) -> dict:
+                       nodes: list[str] | None, gpus: list[list[str]] | None) -> dict:
         from workers.program.environment import RankPlace
         from workers.program.runner import program_runner
 
-        place = RankPlace.of(self.rank, nodes or ["local"] * self.world_size)
+        place = RankPlace.of(self.rank, nodes or ["local"] * self.world_size, gpus)
         self.trainer = program_runner(spec, place, self.job_dir, attempt, master, self.log_path, timeout_s)
         return {"rank": self.rank, "start_step": 0, "device": "program"}
 
