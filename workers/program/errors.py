@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import time
+
 
 class ProgramFailed(RuntimeError):
     """The rank's program exited non-zero or raised: the group restarts (the user's loop resumes
-    from its own checkpoint)."""
+    from its own checkpoint). `failed_at` lets the group name the rank that failed first: its
+    peers fail a moment later, on the broken connection."""
 
     retryable = True
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.failed_at = time.time()
 
 
 class ProgramUnfixable(ProgramFailed):

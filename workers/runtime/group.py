@@ -6,6 +6,7 @@ group is in, so a failed or cancelled run leaves nothing behind in Ray.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import ray
@@ -155,7 +156,7 @@ class WorkerGroup:
             # report names the rank that died rather than the first peer to notice.
             ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=2.0)
             failures = self._collect(self.train_refs)
-            rank, exc = min(failures, key=lambda f: (not isinstance(f[1], ray.exceptions.RayActorError), f[0]))
+            rank, exc = min(failures, key=_first_failure)
             retryable = not self._same_user_error(failures) and not _any_unfixable(failures)
             raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", retryable, restart_cause(exc)) from exc
         return all(res is not None for res in self.results)
@@ -205,6 +206,14 @@ class WorkerGroup:
             except Exception:
                 pass
             self.pg = None
+
+
+def _first_failure(failure: tuple[int, ray.exceptions.RayError]) -> tuple[bool, float, int]:
+    """Order failures by how likely each is the root cause: a dead actor, then the program that
+    failed first, then the lowest rank."""
+    rank, exc = failure
+    failed_at = getattr(getattr(exc, "cause", None), "failed_at", math.inf)
+    return (not isinstance(exc, ray.exceptions.RayActorError), failed_at, rank)
 
 
 def _any_unfixable(failures: list[tuple[int, ray.exceptions.RayError]]) -> bool:
