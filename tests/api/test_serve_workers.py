@@ -84,7 +84,7 @@ def test_two_processes_share_the_load_and_the_metrics(live_db_url, ray_address, 
         assert reads == [200] * 600
         assert _cpu_s(worker) - cpu_before > 0.2, "the API worker process answered (almost) nothing"
 
-        engine = make_engine(db_url)
+        engine = make_engine(live_db_url)
         with make_sessionmaker(engine)() as s:
             rows = s.execute(select(Job.idempotency_key, func.count()).where(Job.idempotency_key.in_(keys))
                              .group_by(Job.idempotency_key)).all()
