@@ -55,10 +55,11 @@ def _exit_when_removed(pg, interval_s: float = 2.0) -> None:
 class TrainWorker:
     """Created either for one job (inside its placement group) or ahead of time by the warm pool."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: bool = True) -> None:
         from workers.runtime.warmup import import_training_stack
 
-        import_training_stack()  # the slow part of a cold start, done before any job asks
+        if preload:  # the slow part of a cold start, done before any job asks (not for a command program)
+            import_training_stack()
         self._lock = threading.Lock()
         self._events: list[RankEvent] = []
         self.control = RankControl()  # stop and rebalance requests, agreed on between steps
@@ -89,15 +90,15 @@ class TrainWorker:
     def setup(self, spec_json: dict, master_addr: str, master_port: int, timeout_s: float,
               shares: list[int] | None = None, attempt: int = 0, nodes: list[str] | None = None,
               gpus: list[list[str]] | None = None) -> dict:
-        import torch
-        import torch.distributed as dist
-
         from workers.spec import JobSpec
-        from workers.training.trainer import Trainer
 
         spec = JobSpec.model_validate(spec_json)  # admitted at submit
         if spec.program is not None:
             return self._setup_program(spec, (master_addr, master_port), timeout_s, attempt, nodes, gpus)
+        import torch
+        import torch.distributed as dist
+
+        from workers.training.trainer import Trainer
         use_cuda = spec.resources.gpus_per_worker > 0 and torch.cuda.is_available()
         device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
         if use_cuda:

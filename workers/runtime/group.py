@@ -129,12 +129,16 @@ class WorkerGroup:
                 actor = TrainWorker.options(  # type: ignore[attr-defined]
                     num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker, max_restarts=0,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-                ).remote()
+                ).remote(preload=self._needs_training_stack())
             actors.append(actor)
             assigned.append(actor.assign.remote(i, n, str(self.job_dir), f"rank-{i}.log",
                                                 self.pg if name is not None else None))
         self.actors = actors
         ray.get(assigned, timeout=timeout_s)
+
+    def _needs_training_stack(self) -> bool:
+        """A command program runs in its own process: its actor needs no torch (a faster start)."""
+        return self.spec.program is None or self.spec.program.command is None
 
     def poll(self) -> list[RankEvent]:
         """Telemetry from every live rank since the last poll."""

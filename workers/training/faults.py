@@ -15,11 +15,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from workers.spec import FaultSpec
+
+if TYPE_CHECKING:  # a program's rank injects faults without importing torch
+    from torch import nn
 
 
 def this_node() -> str:
@@ -88,6 +89,8 @@ class FaultInjector:
         return max(factors)
 
     def flip_a_bit(self, step: int, model: nn.Module) -> None:
+        import torch
+
         """Silent data corruption: flip one mantissa bit of one parameter on this replica only."""
         if self.fires(step, "bitflip"):
             with torch.no_grad():
