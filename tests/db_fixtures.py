@@ -19,20 +19,36 @@ def make_db_url(backend: str, tmp_path) -> tuple[str, str | None]:
     return pg_schema_url(schema), schema
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request, tmp_path):
-    url, schema = make_db_url(request.param, tmp_path)
+def _database(backend: str, tmp_path):
+    url, schema = make_db_url(backend, tmp_path)
     yield url
     if schema:
         drop_pg_schema(schema)
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request, tmp_path):
+    yield from _database(request.param, tmp_path)
 
 
 @pytest.fixture(params=LIVE_BACKENDS)
 def live_db_url(request, tmp_path):
-    url, schema = make_db_url(request.param, tmp_path)
-    yield url
-    if schema:
-        drop_pg_schema(schema)
+    yield from _database(request.param, tmp_path)
+
+
+def row_counter(database_url: str):
+    """Row counts of every table, read straight from a service's database: (read, dispose)."""
+    from service.db import repository as repo
+    from service.db.engine import make_engine, make_sessionmaker
+
+    engine = make_engine(database_url)
+    maker = make_sessionmaker(engine)
+
+    def read() -> dict[str, int]:
+        with maker() as s:
+            return repo.row_counts(s)
+
+    return read, engine.dispose
 
 
 @pytest.fixture

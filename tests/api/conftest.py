@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from tests.db_fixtures import BACKENDS, db_url, live_db_url, make_db_url, ray_address, sessions  # noqa: F401
+from tests.db_fixtures import BACKENDS, db_url, live_db_url, make_db_url, ray_address, row_counter, sessions  # noqa: F401
 from tests.live import Server, drop_pg_schema
 
 QUOTA = 5
@@ -41,15 +41,6 @@ def tenant(queue_server):
 @pytest.fixture
 def counts(queue_server):
     """Row counts of every table, read straight from the service's database."""
-    from service.db import repository as repo
-    from service.db.engine import make_engine, make_sessionmaker
-
-    engine = make_engine(queue_server.database_url)
-    maker = make_sessionmaker(engine)
-
-    def read() -> dict[str, int]:
-        with maker() as s:
-            return repo.row_counts(s)
-
+    read, dispose = row_counter(queue_server.database_url)
     yield read
-    engine.dispose()
+    dispose()

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.api.test_bad_input import _fails
-from tests.db_fixtures import BACKENDS, make_db_url
+from tests.db_fixtures import BACKENDS, make_db_url, row_counter
 from tests.live import Server, drop_pg_schema
 
 CODE_LIMIT = 300_000  # TRAINYARD_MAX_CODE_BYTES of this module's service
@@ -60,18 +60,9 @@ def coder(code_server):
 
 @pytest.fixture
 def counts(code_server):
-    from service.db import repository as repo
-    from service.db.engine import make_engine, make_sessionmaker
-
-    engine = make_engine(code_server.database_url)
-    maker = make_sessionmaker(engine)
-
-    def read() -> dict[str, int]:
-        with maker() as s:
-            return repo.row_counts(s)
-
+    read, dispose = row_counter(code_server.database_url)
     yield read
-    engine.dispose()
+    dispose()
 
 
 def code_dir(server: Server) -> Path:
