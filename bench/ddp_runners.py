@@ -164,14 +164,13 @@ def start_ray(num_cpus: int) -> float:
     """Start this process's own local Ray, as `trainyard run` does; return the seconds ray.init took."""
     import ray
 
-    from service.ray_client import NAMESPACE
+    from service.ray_client import NAMESPACE, worker_env
 
     os.environ.pop("RAY_ADDRESS", None)  # never join someone else's cluster
-    env = {"PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
     t0 = time.time()
     # address="local": a new Ray for this process even if another one runs on the machine.
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, namespace=NAMESPACE,
-             log_to_driver=False, runtime_env={"env_vars": env})
+             log_to_driver=False, runtime_env={"env_vars": worker_env()})
     return time.time() - t0
 
 

@@ -11,8 +11,8 @@ micro-batches of 4, 2 workers with one CPU thread each, trained per layout by
      that this process starts once before any measurement;
   B. torchrun: `torchrun --nproc-per-node 2 bench/torchrun_hf.py --layout L`, a hand-written
      loop that builds the model with transformers and applies DDP or FSDP2 itself.
-Runs are interleaved in pairs (A B, A B, ...; ddp then fsdp in each rep) so that the shared
-machine's load hits both alike; the ratio is taken within each pair. samples/s is steady
+Runs are interleaved in pairs (A B, B A, A B, ...; ddp then fsdp in each rep) so that the shared
+machine's load and its drift hit both alike; the ratio is taken within each pair. samples/s is steady
 state from per-step finish timestamps (first 20% of steps skipped): G x steps / elapsed.
 Model-state bytes per rank are Trainyard's own measurement (parameters + gradients + AdamW
 state) against ZeRO's formulas for fp32 AdamW: DDP 16 B/param, FSDP 16/K B/param.
@@ -91,7 +91,7 @@ def print_table(res: dict, n_params: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="training steps per run (first 20%% not timed)")
-    parser.add_argument("--reps", type=int, default=3, help="interleaved Trainyard/torchrun pairs per layout")
+    parser.add_argument("--reps", type=int, default=6, help="interleaved Trainyard/torchrun pairs per layout")
     parser.add_argument("--layouts", default="ddp,fsdp", help="comma-separated: ddp, fsdp")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--global-batch", type=int, default=8)
@@ -116,8 +116,13 @@ def main() -> int:
                 spec = specs[lay]
                 spec_file = work / f"spec-{lay}.json"
                 spec_file.write_text(json.dumps(spec.model_dump(mode="json")))
-                a = run_trainyard(spec, work, f"trainyard-{lay}-{rep}")
-                b = run_torchrun(spec, spec_file, work, f"torchrun-{lay}-{rep}", "torchrun_hf.py", ("--layout", lay))
+                # ABBA: odd reps run torchrun first, so a host that drifts faster or slower over a pair
+                # does not always favour the same side.
+                runs = {"a": lambda: run_trainyard(spec, work, f"trainyard-{lay}-{rep}"),
+                        "b": lambda: run_torchrun(spec, spec_file, work, f"torchrun-{lay}-{rep}", "torchrun_hf.py",
+                                                  ("--layout", lay))}
+                done = {k: runs[k]() for k in ("ab" if rep % 2 == 0 else "ba")}
+                a, b = done["a"], done["b"]
                 pair = {"trainyard_sps": a["sps"], "torchrun_sps": b["sps"], "ratio": a["sps"] / b["sps"],
                         "state_bytes": a["summary"]["model_state_bytes_per_rank"],
                         "trainyard_final_loss": a["final_loss"], "torchrun_final_loss": b["final_loss"],
