@@ -179,3 +179,15 @@ def test_user_entrypoint_model_and_dataset_train(ray_cluster, tmp_path):
     summary = run_job(spec, tmp_path)
     assert summary["state"] == "SUCCEEDED"
     assert summary["final_loss"] < 0.5 * summary["initial_loss"]
+
+
+def test_workers_run_at_normal_priority(ray_cluster):
+    """Ray starts its workers at nice 15, below every other process on the node; a rank preempted
+    by the supervisor or Ray's daemons stalls its whole group (service/ray_client.worker_env)."""
+    import os
+
+    @ray_cluster.remote(num_cpus=0)
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray_cluster.get(niceness.remote()) == 0
