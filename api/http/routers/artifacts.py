@@ -16,6 +16,7 @@ from api.http.schemas import checkpoint_out, event_out, metric_out
 from service import job_queries
 from service.control import ControlPlane
 from service.db.repository import metric_stride
+from service.log_tail import tail_file
 from workers.parallel.pipeline.bubble import spec_theoretical_bubble
 from workers.spec import JobSpec
 
@@ -56,15 +57,6 @@ def _log_path(plane: ControlPlane, job, rank: str) -> Path:
     return logs / f"rank-{int(rank)}.log"
 
 
-def _tail(path: Path, lines: int) -> tuple[str, int]:
-    """The last `lines` lines of a log and the file size they end at."""
-    if not path.exists():
-        return "", 0
-    data = path.read_bytes()
-    text = data.decode(errors="replace")
-    return "".join(text.splitlines(keepends=True)[-lines:]) if lines else "", len(data)
-
-
 @router.get("/logs")
 async def logs(job_id: str, plane: PlaneDep, principal: PrincipalDep,
                rank: Annotated[str, Query(description="a rank number or 'supervisor'")] = "0",
@@ -72,7 +64,7 @@ async def logs(job_id: str, plane: PlaneDep, principal: PrincipalDep,
                follow: Annotated[bool, Query(description="keep streaming until the job ends")] = False):
     job = await run_in_threadpool(_owned_job, plane, job_id, principal)
     path = _log_path(plane, job, rank)
-    text, offset = await run_in_threadpool(_tail, path, tail)
+    text, offset = await run_in_threadpool(tail_file, path, tail)
     if not follow:
         return PlainTextResponse(text)
     return StreamingResponse(_follow(plane, job_id, path, text, offset), media_type="text/plain")
