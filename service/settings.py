@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -49,6 +49,17 @@ class Settings(BaseSettings):
     rate_limit_burst: int = 20  # bucket size: requests a token may send at once before 429s
     request_read_timeout_s: float = 10.0  # a request head not received by then: hang up; a body: 408
     keep_alive_timeout_s: float = 5.0  # idle keep-alive connections are closed after this
+
+    @field_validator("storage_uri")
+    @classmethod
+    def _local_storage_only(cls, uri: str) -> str:
+        # Until job storage speaks an object store, "s3://b/x" would quietly become the local
+        # directory "./s3:/b/x" on each node: refuse it instead.
+        scheme = uri.split("://", 1)[0] if "://" in uri else ""
+        if scheme and scheme != "file":
+            raise ValueError(f"{scheme}:// is not supported yet: give a path or a file:// URI on storage that "
+                             "the control plane and every Ray node share (e.g. an NFS or ReadWriteMany volume)")
+        return uri
 
     @property
     def sqlite_path(self) -> Path:

@@ -69,9 +69,10 @@ def test_failures_exit_non_zero_with_the_reason(embedded, tmp_path):
 
 
 @pytest.mark.parametrize("variable, value, rule", [
-    ("TRAINYARD_API_WORKERS", "0", "greater than or equal to 1"),
-    ("TRAINYARD_API_THREADS", "-2", "greater than or equal to 1"),
-    ("TRAINYARD_PORT", "eighty", "valid integer"),
+    ("TRAINYARD_API_WORKERS", "0", "Input should be greater than or equal to 1"),
+    ("TRAINYARD_API_THREADS", "-2", "Input should be greater than or equal to 1"),
+    ("TRAINYARD_PORT", "eighty", "Input should be a valid integer"),
+    ("TRAINYARD_STORAGE_URI", "s3://bucket/trainyard", "s3:// is not supported yet"),
 ])
 @pytest.mark.parametrize("command", [["serve"], ["list"]])
 def test_an_invalid_setting_is_refused_by_name(tmp_path, variable, value, rule, command):
@@ -82,6 +83,6 @@ def test_an_invalid_setting_is_refused_by_name(tmp_path, variable, value, rule, 
     script = str(Path(sys.executable).with_name("trainyard"))
     r = subprocess.run([script, *command], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr[-2000:]
-    assert f"invalid setting {variable}: Input should be" in r.stderr and rule in r.stderr, r.stderr
+    assert f"invalid setting {variable}: " in r.stderr and rule in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "trainyard.db").exists()  # refused before anything was created

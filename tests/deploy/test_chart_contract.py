@@ -113,9 +113,9 @@ def test_an_existing_claim_is_mounted_not_created():
         assert volumes["storage"]["persistentVolumeClaim"]["claimName"] == "nfs-checkpoints"
 
 
-def test_an_object_store_uri_replaces_the_volume():
-    docs = render({"storage": {"uri": "s3://bucket/trainyard"}})
-    assert one(docs, "ConfigMap")["data"]["TRAINYARD_STORAGE_URI"] == "s3://bucket/trainyard"
+def test_a_storage_uri_replaces_the_volume():
+    docs = render({"storage": {"uri": "file:///mnt/nfs/trainyard"}})
+    assert one(docs, "ConfigMap")["data"]["TRAINYARD_STORAGE_URI"] == "file:///mnt/nfs/trainyard"
     assert [d["metadata"]["name"] for d in by_kind(docs, "PersistentVolumeClaim")] == ["ty-trainyard-home"]
     for pod in pod_specs(docs).values():
         assert "storage" not in {v["name"] for v in pod["spec"]["volumes"]}

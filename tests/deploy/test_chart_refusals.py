@@ -68,6 +68,7 @@ def test_schema_refuses_wrong_values(values, expected):
      "minReplicas=5 is above maxReplicas=4"),
     ({"ray": {"cluster": {"workers": {"replicas": 9}}}}, "replicas=9 must lie between minReplicas=0 and maxReplicas=4"),
     ({"storage": {"persistence": {"enabled": False}}}, "checkpoints need storage"),
+    ({"storage": {"uri": "s3://bucket/trainyard"}}, "storage.uri=s3://bucket/trainyard: object stores are not supported yet"),
     (merge(POSTGRES, {"database": {"existingSecret": "db"}}), "either database.url or database.existingSecret"),
 ])
 def test_templates_refuse_combinations_that_cannot_work(values, expected):

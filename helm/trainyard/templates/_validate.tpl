@@ -32,6 +32,9 @@ Included once, from configmap.yaml (always rendered).
 {{- fail (printf "ray.cluster.workers.replicas=%d must lie between minReplicas=%d and maxReplicas=%d" (int $w.replicas) (int $w.minReplicas) (int $w.maxReplicas)) }}
 {{- end }}
 {{- if and (not $v.storage.uri) (not $v.storage.persistence.enabled) }}
-{{- fail "checkpoints need storage that the control plane and every Ray pod share: set storage.uri (object store) or storage.persistence.enabled=true" }}
+{{- fail "checkpoints need storage that the control plane and every Ray pod share: set storage.persistence.enabled=true, or storage.uri to a file:// URI on a volume mounted in every pod" }}
+{{- end }}
+{{- if and $v.storage.uri (contains "://" $v.storage.uri) (not (hasPrefix "file://" $v.storage.uri)) }}
+{{- fail (printf "storage.uri=%s: object stores are not supported yet; give a file:// URI on a volume that the control plane and every Ray pod mount, or leave it empty for the storage PVC" $v.storage.uri) }}
 {{- end }}
 {{- end }}
