@@ -36,6 +36,15 @@ CASES = [
     ("missing name", dict(json={k: v for k, v in tiny_spec().items() if k != "name"}), 422, ["name", "Field required"]),
     ("impossible layout", dict(json=tiny_spec(**{"parallel.dp": 3, "resources.workers": 2})), 422,
      ["parallel", "dp x tp x pp must equal resources.workers"]),
+    ("integrity check without replicas", dict(json=tiny_spec(**{
+        "parallel.zero": 3, "resources.workers": 2, "fault_tolerance.integrity_check_every": 5})), 422,
+     ["fault_tolerance.integrity_check_every", "needs a layout with replicas"]),
+    ("checkpoint off the checked steps", dict(json=tiny_spec(**{
+        "resources.workers": 2, "fault_tolerance.integrity_check_every": 4, "checkpoint.every_steps": 6})), 422,
+     ["checkpoint.every_steps", "multiple of fault_tolerance.integrity_check_every"]),
+    ("rebalance with fsdp", dict(json=tiny_spec(**{
+        "parallel.zero": 3, "resources.workers": 2, "supervisor.straggler.policy": "rebalance"})), 422,
+     ["supervisor.straggler.policy", "parallel.zero 3"]),
     ("batch not divisible", dict(json=tiny_spec(**{"train.global_batch_size": 10})), 422,
      ["train.global_batch_size", "divisible"]),
     ("never fits the cluster", dict(json=tiny_spec(**{"resources.workers": 4, "resources.cpus_per_worker": 4})), 422,

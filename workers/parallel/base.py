@@ -19,6 +19,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from workers.model_io import call_model, samples_in, to_device, tokens_in
+from workers.parallel.replicas import ReplicaGroup
 from workers.spec import JobSpec, Violation
 from workers.telemetry import CommMeter
 
@@ -101,6 +102,13 @@ class Strategy(Protocol):
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         """Clip by the global gradient norm and return it."""
+
+    @staticmethod
+    def replicas(spec: JobSpec) -> int:
+        """How many ranks hold each replicated tensor of the layout (1: nothing is replicated)."""
+
+    def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        """What this rank holds that must be bit-identical on other ranks now (workers/parallel/replicas.py)."""
 
 
 def adamw(params, spec: JobSpec) -> torch.optim.Optimizer:

@@ -18,6 +18,7 @@ from workers.parallel.base import (
 )
 from workers.parallel.common import apply_activation_checkpointing, precision
 from workers.parallel.compression import compressed_fraction, register_comm_hook
+from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.spec import Violation
 
 
@@ -70,3 +71,10 @@ class DDPStrategy:
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         return local_clip_grad_norm(wrapped, max_norm)
+
+    @staticmethod
+    def replicas(spec) -> int:
+        return spec.dp
+
+    def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        return replicated_over(ctx.mesh["dp"], wrapped.parameters())  # whole parameters on every dp rank

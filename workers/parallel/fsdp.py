@@ -38,6 +38,7 @@ from workers.parallel.common import (
     model_description,
 )
 from workers.parallel.metering import metered, metered_calls
+from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.tensor_parallel import apply_tensor_parallel
 from workers.spec import Violation
 
@@ -73,6 +74,13 @@ class FSDPStrategy:
         if not p.reshard_after_forward and p.zero != 3:
             yield Violation("parallel.reshard_after_forward",
                 f"parallel.reshard_after_forward applies to zero 3 only (zero={p.zero})")
+        if p.zero == 3 and p.sdp is None and spec.supervisor.straggler.policy == "rebalance":
+            # FSDP all-gathers parameters for every micro-batch: a rank with fewer micro-batches would
+            # reach the gradient reduce-scatter while its peers still gather (mismatched collectives).
+            yield Violation("supervisor.straggler.policy",
+                f"supervisor.straggler.policy 'rebalance' is not available with parallel.zero 3 (FSDP): uneven "
+                f"micro-batch counts per rank would desynchronise its per-micro-batch all-gathers; use 'report' "
+                f"or 'replace', or zero 0-2 (zero={p.zero})")
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:
@@ -88,6 +96,7 @@ class FSDPStrategy:
         p = ctx.spec.parallel
         model = model.to(ctx.device)
         dp_mesh, tp_mesh = fsdp_meshes(ctx)
+        self.dp_mesh = dp_mesh
         if p.tp > 1:
             apply_tensor_parallel(model, tp_mesh, p.sequence_parallel, model_description(model, ctx))
         apply_activation_checkpointing(model, ctx)
@@ -104,6 +113,15 @@ class FSDPStrategy:
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)
+
+    @staticmethod
+    def replicas(spec) -> int:
+        return spec.dp // (spec.parallel.dp_shard or spec.dp)  # HSDP's replicas; 1 when fully sharded
+
+    def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        if self.dp_mesh.mesh_dim_names != ("dp_replicate", "dp_shard"):
+            return []  # fully sharded: every shard lives on one rank
+        return replicated_over(self.dp_mesh["dp_replicate"], wrapped.parameters())  # each shard, over replicas
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
                          ctx: StrategyContext) -> ForwardBackward:

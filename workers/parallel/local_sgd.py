@@ -30,6 +30,7 @@ from workers.parallel.common import (
     average_in_place,
     precision,
 )
+from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.spec import Violation
 from workers.telemetry import CommMeter
 
@@ -40,6 +41,7 @@ class LocalSGDAdamW(torch.optim.AdamW):
     def __init__(self, params, *, period: int, total_steps: int, comm: CommMeter, group=None, **kwargs):
         super().__init__(params, foreach=False, **kwargs)
         self.period, self.total_steps, self.comm, self.group = period, total_steps, comm, group
+        self.in_sync = True  # whether the replicas are identical: right after an average (and before step 1)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -47,7 +49,8 @@ class LocalSGDAdamW(torch.optim.AdamW):
         # AdamW's own step count survives checkpoints, so the averaging schedule does too.
         first = next((p for g in self.param_groups for p in g["params"] if p in self.state), None)
         done = int(self.state[first]["step"]) if first is not None else 0
-        if done % self.period == 0 or done == self.total_steps:
+        self.in_sync = done % self.period == 0 or done == self.total_steps
+        if self.in_sync:
             self.average_parameters()
         return out
 
@@ -73,6 +76,12 @@ class LocalSGDStrategy:
             yield Violation("parallel.local_sgd",
                 f"parallel.local_sgd applies to plain data parallelism (zero 0, tp 1, pp 1) "
                 f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
+        every = spec.fault_tolerance.integrity_check_every
+        if p.local_sgd is not None and every % p.local_sgd.period:
+            yield Violation("fault_tolerance.integrity_check_every",
+                f"fault_tolerance.integrity_check_every must be a multiple of parallel.local_sgd.period: the "
+                f"replicas are identical only right after an average (every={every}, "
+                f"period={p.local_sgd.period})")
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:
@@ -87,8 +96,20 @@ class LocalSGDStrategy:
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         t, local_sgd = ctx.spec.train, ctx.spec.parallel.local_sgd
         assert local_sgd is not None  # selects(): only for a spec with parallel.local_sgd
-        return LocalSGDAdamW(wrapped.parameters(), period=local_sgd.period,
-                             total_steps=t.steps, comm=ctx.comm, lr=t.lr, weight_decay=t.weight_decay)
+        self.optimizer = LocalSGDAdamW(wrapped.parameters(), period=local_sgd.period,
+                                       total_steps=t.steps, comm=ctx.comm, lr=t.lr, weight_decay=t.weight_decay)
+        return self.optimizer
+
+    @staticmethod
+    def replicas(spec) -> int:
+        return spec.dp
+
+    def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        # Between averages the replicas differ by design. A skipped step shifts the averaging schedule
+        # off the check's steps (AdamW counts updates); such a check waits for the next averaged step.
+        if not self.optimizer.in_sync:
+            return []
+        return replicated_over(ctx.mesh["dp"], wrapped.parameters())
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
                          ctx: StrategyContext) -> ForwardBackward:

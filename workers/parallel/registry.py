@@ -16,6 +16,7 @@ from workers.parallel.ddp import DDPStrategy
 from workers.parallel.fsdp import FSDPStrategy
 from workers.parallel.local_sgd import LocalSGDStrategy
 from workers.parallel.pipeline.strategy import PipelineStrategy
+from workers.parallel.replicas import integrity_errors
 from workers.parallel.sdp.strategy import SDPStrategy
 from workers.parallel.tensor_parallel import TensorParallelStrategy
 from workers.parallel.zero import ZeroStrategy
@@ -48,3 +49,5 @@ def build_strategy(spec: JobSpec) -> Strategy:
 def layout_errors(spec: JobSpec) -> Iterator[Violation]:
     for strategy in REGISTRY:
         yield from strategy.spec_errors(spec)
+    selected = strategy_class(spec)
+    yield from integrity_errors(spec, selected.name, selected.replicas(spec))

@@ -43,6 +43,7 @@ from workers.parallel.common import (
     reduce_partial_grads,
 )
 from workers.parallel.metering import metered
+from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.tensor_plan import apply_tensor_plan
 from workers.spec import (
     GPTModelSpec,
@@ -165,3 +166,10 @@ class TensorParallelStrategy:
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         return global_grad_norm_clip(wrapped, max_norm)
+
+    @staticmethod
+    def replicas(spec) -> int:
+        return spec.dp
+
+    def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        return replicated_over(ctx.mesh["dp"], wrapped.parameters())  # each tp rank's shards, over dp

@@ -15,6 +15,10 @@ reduce-scatter + all-gather = 2(K-1)/K x gradient bytes, the same as DDP.
 The optimiser state is exposed as `Shard(0)` DTensors keyed by the model's own
 parameters, so torch.distributed.checkpoint saves and reshards it exactly like
 an FSDP2 optimiser's: a ZeRO checkpoint loads under DDP, FSDP or another K.
+
+A 0-dim parameter (a learnable temperature) has no rows to split: it stays whole on
+every rank, its gradient is all-reduced, and every rank updates it with plain
+(replicated) AdamW state, which DCP saves as DDP's optimiser would.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from workers.parallel.base import (
     ring,
 )
 from workers.parallel.common import apply_activation_checkpointing, precision
+from workers.parallel.replicas import ReplicaGroup, local, replicated_over
 from workers.spec import Violation
 from workers.telemetry import CommMeter
 
@@ -71,8 +76,14 @@ class ShardedAdamW(torch.optim.Optimizer):
         self.grad_shards: dict[nn.Parameter, torch.Tensor] = {}
 
     def _params(self):
+        """The parameters split by rows (all but 0-dim ones)."""
         for group in self.param_groups:
             yield from (p for p in group["params"] if p.dim() > 0)
+
+    def _scalars(self):
+        """0-dim parameters: kept whole and replicated (see the module docstring)."""
+        for group in self.param_groups:
+            yield from (p for p in group["params"] if p.dim() == 0)
 
     def sharded_grads(self) -> list[torch.Tensor]:
         """Gradient storage held outside `p.grad` (stage 2), for memory accounting."""
@@ -87,6 +98,7 @@ class ShardedAdamW(torch.optim.Optimizer):
         One reduce-scatter for all parameters: rank r's segment of the flat input holds rows
         [r x per, (r+1) x per) of every gradient (zero-padded), so the output is this rank's rows.
         """
+        self._all_reduce_scalar_grads()
         params = [p for p in self._params() if p.grad is not None]
         if not params:
             return
@@ -108,25 +120,39 @@ class ShardedAdamW(torch.optim.Optimizer):
                 self.grad_shards[p] = mine.clone()
                 p.grad = None  # stage 2: the whole gradient is not kept
 
+    def _all_reduce_scalar_grads(self) -> None:
+        """Average the 0-dim parameters' gradients in one small all-reduce (kept whole at stage 2 too)."""
+        scalars = [p for p in self._scalars() if p.grad is not None]
+        if not scalars:
+            return
+        flat = torch.stack([p.grad.div(self.k) for p in scalars])  # divide first, as the reduce-scatter does
+        self.comm.launched(int(ring(self.k) * flat.numel() * flat.element_size()))
+        dist.all_reduce(flat, group=self.group)
+        self.comm.finished()
+        for p, g in zip(scalars, flat):
+            p.grad.copy_(g)
+
     def _grad_rows(self, p: nn.Parameter) -> torch.Tensor | None:
         if p in self.grad_shards:
             return self.grad_shards[p]
-        if p.grad is None:
-            return None
+        if p.grad is None or p.dim() == 0:
+            return p.grad
         _, lo, hi = _rows(p.shape[0], self.k, self.r)
         return p.grad[lo:hi]
 
     @torch.no_grad()
     def clip_grad_norm(self, max_norm: float) -> float | None:
         shards = [g for g in (self._grad_rows(p) for p in self._params()) if g is not None]
-        if not shards:
+        whole = [p.grad for p in self._scalars() if p.grad is not None]  # identical on every rank
+        if not shards and not whole:
             return None
-        total = sum(g.double().pow(2).sum() for g in shards)
+        total = sum((g.double().pow(2).sum() for g in shards), torch.zeros((), dtype=torch.float64))
         dist.all_reduce(total, group=self.group)
+        total += sum((g.double().pow(2) for g in whole), torch.zeros((), dtype=torch.float64))  # counted once
         norm = math.sqrt(float(total))
         coef = max_norm / (norm + 1e-6)
         if coef < 1.0:
-            for g in shards:
+            for g in shards + whole:
                 g.mul_(coef)
         return norm
 
@@ -135,8 +161,10 @@ class ShardedAdamW(torch.optim.Optimizer):
     def _state_of(self, p: nn.Parameter, like: torch.Tensor) -> dict:
         state = self.state[p]
         if not state:
-            def sharded_zeros() -> DTensor:
+            def sharded_zeros() -> torch.Tensor:
                 local = torch.zeros_like(like, device="cpu" if self.offload else like.device)
+                if p.dim() == 0:  # whole on every rank: a plain tensor, as AdamW's own
+                    return local
                 return DTensor.from_local(local, self.mesh, [Shard(0)], run_check=False,
                                           shape=p.shape, stride=p.stride())
             state.update(step=torch.tensor(0.0), exp_avg=sharded_zeros(), exp_avg_sq=sharded_zeros())
@@ -150,13 +178,12 @@ class ShardedAdamW(torch.optim.Optimizer):
                 grad = self._grad_rows(p)
                 if grad is None:
                     continue
-                _, lo, hi = _rows(p.shape[0], self.k, self.r)
                 state = self._state_of(p, grad)
-                rows = p.data[lo:hi]
+                rows = p.data[slice(*_rows(p.shape[0], self.k, self.r)[1:])] if p.dim() else p.data
                 work = rows.to(state["exp_avg"].device) if self.offload else rows
                 # The same single-tensor AdamW arithmetic as torch.optim.AdamW(foreach=False).
-                adam([work], [grad.to(work.device)], [state["exp_avg"]._local_tensor],
-                     [state["exp_avg_sq"]._local_tensor], [], [state["step"]], foreach=False,
+                adam([work], [grad.to(work.device)], [local(state["exp_avg"])],
+                     [local(state["exp_avg_sq"])], [], [state["step"]], foreach=False,
                      decoupled_weight_decay=True, amsgrad=False, beta1=beta1, beta2=beta2,
                      lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
                 if work is not rows:
@@ -238,6 +265,13 @@ class ZeroStrategy:
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         return self._optimizer().clip_grad_norm(max_norm)
+
+    @staticmethod
+    def replicas(spec) -> int:
+        return spec.dp
+
+    def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        return replicated_over(ctx.mesh["dp"], wrapped.parameters())  # the all-gather leaves them whole everywhere
 
     def _optimizer(self) -> ShardedAdamW:
         assert self.optimizer is not None, "build_optimizer runs before the first step"

@@ -77,8 +77,9 @@ class FaultToleranceSpec(Strict):
                                                          "that caused it (resumed steps draw the next batches)")
     lr_backoff: float | None = Field(None, gt=0.0, le=1.0, description="multiply the learning rate by this "
                                                                       "after each rollback; null keeps it")
-    integrity_check_every: int = Field(0, ge=0, description="compare parameter hashes across data-parallel "
-                                                           "replicas every N steps; 0 disables")
+    integrity_check_every: int = Field(0, ge=0, description="compare parameter hashes within each replica group "
+                                                           "(ranks holding the same state) every N steps; 0 "
+                                                           "disables; needs a layout with replicas")
 
 
 class FaultSpec(Strict):

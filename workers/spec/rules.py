@@ -58,6 +58,13 @@ def _size_and_policy_errors(spec: JobSpec) -> Iterator[Violation]:
             "supervisor.straggler.policy 'rebalance' needs pure data parallelism that averages gradients "
             f"(tp 1, no local_sgd); use 'report' or 'replace' (tp={p.tp}, "
             f"local_sgd={'set' if p.local_sgd is not None else 'none'})")
+    check, save = spec.fault_tolerance.integrity_check_every, spec.checkpoint.every_steps
+    if check and save and save % check and spec.program is None:
+        # Chosen over a check before every save: the schedules stay the user's, and each periodic
+        # checkpoint is the state a check has just verified (the final one is checked when it is saved).
+        yield Violation("checkpoint.every_steps",
+            f"checkpoint.every_steps must be a multiple of fault_tolerance.integrity_check_every, so that every "
+            f"checkpoint holds a verified state (every_steps={save}, integrity_check_every={check})")
     if t.warmup_steps > t.steps and spec.program is None:
         yield Violation("train.warmup_steps",
             f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})")

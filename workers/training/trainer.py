@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import time
-import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -36,6 +35,7 @@ from workers.telemetry import (
 )
 from workers.training.control import RankControl, agreement_due
 from workers.training.faults import FaultInjector
+from workers.training.integrity import SilentDataCorruption, check_replicas
 from workers.training.loss_scaling import LossScaler
 from workers.training.losses import LOSSES
 from workers.training.lr_schedule import lr_at
@@ -213,19 +213,13 @@ class Trainer:
         return NonFiniteTraining(f"{bad} bad steps in a row ({what} at step {step}): "
                                  f"rolling back to the last checkpoint")
 
-    def _check_replicas_agree(self) -> None:
-        """Data-parallel replicas must hold identical parameters; compare a hash every N steps."""
+    def _check_replicas_agree(self, force: bool = False) -> None:
+        """What the strategy keeps replicated must be identical on its replicas: compare digests every
+        N steps (the spec rules put every periodic checkpoint on such a step; `force`: the final one)."""
         every = self.spec.fault_tolerance.integrity_check_every
-        if not every or self.step % every or self.strategy.name != "ddp" or self.dp == 1:
+        if not every or (self.step % every and not force):
             return
-        digest = torch.tensor([parameter_digest(self.model)], dtype=torch.int64)
-        digests = [torch.zeros_like(digest) for _ in range(self.world_size)]
-        dist.all_gather(digests, digest)
-        values = [int(d) for d in digests]
-        if len(set(values)) > 1:
-            odd = [r for r, v in enumerate(values) if values.count(v) == 1]
-            raise SilentDataCorruption(f"replicas disagree on their parameters at step {self.step} "
-                                       f"(odd ranks: {odd}): restoring the last checkpoint")
+        check_replicas(self.strategy.replica_groups(self.model, self.ctx), self.step)
 
     def _step_loss(self, n_micro: int):
         """The loss as strategies see it: with uneven shares, weight each micro-batch by its size.
@@ -304,6 +298,7 @@ class Trainer:
         self._report_durable(emit, self.checkpointer.wait())
         if self.step < self.spec.train.steps:
             return {"stopped_at": self.step}
+        self._check_replicas_agree(force=True)  # the final checkpoint is verified too, whatever its step
         self.checkpointer.save(self.model, self.optimizer, self.step)
         self.checkpointer.wait()
         emit(RankCheckpoint(self.rank, self.step, self.checkpointer.last_duration_s))
@@ -346,19 +341,6 @@ class NonFiniteTraining(RuntimeError):
     """Too many non-finite steps in a row: the supervisor rolls back to the last checkpoint."""
 
     restart_cause = RestartCause.NON_FINITE
-
-
-class SilentDataCorruption(RuntimeError):
-    """Replicas that must be identical are not: the supervisor restores the last checkpoint."""
-
-    restart_cause = RestartCause.CORRUPTION
-
-
-def parameter_digest(model) -> int:
-    crc = 0
-    for p in model.parameters():
-        crc = zlib.crc32(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), crc)
-    return crc
 
 
 def _shapes(batch) -> str:

@@ -54,6 +54,7 @@ from workers.parallel.pipeline.stage import (
     pruned_copy,
     replacements_for,
 )
+from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.tensor_parallel import apply_tensor_parallel
 from workers.spec import (
     SINGLE_STAGE_SCHEDULES,
@@ -281,6 +282,13 @@ class PipelineStrategy:
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)
+
+    @staticmethod
+    def replicas(spec) -> int:
+        return spec.dp
+
+    def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        return replicated_over(ctx.mesh["dp"], wrapped.parameters())  # this rank's stages (tp shards), over dp
 
     def describe_split(self) -> list[dict]:
         return [{**p.to_dict(), "rank": self.owner(p.stage)} for p in self.plans]

@@ -41,6 +41,7 @@ from workers.parallel.base import (
 )
 from workers.parallel.common import apply_activation_checkpointing, precision
 from workers.parallel.fsdp import fsdp_forward_backward
+from workers.parallel.replicas import ReplicaGroup
 from workers.parallel.sdp.assignment import assignment_of, blocks_of
 from workers.parallel.sdp.masks import feasibility_error
 from workers.parallel.sdp.plan import sdp_bytes
@@ -146,6 +147,11 @@ def sdp_errors(spec: JobSpec) -> Iterator[Violation]:
         yield Violation("supervisor.straggler.policy",
             "supervisor.straggler.policy 'rebalance' is not available with parallel.sdp, use 'report' "
             "(gradients are averaged per holder set, not weighted by data shares)")
+    every = spec.fault_tolerance.integrity_check_every
+    if isinstance(sdp.sync, SDPPeriodSpec) and every % sdp.sync.period:
+        yield Violation("fault_tolerance.integrity_check_every",
+            f"fault_tolerance.integrity_check_every must be a multiple of parallel.sdp.sync.period: a piece's "
+            f"holders are identical only right after an average (every={every}, period={sdp.sync.period})")
     if p.zero == 3 and (p.dp_shard is None or spec.dp % p.dp_shard):
         return
     n, what = sdp_components(spec)
@@ -201,6 +207,7 @@ class SDPStrategy:
             fully_shard(sdp_model, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
         params = dict(sdp_model.subnet.named_parameters())
         self.sync = HolderSync(self.assignment, self.worker, shard, self.shards, pieces, params, ctx.comm)
+        self.in_sync = True  # whether each piece's holders hold it identically (always, with every_step)
         return sdp_model
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
@@ -213,7 +220,8 @@ class SDPStrategy:
             # AdamW's own step count survives checkpoints, so the averaging schedule does too.
             first = next((q for g in optimizer.param_groups for q in g["params"] if q in optimizer.state), None)
             done = int(optimizer.state[first]["step"]) if first is not None else 0
-            if done % self.period and done != self.spec.train.steps:
+            self.in_sync = not (done % self.period and done != self.spec.train.steps)
+            if not self.in_sync:
                 return
             self.sync.average(grad=False)
         if self.backward_masking:
@@ -240,6 +248,15 @@ class SDPStrategy:
                            device=next(wrapped.parameters()).device)
         dist.all_reduce(bad, op=dist.ReduceOp.MAX)
         return float("nan") if bad.item() else norm
+
+    @staticmethod
+    def replicas(spec) -> int:
+        return sdp_workers(spec)  # the embeddings, attention and head are held by every worker
+
+    def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        # With sync {period: H}, holders drift between averages (a skipped step shifts the schedule):
+        # the check waits for a step that averaged.
+        return self.sync.replica_groups() if self.in_sync else []
 
     # --- the whole model, for evaluation and export -------------------------------
 

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from workers.parallel.replicas import ReplicaGroup
 from workers.parallel.sdp.masks import Assignment
 from workers.parallel.sdp.subnetwork import Piece
 from workers.telemetry import CommMeter, ring_allreduce_bytes
@@ -97,6 +98,13 @@ class HolderSync:
             dist.all_reduce(flat, group=self.groups[holders])
             self.comm.finished()
             _unpack(flat, tensors, pieces)
+
+    def replica_groups(self) -> list[ReplicaGroup]:
+        """Each holder set's pieces, held identically by its holders (same shard index under FSDP).
+        Frozen copies (backward masking) are left out: they are not this worker's to keep right."""
+        return [ReplicaGroup(tuple(h * self.shards + self.shard for h in holders),
+                             tuple(_select(local(self.params[p.local].data), p) for p in pieces))
+                for holders, pieces in self.buckets.items()]
 
     @torch.no_grad()
     def refresh_unheld(self) -> None:

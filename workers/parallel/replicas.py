@@ -1,0 +1,55 @@
+"""Replica groups: the tensors a rank holds that must be bit-identical on other ranks.
+
+Every strategy declares them (`Strategy.replica_groups`), so that the integrity check
+(workers/training/integrity.py) compares only what is meant to be identical, within the
+ranks that hold it: whole parameters over dp (DDP, ZeRO-1/2, local SGD right after an
+average), each tensor-parallel shard or pipeline stage over dp, each HSDP shard over
+dp_replicate, each SDP piece over its holders. Replicas here are data-parallel ones:
+tensors replicated over tp (embeddings, norms) are equal by construction but not compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from workers.spec import JobSpec, Violation
+
+
+@dataclass(frozen=True)
+class ReplicaGroup:
+    ranks: tuple[int, ...]  # the global ranks that hold the same tensors, this one included
+    tensors: tuple[torch.Tensor, ...]  # what this rank holds of them (local shards, never gathered)
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor (the local shard of a DTensor)."""
+    return t._local_tensor if hasattr(t, "_local_tensor") else t
+
+
+def mesh_ranks(mesh: DeviceMesh) -> tuple[int, ...]:
+    """The global ranks of this rank's 1-D sub-mesh (no process group is created)."""
+    return tuple(int(r) for r in mesh.mesh.flatten().tolist())
+
+
+def replicated_over(mesh: DeviceMesh, params: Iterable[nn.Parameter]) -> list[ReplicaGroup]:
+    """This rank's parameters (or their local shards), replicated over `mesh`; none when it has one rank."""
+    ranks = mesh_ranks(mesh)
+    if len(ranks) < 2:
+        return []
+    return [ReplicaGroup(ranks, tuple(local(p.detach()) for p in params))]
+
+
+def integrity_errors(spec: JobSpec, strategy_name: str, replicas: int) -> Iterator[Violation]:
+    """`fault_tolerance.integrity_check_every` needs something to compare: ranks holding the same state."""
+    if spec.fault_tolerance.integrity_check_every and replicas < 2:
+        p = spec.parallel
+        yield Violation("fault_tolerance.integrity_check_every",
+            f"fault_tolerance.integrity_check_every needs a layout with replicas (state held identically by "
+            f"several data-parallel ranks) to compare; layout {strategy_name!r} holds every parameter or shard "
+            f"on one rank only (dp={spec.dp}, dp_shard={p.dp_shard}, tp={p.tp}, pp={p.pp}, zero={p.zero}): "
+            f"set it to 0, or use dp > 1 (with zero 3: parallel.dp_shard < dp, HSDP)")
