@@ -60,7 +60,9 @@ def _bitflip_case(rank, world, port, queue, overrides, flipped, tmp):
     # ZeRO-1 over dp=3: whole parameters on every rank, one group; the majority names rank 2.
     ({**TEMPERED, "parallel.zero": 1, "train.global_batch_size": 12}, 3, 2, [(0, 1, 2)], "odd ranks: [2]"),
     # tp=2 x dp=2: each tp rank's shards replicated over dp; only the flipped shard's group disagrees.
-    ({"parallel.tp": 2, "parallel.dp": 2, "data.max_bytes": 20_000}, 4, 1, [(0, 2), (1, 3)], "odd ranks: [1, 3]"),
+    # (four processes: in `make test-all` only)
+    pytest.param({"parallel.tp": 2, "parallel.dp": 2, "data.max_bytes": 20_000}, 4, 1, [(0, 2), (1, 3)],
+                 "odd ranks: [1, 3]", marks=pytest.mark.exhaustive),
 ], ids=["zero1", "tp_x_dp"])
 def test_a_flipped_bit_is_caught_within_its_replica_group(tmp_path, overrides, world, flipped, groups, odd):
     out = _spawn(_bitflip_case, world, overrides, flipped, str(tmp_path))
