@@ -10,7 +10,7 @@ import ray
 
 from service.ray_client import NAMESPACE
 from tests.api.test_end_to_end import assert_released
-from tests.helpers import tiny_spec
+from tests.helpers import tiny_spec, wait_until
 from tests.live import TERMINAL, Server, states_of, wait_for, wait_step
 
 pytestmark = pytest.mark.slow
@@ -60,6 +60,12 @@ def test_restart_recovers_a_job_whose_supervisor_died_too(server):
         job_id = c.post("/v1/jobs", json=spec).json()["id"]
         before = wait_step(c, job_id, 25)
         assert before["state"] == "RUNNING"
+
+        def durable() -> bool:  # the step-20 save is async: on a loaded host it can outlast 5 steps
+            events = c.get(f"/v1/jobs/{job_id}/events").json()["events"]
+            return any(e["kind"] == "checkpoint" and e["data"]["step"] >= 20 for e in events)
+
+        assert wait_until(durable, 60), "no durable checkpoint at step 20 within 60 s"
     server.kill()
     ray.kill(ray.get_actor(before["supervisor"], namespace=NAMESPACE), no_restart=True)  # e.g. its node went away
     server.start()
