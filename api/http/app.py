@@ -11,6 +11,7 @@ from api.http.audit import AuditMiddleware
 from api.http.deps import require, require_by_method
 from api.http.errors import install_error_handlers
 from api.http.job_read_fast_path import JobReadFastPath
+from api.http.json_depth import JsonDepthMiddleware
 from api.http.limits import BodyLimit, BodyLimitMiddleware
 from api.http.ratelimit import TokenBuckets
 from api.http.request_metrics import RequestMetricsMiddleware
@@ -47,6 +48,8 @@ def create_app(settings: Settings | None = None, shared: SharedState | None = No
     if settings.rate_limit_per_s > 0:
         app.state.rate_limiter = TokenBuckets(settings.rate_limit_per_s, settings.rate_limit_burst)
     app.add_middleware(AuditMiddleware)
+    # Inside the body limits, which bound what it reads; a code upload is a zip, not JSON.
+    app.add_middleware(JsonDepthMiddleware, skip=frozenset({code.PATH}))
     # A code upload is a file, not a JSON spec: its own (larger) limit, checked instead of the default one.
     code_limit = BodyLimit(settings.max_code_bytes, settings.request_read_timeout_s, "TRAINYARD_MAX_CODE_BYTES",
                            min_bytes_per_s=code.MIN_UPLOAD_BYTES_PER_S)
