@@ -16,6 +16,7 @@ from api.http.limits import BodyLimit, BodyLimitMiddleware
 from api.http.ratelimit import TokenBuckets
 from api.http.request_metrics import RequestMetricsMiddleware
 from api.http.routers import artifacts, audit, code, jobs, plans, system, tenants, tokens
+from api.http.server_errors import UnexpectedErrorMiddleware
 from service.control import ControlPlane
 from service.settings import Settings, get_settings
 from service.shared_state import SharedState
@@ -62,7 +63,8 @@ def create_app(settings: Settings | None = None, shared: SharedState | None = No
         if plane is not None:
             plane.observe_http(method, route, status, seconds)
 
-    app.add_middleware(RequestMetricsMiddleware, observe=observe)  # outermost: times the 413s too
+    app.add_middleware(RequestMetricsMiddleware, observe=observe)  # times the 413s too
+    app.add_middleware(UnexpectedErrorMiddleware)  # outermost: a fault is a 500 that keeps the connection
     # Every /v1 route's scope, in one place: job reads need read, submit, cancel and code uploads need submit,
     # administration needs admin (tests/api/test_tenancy.py::test_every_route_checks_its_scope
     # checks every route).
