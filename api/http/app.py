@@ -11,10 +11,12 @@ from api.http.audit import AuditMiddleware
 from api.http.deps import require, require_by_method
 from api.http.errors import install_error_handlers
 from api.http.job_read_fast_path import JobReadFastPath
+from api.http.json_depth import JsonDepthMiddleware
 from api.http.limits import BodyLimit, BodyLimitMiddleware
 from api.http.ratelimit import TokenBuckets
 from api.http.request_metrics import RequestMetricsMiddleware
 from api.http.routers import artifacts, audit, code, jobs, plans, system, tenants, tokens
+from api.http.server_errors import UnexpectedErrorMiddleware
 from service.control import ControlPlane
 from service.settings import Settings, get_settings
 from service.shared_state import SharedState
@@ -47,6 +49,8 @@ def create_app(settings: Settings | None = None, shared: SharedState | None = No
     if settings.rate_limit_per_s > 0:
         app.state.rate_limiter = TokenBuckets(settings.rate_limit_per_s, settings.rate_limit_burst)
     app.add_middleware(AuditMiddleware)
+    # Inside the body limits, which bound what it reads; a code upload is a zip, not JSON.
+    app.add_middleware(JsonDepthMiddleware, skip=frozenset({code.PATH}))
     # A code upload is a file, not a JSON spec: its own (larger) limit, checked instead of the default one.
     code_limit = BodyLimit(settings.max_code_bytes, settings.request_read_timeout_s, "TRAINYARD_MAX_CODE_BYTES",
                            min_bytes_per_s=code.MIN_UPLOAD_BYTES_PER_S)
@@ -59,7 +63,8 @@ def create_app(settings: Settings | None = None, shared: SharedState | None = No
         if plane is not None:
             plane.observe_http(method, route, status, seconds)
 
-    app.add_middleware(RequestMetricsMiddleware, observe=observe)  # outermost: times the 413s too
+    app.add_middleware(RequestMetricsMiddleware, observe=observe)  # times the 413s too
+    app.add_middleware(UnexpectedErrorMiddleware)  # outermost: a fault is a 500 that keeps the connection
     # Every /v1 route's scope, in one place: job reads need read, submit, cancel and code uploads need submit,
     # administration needs admin (tests/api/test_tenancy.py::test_every_route_checks_its_scope
     # checks every route).

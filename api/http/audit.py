@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 
+from api.http.errors import INTERNAL_ERROR
 from service.admission.audit import SUBMIT, audit_record, write_audit
 
 log = logging.getLogger("trainyard.audit")
@@ -39,20 +40,26 @@ class AuditMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] not in CHANGING or not scope["path"].startswith("/v1/"):
             return await self.app(scope, receive, send)
-        status, body = 500, bytearray()
+        status, body, recorded = 500, bytearray(), False
 
         async def auditing_send(message):
-            nonlocal status
+            nonlocal status, recorded
             if message["type"] == "http.response.start":
                 status = message["status"]
             elif message["type"] == "http.response.body":
                 if status >= 400 and len(body) < 4096:
                     body.extend(message.get("body", b""))
                 if not message.get("more_body", False):
+                    recorded = True
                     await self._record(scope, status, bytes(body))
             await send(message)
 
-        await self.app(scope, receive, auditing_send)
+        try:
+            await self.app(scope, receive, auditing_send)
+        except Exception:
+            if not recorded:  # a fault: api/http/server_errors.py, outside, answers it with this 500
+                await self._record(scope, 500, json.dumps({"detail": INTERNAL_ERROR}).encode())
+            raise
 
     async def _record(self, scope, status: int, body: bytes) -> None:
         state = scope.get("state") or {}

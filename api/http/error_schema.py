@@ -23,11 +23,11 @@ class ErrorOut(BaseModel):
     errors: list[ErrorItem] = Field(default_factory=list)
 
 
-EVERY_ROUTE = {  # the body-limit middleware and the server's timeouts apply before any route
+EVERY_ROUTE = {  # the body-limit and nesting middlewares and the server's timeouts apply before any route
     400: "malformed request framing (e.g. a Content-Length that is not a number)",
     408: "the request body did not arrive in time",
     413: "request body over the configured limit",
-    422: "invalid input: the message names the field and the rule",
+    422: "invalid input: the message names the field and the rule (also: a JSON body nested too deep)",
 }
 V1_ROUTES = {
     401: "missing, malformed, unknown, expired or revoked bearer token",

@@ -1,12 +1,11 @@
 """Error mapping: every failure leaves as JSON {"detail": message, "errors": [{field, message}]}.
 
 Bad input is always a 4xx naming the field and the rule; an unexpected server
-fault is a logged 500 without internals.
+fault is a logged 500 without internals (api/http/server_errors.py: not an exception
+handler here, as Starlette re-raises after those and the server then drops the connection).
 """
 
 from __future__ import annotations
-
-import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,7 +18,7 @@ from service.lifecycle import IllegalTransition
 from service.refusals import Conflict, InvalidRequest, NotAllowed, OverQuota, Refusal, TooLarge
 from workers.spec import SpecError, format_validation_error
 
-log = logging.getLogger("trainyard.api")
+INTERNAL_ERROR = "internal error; see the service log"  # the whole 500 message: no internals leak
 
 
 class ApiError(Exception):
@@ -87,8 +86,3 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(Exception)
-    def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal error; see the service log")

@@ -7,6 +7,7 @@ with the body's size (declared, else the limit) at a minimum transfer rate.
 
 The read-time bound covers only the request body: once it is complete, later `receive`
 calls (a streaming response listening for the client's disconnect) wait without limit.
+A JSON body's nesting depth has its own bound, inside these (api/http/json_depth.py: 422).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import json
 import httpx
 import pytest
 
+from api.http.json_depth import MAX_JSON_DEPTH
 from tests.helpers import tiny_spec
 from tests.user_models import GPT2_SPEC, LLAMA_SPEC
 
@@ -98,6 +99,47 @@ def test_huge_chunked_body_is_413(tenant, counts):
         yield b'"}'
 
     _fails(tenant.post("/v1/jobs", content=chunks(), headers={"content-type": "application/json"}), 413, "over the limit")
+    assert counts() == before
+
+
+def _nested(depth: int) -> bytes:
+    """A spec whose `bogus` key nests lists so that the whole body is `depth` levels deep (json.dumps
+    itself recurses out long before 5,000)."""
+    inner = depth - 1  # the spec object is the first level
+    return json.dumps({**tiny_spec(), "bogus": "X"}).encode().replace(b'"X"', b"[" * inner + b"]" * inner)
+
+
+def _connection(resp: httpx.Response) -> tuple:
+    return resp.extensions["network_stream"].get_extra_info("client_addr")  # the client's end of the socket
+
+
+def test_deeply_nested_body_is_422_writes_nothing_and_keeps_the_connection(tenant, counts):
+    before = counts()
+    resp = tenant.post("/v1/jobs", content=_nested(5000), headers={"content-type": "application/json"})
+    _fails(resp, 422, "body", f"nested 5000 levels deep, deeper than {MAX_JSON_DEPTH} levels (the limit)")
+    assert counts() == before
+    after = tenant.get("/v1/jobs")
+    assert after.status_code == 200, after.text
+    assert _connection(after) == _connection(resp)  # the same keep-alive connection served it
+
+
+@pytest.mark.parametrize("path", ["/v1/plans", "/v1/tenants", "/v1/tokens"])
+def test_every_json_route_bounds_the_nesting(queue_server, counts, path):
+    """The spec routes and the routes whose body FastAPI decodes (before any token check, like the size limit)."""
+    before = counts()
+    with queue_server.client() as admin:
+        _fails(admin.post(path, content=_nested(MAX_JSON_DEPTH + 1)), 422, f"deeper than {MAX_JSON_DEPTH} levels")
+    assert counts() == before
+
+
+def test_nesting_at_the_limit_or_inside_a_string_is_no_depth_error(tenant, counts):
+    before = counts()
+    at_limit = tenant.post("/v1/jobs", content=_nested(MAX_JSON_DEPTH), headers={"content-type": "application/json"})
+    body = _fails(at_limit, 422, "bogus", "Extra inputs are not permitted")  # the spec's own rules, as usual
+    assert "levels deep" not in json.dumps(body)
+    in_string = tenant.post("/v1/jobs", json=tiny_spec(name='\\"' + "[" * 5000))  # an escaped quote, then brackets
+    body = _fails(in_string, 422, "name", "pattern")
+    assert "levels deep" not in json.dumps(body)
     assert counts() == before
 
 
