@@ -25,7 +25,9 @@ from tests.live import (
 pytestmark = pytest.mark.slow
 LEASE_TTL_S = 3
 JOBS = 3
-STEPS = 300  # long enough that a job that started warm is still running when the last one starts
+# long enough that a job that started warm is still running when the last one starts
+# (300 was not, once the ranks ran at nice 0)
+STEPS = 1000
 
 
 @pytest.fixture
