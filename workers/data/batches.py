@@ -81,9 +81,14 @@ class GlobalBatches:
         `shares` (samples per dp rank, summing to the global batch) gives uneven slices,
         used to take work off a straggler; the last micro-batch of a slice may be smaller.
         """
-        shares = shares or [self.global_batch_size // dp] * dp
-        start, size = sum(shares[:dp_rank]), shares[dp_rank]
-        for offset in range(0, size, micro_batch_size):
-            idx = self.indices(step, start + offset, min(micro_batch_size, size - offset))
-            yield collate([self.dataset[i] for i in idx])
+        for start, count in rank_slices(self.global_batch_size, dp_rank, dp, micro_batch_size, shares):
+            yield collate([self.dataset[i] for i in self.indices(step, start, count)])
+
+
+def rank_slices(global_batch_size: int, dp_rank: int, dp: int, micro_batch_size: int,
+                shares: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """(start, count) global-batch positions of each micro-batch of this data-parallel rank."""
+    shares = list(shares or [global_batch_size // dp] * dp)
+    start, size = sum(shares[:dp_rank]), shares[dp_rank]
+    return [(start + offset, min(micro_batch_size, size - offset)) for offset in range(0, size, micro_batch_size)]
 
