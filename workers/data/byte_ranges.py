@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.data.errors import DataError
+from workers.data.errors import DataError, DataReadError
 from workers.spec.data_files import filesystem, is_local
 
 
@@ -40,9 +40,9 @@ class TokenFile:
         except DataError:
             raise
         except (OSError, ValueError) as exc:
-            raise DataError(self.path, start * self.dtype.itemsize, f"unreadable ({type(exc).__name__}: {exc})")
+            raise DataReadError(self.path, start * self.dtype.itemsize, f"unreadable ({type(exc).__name__}: {exc})")
         if len(out) != count:
-            raise DataError(self.path, start * self.dtype.itemsize, f"short read: {len(out)} of {count} tokens")
+            raise DataReadError(self.path, start * self.dtype.itemsize, f"short read: {len(out)} of {count} tokens")
         return out
 
     def __getstate__(self) -> dict:  # loader workers reopen the file themselves
@@ -54,4 +54,4 @@ def file_size(path: str) -> int:
         fs, p = filesystem(path)
         return int(fs.size(p))
     except (OSError, ValueError) as exc:
-        raise DataError(path, 0, f"unreadable ({type(exc).__name__}: {exc})")
+        raise DataReadError(path, 0, f"unreadable ({type(exc).__name__}: {exc})")

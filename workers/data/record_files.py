@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from workers.data.errors import DataError
+from workers.data.errors import DataError, DataReadError
 from workers.data.tokenizers import encode
 from workers.spec.data_files import filesystem
 
@@ -46,7 +46,7 @@ class LineFile:
             self._handle.seek(offset)
             line = self._handle.readline().decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(self.path, offset, f"unreadable line ({type(exc).__name__}: {exc})")
+            raise DataReadError(self.path, offset, f"unreadable line ({type(exc).__name__}: {exc})")
         if not self.parse:
             return line.rstrip("\n")
         try:
@@ -79,7 +79,7 @@ class ParquetFile:
             fs, p = filesystem(self.path)
             return pq.ParquetFile(fs.open(p, "rb"))
         except Exception as exc:  # pyarrow raises its own types for a damaged file
-            raise DataError(self.path, 0, f"unreadable parquet ({type(exc).__name__}: {exc})")
+            raise DataReadError(self.path, 0, f"unreadable parquet ({type(exc).__name__}: {exc})")
 
     def __len__(self) -> int:
         return int(self.row_starts[-1])
@@ -92,7 +92,7 @@ class ParquetFile:
             except DataError:
                 raise
             except Exception as exc:
-                raise DataError(self.path, f"row group {g}", f"unreadable ({type(exc).__name__}: {exc})")
+                raise DataReadError(self.path, f"row group {g}", f"unreadable ({type(exc).__name__}: {exc})")
             while len(self._groups) > 2:
                 self._groups.popitem(last=False)
         return self._groups[g][row - int(self.row_starts[g])].as_py()
@@ -147,7 +147,7 @@ def _line_starts(path: str) -> np.ndarray:
                     blank = False
                 pos += len(chunk)
     except OSError as exc:
-        raise DataError(path, pos, f"unreadable ({type(exc).__name__}: {exc})")
+        raise DataReadError(path, pos, f"unreadable ({type(exc).__name__}: {exc})")
     if line_start < pos and not blank:
         starts.append(line_start)
     return np.asarray(starts, dtype=np.int64)

@@ -43,7 +43,7 @@ from workers.training.loss_scaling import LossScaler
 from workers.training.losses import LOSSES
 from workers.training.lr_schedule import lr_at
 from workers.training.recovery import LossSpikeDetector, RecoveryState
-from workers.training.validation import validation_loss
+from workers.training.validation import eval_batches_of, validation_loss
 
 
 class Trainer:
@@ -71,8 +71,7 @@ class Trainer:
         self.steps_trained = 0  # by this process (a restarted rank starts again at 0)
 
         train_set, self.val_set = build_datasets(spec)
-        # Without a separate validation split, validating the whole (training) set would be a second epoch.
-        self.eval_batches = spec.train.eval_batches or (2 if self.val_set is train_set else None)
+        self.eval_batches = eval_batches_of(spec, train_set, self.val_set)
         self.batches: GlobalBatches | None = None  # map-style data: step s draws a pure function of (seed, s)
         self.feed: MapFeed | StreamFeed
         if isinstance(train_set, IterableDataset):

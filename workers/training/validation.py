@@ -42,6 +42,12 @@ def validation_sums(model, val_set: Any, spec: JobSpec, dp_rank: int, dp: int,
     return total, count
 
 
+def eval_batches_of(spec: JobSpec, train_set: Any, val_set: Any) -> int | None:
+    """train.eval_batches; unset, the whole validation split, or 2 batches when there is no separate one
+    (validating the whole training set would be a second epoch)."""
+    return spec.train.eval_batches or (2 if val_set is train_set else None)
+
+
 def validation_loss(model, val_set: Any, spec: JobSpec, dp_rank: int, dp: int,
                     device: torch.device = torch.device("cpu"), max_batches: int | None = None,
                     group: dist.ProcessGroup | None = None) -> float:
