@@ -139,3 +139,28 @@ def test_short_damaged_and_unreadable_files_are_job_errors_naming_them(tmp_path)
     train, _ = build_datasets(files_spec({"paths": [str(lines)], "format": "jsonl"}))
     with pytest.raises(DataError, match="c.jsonl at offset 17: line 2 is not JSON"):
         train[1]
+
+
+
+def test_large_datasets_use_a_constant_memory_permutation_with_the_same_contract(tmp_path):
+    from workers.data.permutation import FeistelPermutation
+
+    for n in (1, 3, 1000, 4099):
+        assert sorted(FeistelPermutation(n, 5)[i] for i in range(n)) == list(range(n))
+    train, _ = build_datasets(files_spec({"paths": [token_shards(tmp_path, 2, 2000)]}))
+    big = GlobalBatches(train, 16, seed=1, randperm_limit=10)  # 248 samples: above the limit
+    epoch = [i for step in range(16) for i in big.indices(step, 0, 16)][:len(train)]
+    assert sorted(epoch) == list(range(len(train)))  # every sample once per epoch
+    assert epoch != sorted(epoch)
+    feed = MapFeed(big, LoaderSpec(num_workers=0), CPU, 1, 2, 4)
+    first = feed.micro_batches(3)[0][0]  # rank 1's first micro-batch: positions 8..11 of step 3
+    assert torch.equal(first, torch.stack([train[i][0] for i in big.indices(3, 8, 4)]))
+
+
+def test_text_files_are_byte_windows(tmp_path):
+    text = b"the quick brown fox jumps over the lazy dog " * 4
+    (tmp_path / "book.txt").write_bytes(text)
+    train, _ = build_datasets(files_spec({"paths": [str(tmp_path / "book.txt")], "format": "text"}))
+    assert len(train) == (len(text) - 1) // 16
+    x, y = train[1]
+    assert bytes(x.tolist()) == text[16:32] and bytes(y.tolist()) == text[17:33]
