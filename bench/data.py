@@ -17,8 +17,9 @@ samples/s: rows trained per second over the steps after the first 5 (the workers
 Memory: one rank (the trainer's process with num_workers 2, its loader workers included) reading
 the same number of steps from datasets 10x, 100x and 1000x as large as what the loader holds in
 flight (num_workers x prefetch_factor micro-batches): peak RSS of the rank and of its largest
-worker (ru_maxrss: mapped file pages count too), and the rank's peak anonymous memory (RssAnon,
-sampled): what the data cannot reclaim. Flat across the three is the target.
+worker (ru_maxrss: mapped file pages count too, and a forked worker starts with the rank's pages), and
+the peak anonymous memory (RssAnon, sampled every 10 ms) of the rank and of any worker: what cannot be
+reclaimed. Flat across the three is the target.
 """
 
 from __future__ import annotations
@@ -118,11 +119,13 @@ def memory(paths: list[str], batch: int, steps: int) -> dict:
     peak_anon = [0]
     stop = threading.Event()
 
+    peak_worker_anon = [0]
+
     def sample() -> None:
         while not stop.is_set():
-            for line in Path("/proc/self/status").read_text().splitlines():
-                if line.startswith("RssAnon:"):
-                    peak_anon[0] = max(peak_anon[0], int(line.split()[1]) * 1024)
+            peak_anon[0] = max(peak_anon[0], anon_bytes(os.getpid()))
+            for child in children(os.getpid()):
+                peak_worker_anon[0] = max(peak_worker_anon[0], anon_bytes(child))
             time.sleep(0.01)
 
     threading.Thread(target=sample, daemon=True).start()
@@ -136,7 +139,27 @@ def memory(paths: list[str], batch: int, steps: int) -> dict:
     feed.close()  # joins the workers: their peak RSS is then the children's
     return {"rank_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "worker_maxrss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
-            "rank_anon_peak": peak_anon[0]}
+            "rank_anon_peak": peak_anon[0], "worker_anon_peak": peak_worker_anon[0]}
+
+
+def anon_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass  # the process has just ended
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
 
 
 def write_shards(directory: Path, shards: int, tokens_per_shard: int) -> list[str]:
@@ -197,13 +220,14 @@ def main() -> None:
             mpaths = write_shards(Path(tmp) / f"mem{factor}", 8, shard_tokens)
             mem = child("memory", "2", mpaths, args.batch, args.steps)
             rows.append((f"{factor}x ({size / 1e6:.0f} MB)", f"{mem['rank_maxrss'] / 2**20:.0f}",
-                         f"{mem['worker_maxrss'] / 2**20:.0f}", f"{mem['rank_anon_peak'] / 2**20:.0f}"))
+                         f"{mem['rank_anon_peak'] / 2**20:.0f}", f"{mem['worker_maxrss'] / 2**20:.0f}",
+                         f"{mem['worker_anon_peak'] / 2**20:.0f}"))
             for p in mpaths:
                 os.remove(p)
         print(f"\nMemory: one rank, num_workers 2, prefetch_factor 4, {args.steps} steps of {args.batch} rows; "
               f"the loader holds {in_flight / 1e6:.1f} MB in flight\n")
-        print_markdown_table(("dataset (x what the loader holds)", "rank peak RSS MiB", "worker peak RSS MiB",
-                              "rank peak anonymous MiB"), rows)
+        print_markdown_table(("dataset (x what the loader holds)", "rank peak RSS MiB", "rank peak anon MiB",
+                              "worker peak RSS MiB", "worker peak anon MiB"), rows)
 
 
 if __name__ == "__main__":
