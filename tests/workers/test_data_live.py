@@ -17,17 +17,17 @@ LOADER = {"num_workers": 2, "prefetch_factor": 4, "pin_memory": "auto"}
 def test_token_shards_with_loader_workers_restart_bit_identical_and_match_4_ranks(ray_cluster, tmp_path):
     files = {"paths": [token_shards(tmp_path / "d", 4, 3000)], "seq_len": 32,
              "validation": [token_shards(tmp_path / "d", 1, 2000, prefix="val")]}
-    base = {"data": {"files": files, "loader": LOADER}, "resources.workers": 2, "checkpoint.every_steps": 5,
-            "train.steps": 16}
+    base = {"data": {"files": files, "loader": LOADER}, "resources.workers": 2, "checkpoint.every_steps": 4,
+            "train.steps": 12}
     two = Recorder()
     clean = run_job(spec_of(**base), tmp_path, "clean", two)
-    assert clean["state"] == "SUCCEEDED" and clean["final_loss"] < clean["initial_loss"] - 0.5
+    assert clean["state"] == "SUCCEEDED" and clean["final_loss"] < clean["initial_loss"] - 0.4
     assert clean["final_val_loss"] < clean["initial_loss"]
     four = Recorder()  # 4 ranks train the same global batches (a resize 4 -> 2 keeps them)
     assert run_job(spec_of(**{**base, "resources.workers": 4}), tmp_path, "four", four)["state"] == "SUCCEEDED"
     for a, b in zip(two.steps, four.steps, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), a["step"]
-    faulty = run_job(spec_of(**base, fault_injection=[{"at_step": 12, "rank": 1, "kind": "crash"}]),
+    faulty = run_job(spec_of(**base, fault_injection=[{"at_step": 10, "rank": 1, "kind": "crash"}]),
                      tmp_path, "faulty")
     assert faulty["state"] == "SUCCEEDED" and faulty["restarts"] == 1
     assert faulty["params_sha256"] == clean["params_sha256"]
