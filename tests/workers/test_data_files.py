@@ -164,3 +164,17 @@ def test_text_files_are_byte_windows(tmp_path):
     assert len(train) == (len(text) - 1) // 16
     x, y = train[1]
     assert bytes(x.tolist()) == text[16:32] and bytes(y.tolist()) == text[17:33]
+
+
+def test_a_local_hugging_face_tokenizer_tokenises_records(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1, "world": 2, "again": 3}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=words).save_pretrained(str(tmp_path / "tok"))
+    (tmp_path / "r.jsonl").write_text('{"text": "hello world again hello"}\n{"text": [3, 2, 1]}\n')
+    train, _ = build_datasets(spec_of(data={"files": {"paths": [str(tmp_path / "r.jsonl")], "format": "jsonl",
+                                                      "seq_len": 4}, "tokenizer": str(tmp_path / "tok")}))
+    assert train[0][0].tolist() == [1, 2, 3, 0] and train[0][1].tolist() == [2, 3, 1, -100]
+    assert train[1][0].tolist() == [3, 2, 0, 0]  # a list of ids is taken as it is
