@@ -151,5 +151,9 @@ class StorageTracker(TorchDispatchMode):
             self._active = False  # storages freed later no longer matter
             self._held.clear()
 
+    @property
+    def live_bytes(self) -> int:
+        return self._total
+
     def peak(self) -> MemoryPeak:
         return MemoryPeak(self._peak, dict(self._at_peak), dict(self._category_peaks))
