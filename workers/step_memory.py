@@ -7,8 +7,8 @@
   the step's ops allocate and free. Its cost is a Python call per op, so it runs on a schedule: the first
   `MEASURED_FIRST_STEPS` steps of each process and every `MEASURE_EVERY`-th step (docs/observability.md gives
   the measured overhead); other steps report no peak. Gradients are what autograd accumulated into `.grad`
-  (a post-accumulate-grad hook); a strategy's own gradient buffers (ZeRO-2 shards, FSDP's reduce-scatter
-  output, DDP buckets) count as activations and other buffers.
+  (a post-accumulate-grad hook) and ZeRO-2's reduced rows (`on_grad_shards`); other strategies' own gradient
+  buffers (FSDP's reduce-scatter output, DDP's buckets) count as activations and other buffers.
 """
 
 from __future__ import annotations
@@ -61,11 +61,14 @@ class StepMemory:
         self.model, self.optimizer, self.device = model, optimizer, device
         self.every, self.first = every, first
         self.steps_seen = 0
+        self.last: MemoryPeak | None = None  # the last measured step's
         self._tracker: StorageTracker | None = None
         if device.type != "cuda":
             for p in model.parameters():
                 if p.requires_grad:
                     p.register_post_accumulate_grad_hook(self._grad_accumulated)
+            if hasattr(optimizer, "on_grad_shards"):  # ZeRO-2 keeps its reduced gradient rows outside `.grad`
+                optimizer.on_grad_shards = self._grads_kept
 
     def due(self, step: int) -> bool:
         return (self.device.type == "cuda" or self.steps_seen <= self.first
@@ -89,7 +92,7 @@ class StepMemory:
         state = model_state_bytes(self.model, self.optimizer)  # held at the end of the step, grads included
         parts = {PARAMS: state["params"], GRADS: state["grads"], OPTIMIZER: state["optimizer"]}
         breakdown = {**parts, ACTIVATIONS: max(0, peak - sum(parts.values()))}
-        measurement.peak = MemoryPeak(peak, breakdown, breakdown)  # the allocator keeps no peak per category
+        measurement.peak = self.last = MemoryPeak(peak, breakdown, breakdown)  # no peak per category on CUDA
 
     def _tracked_peak(self) -> Iterator[StepMeasurement]:
         tracker = StorageTracker()
@@ -104,7 +107,12 @@ class StepMemory:
                 yield measurement
         finally:
             self._tracker = None
-        measurement.peak = tracker.peak()
+        measurement.peak = self.last = tracker.peak()
+
+    def _grads_kept(self, tensors: list[torch.Tensor]) -> None:
+        if self._tracker is not None:
+            for t in tensors:
+                self._tracker.classify(t, GRADS)
 
     def _grad_accumulated(self, p: torch.Tensor) -> None:
         if self._tracker is not None and p.grad is not None:

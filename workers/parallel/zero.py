@@ -1,16 +1,21 @@
 """ZeRO stages 1 and 2 over the data-parallel dimension (parameters stay whole).
 
 Every parameter is split by rows exactly as a DTensor `Shard(0)` would split it
-(ceil(rows / K) rows per rank, the last ranks possibly shorter or empty). After
-the local backward over all micro-batches, one flat reduce-scatter over all
-parameters leaves each rank the averaged gradient of its rows; each rank runs AdamW on its
-rows only and an all-gather rebuilds the whole parameter. Traffic per step is
-reduce-scatter + all-gather = 2(K-1)/K x gradient bytes, the same as DDP.
+(ceil(rows / K) rows per rank, the last ranks possibly shorter or empty). A
+reduce-scatter leaves each rank the averaged gradient of its rows; each rank runs
+AdamW on its rows only and an all-gather rebuilds the whole parameter. Traffic per
+step is reduce-scatter + all-gather = 2(K-1)/K x gradient bytes, the same as DDP
+(stage 2 with A micro-batches per rank: (A + 1)(K-1)/K x gradient bytes).
 
-  stage 1: gradients stay whole in `p.grad` (only this rank's rows are averaged);
-           optimiser state is sharded -> 4 + 4 + 8/K bytes per fp32 param.
-  stage 2: the whole gradient is freed once reduced; this rank keeps its rows
-           -> 4 + 12/K bytes per param.
+  stage 1: after the local backward over all micro-batches, one flat reduce-scatter
+           over all parameters; gradients stay whole in `p.grad` (only this rank's
+           rows are averaged); optimiser state is sharded -> 4 + 4 + 8/K bytes per
+           fp32 param, between steps and at peak.
+  stage 2: during every micro-batch's backward, bucket by bucket as gradients are
+           ready (workers/parallel/zero_buckets.py); each whole gradient is freed once
+           reduced and this rank accumulates its rows -> 4 + 12/K bytes per param
+           between steps, plus about one bucket of whole gradients at peak; the
+           gradients' reduce-scatter runs once per micro-batch (as DeepSpeed's).
 
 The optimiser state is exposed as `Shard(0)` DTensors keyed by the model's own
 parameters, so torch.distributed.checkpoint saves and reshards it exactly like
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -33,6 +39,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard
 from torch.optim.adam import adam
 
+from workers.parallel import zero_buckets
 from workers.parallel.base import (
     ForwardBackward,
     LayoutCost,
@@ -65,7 +72,7 @@ class ShardedAdamW(torch.optim.Optimizer):
     """AdamW whose state (and, at stage 2, gradient) covers only this rank's rows of each parameter."""
 
     def __init__(self, params, *, lr: float, weight_decay: float, stage: int, mesh: DeviceMesh,
-                 comm: CommMeter, offload: bool = False):
+                 comm: CommMeter, offload: bool = False, bucket_bytes: int | None = None):
         # AdamW's own defaults (amsgrad, foreach, ...) so that checkpoints carry the same param_groups keys.
         defaults = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=lr, weight_decay=weight_decay,
                                      foreach=False).defaults
@@ -73,7 +80,12 @@ class ShardedAdamW(torch.optim.Optimizer):
         self.stage, self.mesh, self.comm, self.offload = stage, mesh, comm, offload
         self.group = mesh.get_group()
         self.k, self.r = self.group.size(), dist.get_rank(self.group)
-        self.grad_shards: dict[nn.Parameter, torch.Tensor] = {}
+        self.grad_shards: dict[torch.Tensor, torch.Tensor] = {}
+        # Stage 2 reduce-scatters during backward; stage 1 keeps whole gradients anyway, so reduces after it.
+        self.buckets = (zero_buckets.GradientBuckets(list(self._params()), bucket_bytes or zero_buckets.BUCKET_BYTES,
+                                                    self._reduce_scatter)
+                        if stage == 2 else None)
+        self.on_grad_shards: Callable[[list[torch.Tensor]], None] | None = None  # memory accounting (telemetry)
 
     def _params(self):
         """The parameters split by rows (all but 0-dim ones)."""
@@ -91,34 +103,50 @@ class ShardedAdamW(torch.optim.Optimizer):
 
     # --- gradients ---------------------------------------------------------
 
+    def micro_batch(self) -> contextlib.AbstractContextManager:
+        """Around every micro-batch but the last (the last one's buckets `reduce_scatter_grads` flushes)."""
+        return self.buckets.micro_batch() if self.buckets is not None else contextlib.nullcontext()
+
     @torch.no_grad()
     def reduce_scatter_grads(self) -> None:
-        """Average each gradient over the data-parallel group, keeping only this rank's rows.
-
-        One reduce-scatter for all parameters: rank r's segment of the flat input holds rows
-        [r x per, (r+1) x per) of every gradient (zero-padded), so the output is this rank's rows.
-        """
+        """After backward: average the gradients over the data-parallel group, keeping this rank's rows
+        (stage 2: the buckets not reduced during backward)."""
         self._all_reduce_scalar_grads()
-        params = [p for p in self._params() if p.grad is not None]
-        if not params:
+        if self.buckets is not None:
+            self.buckets.finish()
+        else:
+            self._reduce_scatter([p for p in self._params() if p.grad is not None])
+
+    @torch.no_grad()
+    def _reduce_scatter(self, params: list[torch.Tensor]) -> None:
+        """One reduce-scatter for `params`: rank r's segment of the flat input holds rows
+        [r x per, (r+1) x per) of every gradient (zero-padded), so the output is this rank's rows."""
+        grads = [(p, p.grad) for p in params if p.grad is not None]
+        if not grads:
             return
-        layout = [(p, *_rows(p.shape[0], self.k, self.r)) for p in params]
-        flat = torch.cat([_padded(p.grad.div_(self.k), per * self.k).reshape(self.k, -1) for p, per, _, _ in layout],
+        layout = [(p, g, *_rows(p.shape[0], self.k, self.r)) for p, g in grads]
+        flat = torch.cat([_padded(g.div_(self.k), per * self.k).reshape(self.k, -1) for _, g, per, _, _ in layout],
                          dim=1)
         out = flat.new_empty(flat.shape[1])
         self.comm.launched(int((self.k - 1) / self.k * flat.numel() * flat.element_size()))
         dist.reduce_scatter_tensor(out, flat.view(-1), group=self.group)  # rank-major segments
         self.comm.finished()
+        del flat
         offset = 0
-        for p, per, lo, hi in layout:
+        for p, g, per, lo, hi in layout:
             size = per * (p.numel() // p.shape[0])
             mine = out[offset: offset + size].view(per, *p.shape[1:])[: hi - lo]
             offset += size
             if self.stage == 1:
-                p.grad[lo:hi].copy_(mine)
+                g[lo:hi].copy_(mine)
             else:
-                self.grad_shards[p] = mine.clone()
+                if p in self.grad_shards:  # a later micro-batch: accumulate into the rows
+                    self.grad_shards[p].add_(mine)
+                else:
+                    self.grad_shards[p] = mine  # a view of this bucket's output: its storage is the shards
                 p.grad = None  # stage 2: the whole gradient is not kept
+        if self.stage == 2 and self.on_grad_shards is not None:
+            self.on_grad_shards(list(self.grad_shards.values()))
 
     def _all_reduce_scalar_grads(self) -> None:
         """Average the 0-dim parameters' gradients in one small all-reduce (kept whole at stage 2 too)."""
@@ -235,10 +263,11 @@ class ZeroStrategy:
     @staticmethod
     def cost(spec, facts) -> LayoutCost:
         # ZeRO-1: weights and grads whole, moments sharded; ZeRO-2: grads sharded too. Reduce-scatter +
-        # all-gather move what one all-reduce does.
+        # all-gather move what one all-reduce does; ZeRO-2 reduce-scatters every micro-batch: (A + 1) halves.
         k, per_rank = spec.dp, params_per_rank(spec, facts)
         per_param = 8 + 8 / k if spec.parallel.zero == 1 else 4 + 12 / k
-        return LayoutCost(per_param * per_rank, ring(k) * 4 * per_rank)
+        rounds = 1.0 if spec.parallel.zero == 1 else (spec.grad_accum_steps + 1) / 2
+        return LayoutCost(per_param * per_rank, rounds * ring(k) * 4 * per_rank)
 
     def __init__(self) -> None:
         self.optimizer: ShardedAdamW | None = None
@@ -258,9 +287,10 @@ class ZeroStrategy:
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
                          ctx: StrategyContext) -> ForwardBackward:
+        optimizer = self._optimizer()
         with precision(ctx):
-            fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
-        self._optimizer().reduce_scatter_grads()
+            fb = accumulate(wrapped, micro, loss_fn, ctx, optimizer.micro_batch)
+        optimizer.reduce_scatter_grads()
         return fb
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
