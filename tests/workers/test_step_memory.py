@@ -5,26 +5,16 @@ model's own state, the CPU schedule measures steps 1-3 and every 10th, and activ
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from tests.workers.gloo_ranks import spawn_ranks
 
 DDP = {"resources.workers": 2, "train.steps": 10, "train.global_batch_size": 8, "train.micro_batch_size": 2}
 # 8 blocks wide enough that their saved activations, not the logits, dominate the activations' peak.
 EIGHT_BLOCKS = {"resources.workers": 2, "model.n_layers": 8, "model.d_model": 64, "model.n_heads": 4,
                 "model.seq_len": 64, "train.global_batch_size": 8, "train.micro_batch_size": 4}
-
-
-def _spawn(fn, world: int, *args) -> list:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    queue = mp.get_context("spawn").Queue()
-    mp.start_processes(fn, args=(world, port, queue, *args), nprocs=world, start_method="spawn")
-    return sorted(queue.get(timeout=240) for _ in range(world))
 
 
 def _records(rank: int, world: int, overrides: dict, steps: int, job_dir) -> tuple[list[dict], int]:
@@ -50,7 +40,7 @@ def _measure(rank, world, port, queue, tmp):
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    return _spawn(_measure, 2, str(tmp_path_factory.mktemp("step-memory")))
+    return spawn_ranks(_measure, 2, str(tmp_path_factory.mktemp("step-memory")))
 
 
 def test_the_peak_is_taken_during_the_step_and_broken_down(measured):

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.workers.test_step_memory import _spawn
+from tests.workers.gloo_ranks import spawn_ranks
 
 BUCKET_BYTES = 128 * 1024
 # 8 blocks of d_model 64: ~1.7 MB of fp32 gradients, a dozen buckets; 2 micro-batches per rank.
@@ -43,7 +43,7 @@ def _train(rank, world, port, queue, tmp):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    return _spawn(_train, 2, str(tmp_path_factory.mktemp("zero2-buckets")))
+    return spawn_ranks(_train, 2, str(tmp_path_factory.mktemp("zero2-buckets")))
 
 
 def test_zero2_holds_a_shard_and_one_bucket_of_gradients_at_peak(trained):

@@ -82,8 +82,8 @@ class ShardedAdamW(torch.optim.Optimizer):
         self.k, self.r = self.group.size(), dist.get_rank(self.group)
         self.grad_shards: dict[torch.Tensor, torch.Tensor] = {}
         # Stage 2 reduce-scatters during backward; stage 1 keeps whole gradients anyway, so reduces after it.
-        self.buckets = (zero_buckets.GradientBuckets(list(self._params()), bucket_bytes or zero_buckets.BUCKET_BYTES,
-                                                    self._reduce_scatter)
+        size = bucket_bytes or zero_buckets.BUCKET_BYTES
+        self.buckets = (zero_buckets.GradientBuckets(list(self._params()), size, self._reduce_scatter)
                         if stage == 2 else None)
         self.on_grad_shards: Callable[[list[torch.Tensor]], None] | None = None  # memory accounting (telemetry)
 
@@ -115,7 +115,7 @@ class ShardedAdamW(torch.optim.Optimizer):
         if self.buckets is not None:
             self.buckets.finish()
         else:
-            self._reduce_scatter([p for p in self._params() if p.grad is not None])
+            self._reduce_scatter(list(self._params()))
 
     @torch.no_grad()
     def _reduce_scatter(self, params: list[torch.Tensor]) -> None:
