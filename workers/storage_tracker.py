@@ -4,7 +4,8 @@ that counts (CPU): a TorchDispatchMode sees every storage an op creates, a weak 
 Counted: storages live when the region starts that the caller registers (parameters, gradients, optimiser
 state) and every storage an op inside the region allocates (activations, gradients, optimiser state created
 by the first update, communication buffers, temporaries). Not counted: other storages that existed before
-the region (a data batch already loaded, a cached buffer), unless an op resizes them.
+the region (the dataset a batch is sliced from, a cached buffer), even when an op views or writes them,
+unless they are resized.
 
 Each storage is counted once under a category, fixed when it is first seen and moved when the caller says
 what it became (`classify`, e.g. from a post-accumulate-grad hook); the breakdown at the peak is the
@@ -43,6 +44,16 @@ def storage_of(t: torch.Tensor) -> torch.UntypedStorage | None:
         return t.untyped_storage()
     except (RuntimeError, NotImplementedError):
         return None
+
+
+def _is_input(storage: torch.UntypedStorage, args: tuple, kwargs: dict | None) -> bool:
+    """Whether an op's output storage is one of its inputs' (a view, an in-place or `out=` op): not an
+    allocation. Checked only for storages not yet held, so mostly for fresh ones."""
+    for a in (*args, *(kwargs or {}).values()):
+        for t in a if isinstance(a, (tuple, list)) else (a,):
+            if isinstance(t, torch.Tensor) and storage_of(t) is storage:
+                return True
+    return False
 
 
 class StorageTracker(TorchDispatchMode):
@@ -127,7 +138,7 @@ class StorageTracker(TorchDispatchMode):
         for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor):
                 storage = storage_of(t)
-                if storage is not None and id(storage) not in self._held:
+                if storage is not None and id(storage) not in self._held and not _is_input(storage, args, kwargs):
                     self._add(storage, self.category)
         return out
 

@@ -76,3 +76,15 @@ def test_autograd_saves_activations_the_tracker_sees():
     layer_output = 32 * 64 * 4
     assert peak.category_peaks[ACTIVATIONS] >= 4 * layer_output
     assert peak.breakdown[PARAMS] == sum(p.numel() * 4 for p in model.parameters())
+
+
+def test_views_and_writes_of_storages_made_before_are_not_allocations():
+    dataset = torch.arange(10_000)  # 80 KB of int64, loaded before the step
+    tracker = StorageTracker()
+    with tracker:
+        batch = dataset[:100].view(10, 10)  # a view: no allocation
+        dataset[:5].add_(1)  # in place
+        torch.mul(dataset[:5], 2, out=dataset[5:10])  # into an existing storage
+        copy = batch.clone()  # 800 bytes: the one allocation
+    assert tracker.peak().peak_bytes == 800
+    del copy
