@@ -15,7 +15,7 @@ from tests.helpers import tiny_spec
 
 SUMMARY_KEYS = {"state", "steps", "initial_loss", "final_loss", "world_size", "layout", "samples_per_s",
                 "bubble_fraction", "bubble_fraction_theoretical", "model_state_bytes_per_rank",
-                "comm_bytes_per_step", "restarts", "params_sha256"}
+                "comm_bytes_per_step", "restarts", "params_sha256", "peak_memory_bytes_per_rank"}
 
 
 def trainyard(tmp_path: Path, *args: str, allow_faults: bool = False,
@@ -52,6 +52,9 @@ def test_run_json_crash_recovers_to_the_fault_free_hash(tmp_path, ray_address):
     assert clean["layout"] == {"dp": 2, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp", "world_size": 2}
     assert clean["bubble_fraction"] is None and clean["restarts"] == 0
     assert clean["comm_bytes_per_step"] > 0 and clean["model_state_bytes_per_rank"] > 0
+    # Measured inside the steps: each rank's peak holds its model state and the step's activations.
+    peaks = clean["peak_memory_bytes_per_rank"]
+    assert len(peaks) == 2 and all(p > clean["model_state_bytes_per_rank"] for p in peaks), peaks
 
     crashing = dict(base, fault_injection=[{"at_step": 12, "rank": 1, "kind": "crash"}])
     faulty = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "crash", crashing), "--json",
