@@ -39,6 +39,7 @@ class StepRecord:
     peak_memory_bytes: int | None = None
     peak_memory_breakdown: dict[str, int] | None = None
     peak_activation_bytes: int | None = None  # the activations' own high-water mark (what recompute lowers)
+    memory_tracked: bool = False  # the CPU storage tracker ran: this step's times include its cost
     ts: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict:

@@ -48,6 +48,7 @@ class StepAggregator:
             "model_state_bytes": ranks[0].get("model_state_bytes"),
             "bubble_fraction": bubble,
             "skipped": any(r.get("skipped") for r in ranks),
+            "memory_tracked": any(r.get("memory_tracked") for r in ranks),
             "skip_reason": next((r["skip_reason"] for r in ranks if r.get("skip_reason")), None),
             "bubble_fraction_theoretical": bubble_theory,
             "ts": max(r["ts"] for r in ranks),

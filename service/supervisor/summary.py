@@ -44,12 +44,19 @@ def peak_memory_per_rank(steps: list[dict], world_size: int) -> list[int | None]
     return peaks if any(p is not None for p in peaks) else None
 
 
+def steady_steps(steps: list[dict]) -> list[dict]:
+    """The steps that throughput and bubble are taken over: not the first fifth (warm-up), and not
+    the steps whose peak memory the CPU tracker measured (they run slower by its cost)."""
+    steady = steps[len(steps) // 5:] or steps
+    return [s for s in steady if not s.get("memory_tracked")] or steady
+
+
 def run_summary(run: Any) -> dict[str, Any]:
     """The summary of a JobRun (service/supervisor/run.py) as it stands."""
     steps: list[dict] = run.steps
     spec: JobSpec = run.spec
     result: dict = run.result
-    steady = steps[len(steps) // 5:] or steps  # skip warm-up steps for throughput
+    steady = steady_steps(steps)
     step_time = sum(s["step_time_s"] for s in steady)
     pipeline = pipeline_summary(run.current, steady)  # the split in use at the end
     g = spec.train.global_batch_size

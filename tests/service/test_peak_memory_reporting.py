@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from service.db import repository as repo
 from service.supervisor.aggregate import StepAggregator
-from service.supervisor.summary import peak_memory_per_rank
+from service.supervisor.summary import peak_memory_per_rank, steady_steps
 from tests.helpers import spec_of
 
 
@@ -54,3 +54,17 @@ def test_metric_points_carry_the_step_peaks(sessions):
     assert rows[0].extra["peak_memory_breakdown_per_rank"][1] == {"params": 100, "grads": 100, "optimizer": 200,
                                                                   "activations": 800}
     assert rows[1].extra is None
+
+
+def test_steps_slowed_by_the_cpu_tracker_are_left_out_of_the_steady_throughput():
+    agg = StepAggregator(world_size=2, global_batch_size=8)
+    steps = []
+    for step in range(1, 21):
+        tracked = step <= 3 or step % 10 == 0  # the CPU schedule
+        for rank in range(2):
+            joined = agg.add({**_rank_record(step, rank, 1000 if tracked else None), "memory_tracked": tracked})
+        steps.append(joined)
+    assert [s["step"] for s in steps if s["memory_tracked"]] == [1, 2, 3, 10, 20]
+    assert [s["step"] for s in steady_steps(steps)] == [5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    only_tracked = [s for s in steps if s["memory_tracked"]]
+    assert steady_steps(only_tracked) == only_tracked[1:]  # nothing else to take: the warm-up rule alone

@@ -46,6 +46,7 @@ def measured(tmp_path_factory):
 def test_the_peak_is_taken_during_the_step_and_broken_down(measured):
     for rank, steps, param_bytes, _ in measured:
         assert [s["step"] for s in steps if s["peak_memory_bytes"] is not None] == [1, 2, 3, 10], rank
+        assert [s["step"] for s in steps if s["memory_tracked"]] == [1, 2, 3, 10], rank  # their times carry its cost
         logits = 2 * 32 * 256 * 4  # one micro-batch's fp32 logits: live during the step, never between steps
         for s in steps:
             if s["peak_memory_bytes"] is None:

@@ -164,6 +164,7 @@ class Trainer:
             skipped=skipped, peak_memory_bytes=memory.peak.peak_bytes if memory.peak else None,
             peak_memory_breakdown=memory.peak.breakdown if memory.peak else None,
             peak_activation_bytes=memory.peak.category_peaks["activations"] if memory.peak else None,
+            memory_tracked=memory.tracker is not None,
         )
         return record
 
