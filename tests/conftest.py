@@ -18,6 +18,16 @@ def ray_cluster(tmp_path_factory):
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """One real MLflow tracking server on loopback (SQLite store) for the whole session."""
+    from tests.mlflow_server import MlflowServer
+
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(autouse=True)
 def shared_ray_left_clean(request):
     """Services started by a test leave the cluster's shared pieces (the warm worker pool,
