@@ -64,13 +64,12 @@ class TcpForward:
     """127.0.0.1:<port> -> target port, byte for byte. close() refuses new connections and cuts open
     ones: to a client it is a tracking server that went down."""
 
-    def __init__(self, target_port: int):
+    def __init__(self, target_port: int, listen_port: int = 0):
         self.target_port = target_port
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(("127.0.0.1", listen_port))
         self.port = self._listener.getsockname()[1]
         self.uri = f"http://127.0.0.1:{self.port}"
         self._open: list[socket.socket] = []
-        self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -99,10 +98,10 @@ class TcpForward:
                     pass
 
     def close(self) -> None:
-        self._closed = True
-        self._listener.close()
-        for s in self._open:
+        # shutdown() first: a plain close() leaves the socket listening while accept() blocks on it.
+        for s in (self._listener, *self._open):
             try:
-                s.close()
+                s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            s.close()
