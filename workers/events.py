@@ -331,7 +331,7 @@ class TrackingDroppedEvent(RunEvent):
 
     kind: ClassVar[str] = "tracking_dropped"
     sink: str
-    dropped: int  # records given up so far in this outage
+    dropped: int  # records given up since the previous such event of this sink
     steps: tuple[int, int] | None  # the first and last step among them, if any were step records
     error: str  # the last error the sink saw
 

@@ -69,9 +69,10 @@ class JobRun:
                  group_factory: GroupFactory | None = None, cluster: Cluster | None = None):
         self.spec, self.job_dir, self.job_id = spec, Path(job_dir), job_id
         self.current = spec  # the layout running now; differs from `spec` after an elastic resize
+        reports = listener or SilentListener()
         # With `tracking`, what the run reports also goes to MLflow / TensorBoard (off this thread).
-        self.tracking = tracked(listener or SilentListener(), spec, self.job_dir, job_id)
-        self.listener: RunListener = self.tracking or listener or SilentListener()
+        self.tracking = tracked(reports, spec, self.job_dir, job_id)
+        self.listener: RunListener = self.tracking or reports
         self.poll_interval_s, self.start_timeout_s = poll_interval_s, start_timeout_s
         self.group_factory: GroupFactory = group_factory or WorkerGroup
         self.cluster: Cluster = cluster or RayCluster()

@@ -103,7 +103,7 @@ def test_a_tracking_server_that_goes_away_mid_run_does_not_fail_a_program_job(se
     shutil.copytree(ROOT / "tests" / "fixtures" / "programs", code, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
     forward = TcpForward(mlflow_server.port)  # the job's way to the server, closed mid-run
-    steps = 60
+    steps = 80  # 0.1 s each: the cut comes well before the end
     spec = {"name": "outage", "resources": {"workers": 2, "cpus_per_worker": 1}, "parallel": {"dp": 2},
             "program": {"function": "mesh_train:train_func", "config": {"steps": steps, "sleep": 0.1},
                         "working_dir": str(code)},
