@@ -79,15 +79,15 @@ class BackgroundLogger:
 
     def close(self, timeout_s: float) -> None:
         """Deliver what is queued (one try per batch from now on), then stop; waits at most timeout_s."""
+        deadline = time.monotonic() + timeout_s
         self._closing.set()
         try:
             self._queue.put(_CLOSE, timeout=timeout_s)
         except queue.Full:
             pass
-        self._thread.join(timeout_s)
-        with self._lock:
-            pending = self._queue.qsize()
-        if pending:
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        pending = self._queue.qsize() - (1 if self._thread.is_alive() else 0)  # less the close marker
+        if pending > 0:
             log.warning("%s: %d records still queued at close, dropped", self.sink.name, pending)
             self._count_dropped([], f"{pending} records still queued at close", extra=pending)
         self._report(final=True)
