@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ log = logging.getLogger("trainyard.tracking")
 
 CLIENT_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 METRICS_PER_CALL, TAGS_PER_CALL = 1000, 100  # MLflow's log_batch limits
+# A supervisor lost and replaced is a restart only the control plane records (its event is in REST);
+# the run counts the supervisors that continued it instead.
+SUPERVISORS_TAG = "trainyard.supervisors"
 
 
 def _chunks(items: list, n: int) -> list[list]:
@@ -77,6 +81,9 @@ class MlflowSink:
         if self.ref is not None and not self._resumed:
             try:
                 client.update_run(self.ref.run_id, status="RUNNING")  # continued by this supervisor
+                self.ref = replace(self.ref, supervisors=self.ref.supervisors + 1)
+                client.set_tag(self.ref.run_id, SUPERVISORS_TAG, str(self.ref.supervisors))
+                run_file.save(self.job_dir, self.ref)
                 self._resumed = True
             except Exception as exc:
                 if getattr(exc, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":
@@ -102,7 +109,7 @@ class MlflowSink:
                 if experiment is None:
                     raise
                 experiment_id = experiment.experiment_id
-        tags = {**self.spec.tags, "trainyard.job_id": self.job_id}
+        tags = {**self.spec.tags, "trainyard.job_id": self.job_id, SUPERVISORS_TAG: "1"}
         run = client.create_run(experiment_id, run_name=self.run_name, tags=tags)
         ref = run_file.MlflowRunRef(self.spec.tracking_uri, experiment_id, run.info.run_id)
         run_file.save(self.job_dir, ref)  # before anything else: a new supervisor must find this run
@@ -116,7 +123,7 @@ class MlflowSink:
         for chunk in _chunks(params, TAGS_PER_CALL):
             client.log_batch(run_id, params=chunk, synchronous=True)
         assert self.ref is not None
-        self.ref = run_file.MlflowRunRef(self.ref.tracking_uri, self.ref.experiment_id, run_id, params_logged=True)
+        self.ref = replace(self.ref, params_logged=True)
         run_file.save(self.job_dir, self.ref)
 
     def _end(self, client: Any, run_id: str, end: RunEnd) -> None:

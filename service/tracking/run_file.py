@@ -20,6 +20,7 @@ class MlflowRunRef:
     experiment_id: str
     run_id: str
     params_logged: bool = False  # the spec's params went out (they are logged once per run)
+    supervisors: int = 1  # supervisors that logged to the run: one more after each supervisor restart or requeue
 
 
 def load(job_dir: Path, tracking_uri: str) -> MlflowRunRef | None:

@@ -108,7 +108,7 @@ def test_batches_reach_a_real_server_and_a_second_supervisor_continues_the_run(t
     logger.close(60)
     assert again.ref.run_id == run_id and logger.dropped == 0
     run = client.get_run(run_id)
-    assert run.info.status == "FINISHED"
+    assert run.info.status == "FINISHED" and run.data.tags["trainyard.supervisors"] == "2"
     assert len(client.search_runs([run.info.experiment_id])) == 1
     assert client.get_metric_history(run_id, "loss")[-1].step == 1501
     assert [a.path for a in client.list_artifacts(run_id)] == ["model.safetensors"]
