@@ -11,7 +11,7 @@ $(PY):
 
 # Re-install only when the project metadata changes.
 $(STAMP): pyproject.toml | $(PY)
-	$(PIP) install --quiet -e '.[dev,hf]'
+	$(PIP) install --quiet -e '.[dev,hf,tracking]'
 	touch $(STAMP)
 
 install: $(STAMP)

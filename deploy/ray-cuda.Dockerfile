@@ -18,7 +18,8 @@ COPY pyproject.toml README.md ./
 COPY api api
 COPY service service
 COPY workers workers
-RUN pip install . "ray[default,train]==${RAY_VERSION}"
+# .[tracking]: MLflow and TensorBoard, which the per-job supervisor (a Ray actor) logs to.
+RUN pip install .[tracking] "ray[default,train]==${RAY_VERSION}"
 
 FROM python:${PYTHON_VERSION}-slim-bookworm
 RUN apt-get update && apt-get install -y --no-install-recommends wget \

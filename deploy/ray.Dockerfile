@@ -22,7 +22,8 @@ COPY api api
 COPY service service
 COPY workers workers
 # ray[default]: the dashboard, agent, autoscaler and Ray Client server a KubeRay head runs.
-RUN pip install . "ray[default,train]==${RAY_VERSION}"
+# .[tracking]: MLflow and TensorBoard, which the per-job supervisor (a Ray actor) logs to.
+RUN pip install .[tracking] "ray[default,train]==${RAY_VERSION}"
 
 FROM python:${PYTHON_VERSION}-slim-bookworm
 # KubeRay's default probes call wget; `ray start` runs under bash. No compilers.

@@ -141,6 +141,8 @@ class Reconciler:
                 job.restarts = job.restarts_base + drained["restarts"]
                 spec = job.spec
                 job.layout = drained["layout"]
+                if drained.get("tracking"):  # the MLflow run id appears once the run exists on the server
+                    job.tracking = drained["tracking"]
                 summary = drained["summary"]
                 if job.state == JobState.QUEUED:  # preempted: its next supervisor resumes from the checkpoint
                     job.restarts_base = job.restarts  # a preemption is not a failure: restarts carry over

@@ -49,6 +49,7 @@ class JobRecord:
     last_checkpoint_step: int | None
     error: str | None
     summary: dict | None
+    tracking: dict | None
     cancel_requested: bool
     supervisor_name: str | None
 

@@ -24,6 +24,16 @@ def ray_address(ray_cluster):
     return ray_cluster.get_runtime_context().gcs_address
 
 
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """One real MLflow tracking server on loopback (SQLite store) for the whole session."""
+    from tests.mlflow_server import MlflowServer
+
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(autouse=True)
 def shared_ray_left_clean(request):
     """Services started by a test leave the cluster's shared pieces (the warm worker pool,

@@ -323,3 +323,23 @@ class SkippedStepEvent(RunEvent):
 
     def data(self) -> Json:
         return {"step": self.step, "loss": self.loss, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class TrackingDroppedEvent(RunEvent):
+    """A tracking sink (mlflow, tensorboard) gave up on some records: training went on without them."""
+
+    kind: ClassVar[str] = "tracking_dropped"
+    sink: str
+    dropped: int  # records given up since the previous such event of this sink
+    steps: tuple[int, int] | None  # the first and last step among them, if any were step records
+    error: str  # the last error the sink saw
+
+    @property
+    def message(self) -> str:
+        where = f" (steps {self.steps[0]}..{self.steps[1]})" if self.steps else ""
+        return f"{self.sink} logging dropped {self.dropped} record(s){where} after retries: {self.error}"
+
+    def data(self) -> Json:
+        return {"sink": self.sink, "dropped": self.dropped, "steps": list(self.steps) if self.steps else None,
+                "error": self.error}

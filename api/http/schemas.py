@@ -40,6 +40,7 @@ def job_out(job: JobRecord | JobRow, full: bool = True) -> dict:
         "restarts": job.restarts, "last_checkpoint_step": job.last_checkpoint_step,
         "layout": job.layout, "error": job.error, "cancel_requested": job.cancel_requested,
         "supervisor": job.supervisor_name,
+        "tracking": job.tracking,  # {"mlflow": {"run_id", "experiment_id", ...}, "tensorboard": {"logdir"}}
     }
     if full:
         out["summary"] = job.summary

@@ -91,6 +91,7 @@ class Job(Base):
     last_checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     summary: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    tracking: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # MLflow run, TensorBoard dir (spec.tracking)
     # submit idempotency and supervisor bookkeeping
     idempotency_key: Mapped[str | None] = mapped_column(String(128), nullable=True)
     body_sha256: Mapped[str] = mapped_column(String(64))

@@ -122,7 +122,8 @@ class JobSupervisor:
             return {"job_id": None, "epoch": 0, "started": False, "done": False, "summary": None, "seq": 0}
         return {"job_id": self.job_id, "epoch": self.epoch, "started": True, "state": str(run.state),
                 "restarts": run.restarts, "last_checkpoint_step": run.last_checkpoint_step, "layout": run.layout(),
-                "done": self._summary is not None, "summary": self._summary, "seq": self._seq}
+                "done": self._summary is not None, "summary": self._summary, "seq": self._seq,
+                "tracking": run.tracking_info()}
 
     def cancel(self) -> bool:
         if self._run is not None:

@@ -34,6 +34,7 @@ from service.supervisor.program_steps import ProgramStepJoiner
 from service.supervisor.straggler_response import StragglerResponse
 from service.supervisor.stragglers import StragglerWatch
 from service.supervisor.summary import final_result, layout_of, run_summary
+from service.tracking.listener import tracked
 from trainyard.checkpoints import complete_checkpoints_in
 from workers.checkpointing import latest_checkpoint
 from workers.events import (
@@ -68,7 +69,10 @@ class JobRun:
                  group_factory: GroupFactory | None = None, cluster: Cluster | None = None):
         self.spec, self.job_dir, self.job_id = spec, Path(job_dir), job_id
         self.current = spec  # the layout running now; differs from `spec` after an elastic resize
-        self.listener: RunListener = listener or SilentListener()
+        reports = listener or SilentListener()
+        # With `tracking`, what the run reports also goes to MLflow / TensorBoard (off this thread).
+        self.tracking = tracked(reports, spec, self.job_dir, job_id)
+        self.listener: RunListener = self.tracking or reports
         self.poll_interval_s, self.start_timeout_s = poll_interval_s, start_timeout_s
         self.group_factory: GroupFactory = group_factory or WorkerGroup
         self.cluster: Cluster = cluster or RayCluster()
@@ -108,8 +112,12 @@ class JobRun:
             if self.avoid_nodes:  # an earlier supervisor of this job moved ranks off these nodes
                 self.listener.on_event(ExcludedNodesEvent(tuple(sorted(self.avoid_nodes))))
             attempt = 0
-            while self._apply(self._attempt(attempt)):
-                attempt += 1
+            try:
+                while self._apply(self._attempt(attempt)):
+                    attempt += 1
+            finally:
+                if self.tracking is not None:  # the final validation loss, the exported model, the run's end
+                    self.tracking.finish(self.result.get("val_loss"))
             return self.summary()
 
     # --- the loop: one attempt per worker group, then its outcome applied ---------------------
@@ -337,6 +345,10 @@ class JobRun:
 
     def summary(self) -> dict[str, Any]:
         return run_summary(self)
+
+    def tracking_info(self) -> dict[str, Any] | None:
+        """The job's MLflow run and TensorBoard directory (its REST view), when it tracks."""
+        return self.tracking.info() if self.tracking is not None else None
 
     def layout(self, spec: JobSpec | None = None) -> dict[str, Any]:
         return layout_of(spec or self.current)

@@ -93,5 +93,6 @@ def run_summary(run: Any) -> dict[str, Any]:
         "export_path": result.get("export_path"),
         "hf_export_path": result.get("hf_export_path"),  # an hf job: its save_pretrained directory
         "job_dir": str(Path(run.job_dir)),
+        "tracking": run.tracking_info(),  # the MLflow run and TensorBoard directory, when the job tracks
         "error": run.error,
     }

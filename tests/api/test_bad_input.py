@@ -57,6 +57,17 @@ CASES = [
     ("priority not a number", dict(json=tiny_spec(), params={"priority": "high"}), 422, ["priority"]),
     ("idempotency key too long", dict(json=tiny_spec(), headers={"Idempotency-Key": "k" * 500}), 422, ["idempotency-key"]),
     ("huge body", dict(json={**tiny_spec(), "pad": "x" * 300_000}), 413, ["body", "over the limit"]),
+    # Tracking: the server must be an http(s) URL, keys are the contract, MLflow's own tags are its own.
+    ("tracking uri not http", dict(json=tiny_spec(**{"tracking.mlflow": {"tracking_uri": "file:///tmp/mlruns"}})),
+     422, ["tracking.mlflow.tracking_uri", "http:// or https:// URL"]),
+    ("tracking unknown key", dict(json=tiny_spec(**{"tracking.mlflow": {"tracking_uri": "http://m:5000",
+                                                                       "experment": "x"}})),
+     422, ["tracking.mlflow.experment", "Extra inputs are not permitted"]),
+    ("tracking reserved tag", dict(json=tiny_spec(**{"tracking.mlflow": {"tracking_uri": "http://m:5000",
+                                                                        "tags": {"mlflow.user": "x"}}})),
+     422, ["tracking.mlflow.tags", "MLflow's own"]),
+    ("tensorboard not a flag", dict(json=tiny_spec(**{"tracking.tensorboard": "sometimes"})), 422,
+     ["tracking.tensorboard", "boolean"]),
     # Users' own models: each incompatible combination names the field and says what to do.
     ("hf unknown model type", dict(json=_user_model({"hf": {"model_type": "lama"}})), 422,
      ["model.hf.model_type", "did you mean 'llama'"]),

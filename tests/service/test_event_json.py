@@ -22,6 +22,7 @@ from workers.events import (
     StragglerAction,
     StragglerEvent,
     StragglerRecoveredEvent,
+    TrackingDroppedEvent,
 )
 
 LAYOUT_4 = {"dp": 4, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp", "world_size": 4}
@@ -88,6 +89,10 @@ CASES = [
     (SkippedStepEvent(6, 2.5, "fp16_overflow"),
      {"kind": "skipped_step", "message": "step 6: fp16 overflow (loss scale halved), update skipped",
       "data": {"step": 6, "loss": 2.5, "reason": "fp16_overflow"}}),
+    (TrackingDroppedEvent("mlflow", 12, (4, 7), "ConnectionError: refused"),
+     {"kind": "tracking_dropped",
+      "message": "mlflow logging dropped 12 record(s) (steps 4..7) after retries: ConnectionError: refused",
+      "data": {"sink": "mlflow", "dropped": 12, "steps": [4, 7], "error": "ConnectionError: refused"}}),
 ]
 
 

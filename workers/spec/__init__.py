@@ -6,6 +6,7 @@ job.py       JobSpec and its other sections   derived.py   values the rules and 
 rules.py     the rules spanning fields        errors.py    Violation, SpecError, the 422 shape
 hf_config.py transformers config classes, never weights
 program.py   the `program` section (the user's own loop); program_rules.py its rules
+tracking.py  the `tracking` section (MLflow, TensorBoard)
 
 A stored spec loads with `JobSpec.model_validate`; a submitted one goes through
 workers/spec_loading.py (`parallel: auto`, then every rule and each strategy's own).
@@ -74,6 +75,7 @@ from workers.spec.rules import (
     fault_injection_allowed,
     rule_violations,
 )
+from workers.spec.tracking import MlflowTrackingSpec, TrackingSpec
 
 __all__ = [
     "CheckpointSpec",
@@ -98,6 +100,7 @@ __all__ = [
     "JobSpec",
     "LocalSGDSpec",
     "LossSpikeSpec",
+    "MlflowTrackingSpec",
     "MLPModelSpec",
     "ModelEntrypointSpec",
     "ModelSpec",
@@ -123,6 +126,7 @@ __all__ = [
     "SupervisorSpec",
     "SyntheticDataSpec",
     "TextDataSpec",
+    "TrackingSpec",
     "TrainSpec",
     "USER_MODELS",
     "V_SCHEDULES",

@@ -18,6 +18,7 @@ from workers.spec.data import DataSpec, TextDataSpec
 from workers.spec.model import GPTModelSpec, ModelSpec
 from workers.spec.parallel import ParallelSpec
 from workers.spec.program import ProgramSpec
+from workers.spec.tracking import TrackingSpec
 
 
 class TrainSpec(Strict):
@@ -124,6 +125,8 @@ class JobSpec(Strict):
     supervisor: SupervisorSpec = Field(default_factory=SupervisorSpec)
     program: ProgramSpec | None = Field(None, description="the user's own training loop (a command or a "
                                         "function) instead of Trainyard's; then model, data and train are refused")
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="also log params, per-step metrics "
+                                   "and the exported model to MLflow and/or TensorBoard")
 
     @model_serializer(mode="wrap")
     def _without_trainer_sections(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict:
