@@ -40,11 +40,11 @@ def global_grad_norm_clip(model: nn.Module, max_norm: float) -> float | None:
     if not grads:
         return None
     world = dist.get_world_size()
-    total = torch.zeros((), dtype=torch.float64)
-    for g in grads:
-        local = g._local_tensor if isinstance(g, DTensor) else g
+    locals_ = [g._local_tensor if isinstance(g, DTensor) else g for g in grads]
+    total = torch.zeros((), dtype=torch.float64, device=locals_[0].device)  # a data collective: on the device
+    for g, local in zip(grads, locals_):
         replicas = world / _distinct_copies(g)
-        total += local.detach().double().pow(2).sum().cpu() / replicas
+        total += local.detach().double().pow(2).sum() / replicas
     dist.all_reduce(total)
     norm = math.sqrt(float(total))
     if math.isfinite(max_norm):

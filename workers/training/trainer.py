@@ -25,6 +25,7 @@ from workers.model_io import UserModelError, call_model, logits_of, to_device
 from workers.models import build_model, hf_source
 from workers.models.hf import save_pretrained
 from workers.parallel import StrategyContext, build_strategy
+from workers.parallel.control_group import ControlGroups
 from workers.parallel.layout import Layout
 from workers.spec import HFModelSpec, JobSpec
 from workers.telemetry import (
@@ -49,6 +50,7 @@ class Trainer:
         self.job_dir = job_dir
         self.layout = Layout.of(spec)
         self.mesh = self.layout.build_mesh(device)
+        self.control_groups = ControlGroups()  # host-side collectives: gloo, on GPU too
         # Ranks that share a dp index see the same data (tensor/pipeline peers).
         self.dp, self.dp_rank = self.layout.dp, self.layout.coordinates(rank)["dp"]
         self.accum = spec.grad_accum_steps
@@ -75,7 +77,7 @@ class Trainer:
         if spec.train.init_from:
             checkpointing.load_weights(Path(spec.train.init_from), model)
         self.strategy = build_strategy(spec)
-        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm)
+        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups)
         self.model = self.strategy.wrap(model, self.ctx)
         self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
         self.checkpointer = checkpointing.Checkpointer(job_dir, spec.checkpoint.keep, rank)
@@ -190,9 +192,8 @@ class Trainer:
         every rank must skip the same updates, as with non-finite gradients."""
         if self.spec.fault_tolerance.loss_spike is None:
             return False
-        flag = torch.tensor([1.0 if self.spikes.is_spike(loss) else 0.0], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        flag = torch.tensor([1.0 if self.spikes.is_spike(loss) else 0.0])
+        return bool(self.control_groups.all_reduce(flag, op=dist.ReduceOp.MAX).item())
 
     def _roll_back(self, step: int) -> "NonFiniteTraining":
         """Too many bad steps in a row: record what the rollback changes (rank 0 writes the ledger,
@@ -219,7 +220,7 @@ class Trainer:
         every = self.spec.fault_tolerance.integrity_check_every
         if not every or (self.step % every and not force):
             return
-        check_replicas(self.strategy.replica_groups(self.model, self.ctx), self.step)
+        check_replicas(self.strategy.replica_groups(self.model, self.ctx), self.step, self.control_groups)
 
     def _step_loss(self, n_micro: int):
         """The loss as strategies see it: with uneven shares, weight each micro-batch by its size.
@@ -279,7 +280,7 @@ class Trainer:
             if checkpointed:
                 self._report_durable(emit, self.checkpointer.wait())  # at most one save in flight
                 self.checkpointer.save(self.model, self.optimizer, self.step)
-            stop, shares = (control.agree(self.device, may_stop=checkpointed)
+            stop, shares = (control.agree(self.control_groups, may_stop=checkpointed)
                             if agreement_due(spec, self.step, checkpointed) else (False, None))
             emit(RankStep(record))
             if shares is not None:  # a live straggler rebalance: the next step splits the global batch anew
@@ -315,7 +316,7 @@ class Trainer:
                                       "spec": self.spec.model_dump(mode="json")}))
             if isinstance(self.spec.model, HFModelSpec):  # also as transformers loads it: hf/ beside it
                 result["hf_export_path"] = str(save_pretrained(*hf_source(self.spec.model), state, self.job_dir / "hf"))
-        dist.barrier()
+        self.control_groups.barrier()
         return result
 
 
