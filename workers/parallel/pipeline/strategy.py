@@ -362,18 +362,19 @@ class PipelineStrategy:
         """Clip by the norm over the whole model: squared norms summed over the pipeline's stages (and,
         with TP, over the tensor-parallel shards, counting a replicated parameter once)."""
         grads = [p.grad for p in wrapped.parameters() if p.grad is not None]
-        local = torch.zeros(1, dtype=torch.float32, device=self.device)  # a data collective: on the device
-        for g in grads:
-            piece = torch.linalg.vector_norm(_local(g)) ** 2
-            local += piece if _sharded(g) or self.tp == 1 else piece / self.tp
+        # One fused norm per tensor, on the device; a replicated tensor's square counts 1/tp per shard.
+        weights = torch.tensor([1.0 if _sharded(g) or self.tp == 1 else 1.0 / self.tp for g in grads] or [0.0],
+                               device=self.device)
+        norms = torch._foreach_norm([_local(g) for g in grads]) if grads else [torch.zeros((), device=self.device)]
+        local = (torch.stack(norms).square() * weights).sum().reshape(1)
         dist.all_reduce(local, group=self.pp_group)
         if self.tp > 1:
             dist.all_reduce(local, group=self.tp_group)
         total = local.sqrt()
         if math.isfinite(max_norm):
             coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # as clip_grad_norm_ does, in float32
-            for g in grads:
-                _local(g).mul_(coef)
+            if grads:
+                torch._foreach_mul_([_local(g) for g in grads], coef.reshape(()))
         return float(total)
 
     def full_model_state(self, wrapped: nn.Module) -> dict[str, torch.Tensor]:
