@@ -27,6 +27,7 @@ from workers.models.hf import save_pretrained
 from workers.parallel import StrategyContext, build_strategy
 from workers.parallel.control_group import ControlGroups
 from workers.parallel.layout import Layout
+from workers.peak_flops import peak_flops
 from workers.spec import HFModelSpec, JobSpec
 from workers.telemetry import (
     CommMeter,
@@ -41,6 +42,7 @@ from workers.training.loss_scaling import LossScaler
 from workers.training.losses import LOSSES
 from workers.training.lr_schedule import lr_at
 from workers.training.recovery import LossSpikeDetector, RecoveryState
+from workers.training.step_clock import clock_for
 
 
 class Trainer:
@@ -54,7 +56,9 @@ class Trainer:
         # Ranks that share a dp index see the same data (tensor/pipeline peers).
         self.dp, self.dp_rank = self.layout.dp, self.layout.coordinates(rank)["dp"]
         self.accum = spec.grad_accum_steps
-        self.comm = CommMeter()
+        self.clock = clock_for(device)  # host time on CPU, CUDA events on GPU
+        self.peak = peak_flops(device, half=spec.parallel.mixed_precision != "fp32")  # for MFU
+        self.comm = CommMeter(self.clock if device.type == "cuda" else None)
         self.loss_fn = LOSSES[spec.train.loss]
         self.faults = FaultInjector(spec.fault_injection, rank, job_dir)
         self.step = 0  # optimizer steps completed
@@ -106,7 +110,7 @@ class Trainer:
         torch.manual_seed(spec.train.seed * 1_000_003 + s * 4099 + self.rank)
         self.model.train()
         self.comm.reset()
-        t0, cpu0 = time.perf_counter(), _cpu_clock()
+        t0, cpu0, start = time.perf_counter(), _cpu_clock(), self.clock.mark()
         micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size,
                                                     self.shares))
         loss_fn = self._step_loss(len(micro))
@@ -120,9 +124,10 @@ class Trainer:
         if fb.loss is not None:
             fb.loss /= self.scaler.factor  # a power of two: exact
         self.scaler.unscale_(self.model)
-        backward_done = time.perf_counter()
+        backward_done, backward_mark = time.perf_counter(), self.clock.mark()
         # Time blocked after the last gradient was ready is exposed communication.
         comm_time = max(0.0, backward_done - self.comm.last_launch) if self.comm.last_launch else 0.0
+        launch_mark = self.comm.last_launch_mark  # GPU: read after the step's synchronisation below
         if fb.comm_time_s is not None:  # the strategy timed its own communication (pipeline p2p + all-reduce)
             comm_time = fb.comm_time_s
 
@@ -151,9 +156,12 @@ class Trainer:
         if self.model_state_bytes is None:  # measured once, while grads and optimiser state exist
             self.model_state_bytes = model_state_bytes(self.model, self.optimizer)["total"]
         self.optimizer.zero_grad(set_to_none=True)
+        end = self.clock.mark()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        step_time = time.perf_counter() - t0
+            if launch_mark is not None and fb.comm_time_s is None:
+                comm_time = max(0.0, self.clock.seconds(launch_mark, backward_mark))
+        step_time = self.clock.seconds(start, end) if self.device.type == "cuda" else time.perf_counter() - t0
 
         self.step = s + 1
         self.faults.flip_a_bit(self.step, self.model)
@@ -165,6 +173,7 @@ class Trainer:
             samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
             comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
             skipped=skipped, peak_memory_bytes=peak_memory_bytes(self.device),
+            peak_flops_per_s=self.peak.flops_per_s,
         )
         return record
 
