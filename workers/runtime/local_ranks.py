@@ -9,7 +9,9 @@ trains the given jobs one after the other in it, so a table of jobs pays for one
 from __future__ import annotations
 
 import os
+import queue as queue_module
 import socket
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -89,13 +91,26 @@ def run_jobs(jobs: list[tuple[str, object]], world: int, job_dir: str, device_ty
     procs = mp.start_processes(_rank_main, args=(world, free_port(), device_type, named, audit, queue),
                                nprocs=world, start_method="spawn", join=False)
     results: dict[str, list[dict]] = {name: [{} for _ in range(world)] for name, _ in jobs}
-    for _ in range(len(jobs) * world):
-        name, rank, result = queue.get(timeout=timeout_s)
+    deadline, expected = time.monotonic() + timeout_s, len(jobs) * world
+    while expected and time.monotonic() < deadline:
+        try:
+            name, rank, result = queue.get(timeout=1.0)
+        except queue_module.Empty:
+            dead = [p.exitcode for p in procs.processes if p.exitcode not in (None, 0)]
+            if dead:  # a rank exited (an injected crash, or a failure): the job ends here
+                break
+            continue
         results[name][rank] = result
+        expected -= 1
         if result["state"] == "FAILED":  # the rank raised: its peers hang or fail in the next collective
             break
     for p in procs.processes:
         p.join(timeout=30)
         if p.is_alive():
             p.kill()
+    for rows in results.values():
+        for rank, row in enumerate(rows):
+            if not row:
+                code = procs.processes[rank].exitcode
+                row.update(state="FAILED", error=f"rank {rank} gave no result (exit code {code})")
     return results
