@@ -8,6 +8,7 @@ trains the given jobs one after the other in it, so a table of jobs pays for one
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue as queue_module
 import socket
@@ -41,15 +42,10 @@ def train_job(spec, rank: int, world: int, device: torch.device, job_dir: Path, 
 
     steps: list = []
     recorder = CollectiveRecorder()
-    if audit:
-        recorder.__enter__()
-    try:
+    with recorder if audit else contextlib.nullcontext():
         trainer = Trainer(spec, rank, world, device, job_dir)
         trainer.resume_from_latest()
         result = trainer.run(lambda event: steps.append(getattr(event, "record", None)), RankControl())
-    finally:
-        if audit:
-            recorder.__exit__(None, None, None)
     result["losses"] = [r["loss"] for r in steps if isinstance(r, dict) and "loss" in r]
     result["records"] = [r for r in steps if isinstance(r, dict)]
     if audit:
