@@ -26,8 +26,8 @@ PEAK_FLOPS: dict[str, tuple[float, float]] = {
     "H200": (989.4 * T, 66.9 * T),  # SXM
     "A100": (312 * T, 19.5 * T),  # SXM4 and PCIe, 40 and 80 GB
     "L40S": (362.05 * T, 91.6 * T),
-    "A10G": (70 * T, 31.2 * T),  # AWS's A10G has no NVIDIA data sheet: the commonly quoted figures
-    "B200": (2250 * T, 75 * T),  # HGX B200 per GPU
+    "A10G": (70 * T, 31.2 * T),  # AWS part, no NVIDIA sheet: the widely quoted figures (A10: 125), uncertain
+    "B200": (2250 * T, 75 * T),  # HGX B200 per GPU (third-party copies quote FP32 as 75 or 80)
 }
 
 
