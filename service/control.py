@@ -114,18 +114,13 @@ class ControlPlane:
             self.shared.worker_up(-1)
             self.engine.dispose()
             return
+        log.info("stopping the control plane")
         self._stop.set()
         self.wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-        if self.pool is not None and self.ray_ready.is_set():
-            self.pool.shutdown()
+        if self._thread is not None:  # it lets Ray go before it ends (_main)
+            self._thread.join(timeout=60)
         if self.lease is not None:
             self.lease.release()
-        if not self.settings.ray_address:  # the local Ray this process started goes with it
-            import ray
-
-            ray.shutdown()
         self.engine.dispose()
 
     def _wait_for_lease(self, lease: LeaderLease) -> bool:
@@ -162,6 +157,25 @@ class ControlPlane:
     # --- the loop ------------------------------------------------------------
 
     def _main(self) -> None:
+        try:
+            self._run_loops()
+        finally:
+            self._release_ray()
+
+    def _release_ray(self) -> None:
+        """Our standbys go, and a local Ray this process started stops with every process of it.
+        This thread started that Ray, and its daemons die with it (a parent-death signal, which
+        Linux sends when the parent *thread* ends): so it stops Ray before it ends, not after."""
+        if not self.ray_ready.is_set():
+            return
+        if self.pool is not None:
+            self.pool.shutdown()  # our standbys; the next leader starts its own
+        if not self.settings.ray_address:
+            from service.ray_client import stop_local_ray
+
+            stop_local_ray()
+
+    def _run_loops(self) -> None:
         from service.ray_client import connect
         from service.scheduler import cluster_capacity
 
@@ -181,6 +195,7 @@ class ControlPlane:
         gc.freeze()
         self.ray_ready.set()
         if not self.settings.control_loops:
+            self._stop.wait()  # keep Ray until the process stops (see _release_ray)
             return
         lease = self.lease
         assert lease is not None, "start() takes the lease before this thread when control_loops is on"

@@ -116,7 +116,11 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("trainyard_rank_model_state_bytes", "gauge", "Parameters, gradients and optimiser state held by the rank",
        ["job", "rank"]),
     _m("trainyard_rank_peak_memory_bytes", "gauge",
-       "Peak memory of the rank: device max allocated on GPU, process peak RSS on CPU", ["job", "rank"]),
+       "High-water mark of the rank's tensor memory during its last measured step (CUDA allocator on GPU, "
+       "tracked tensor storage on CPU)", ["job", "rank"]),
+    _m("trainyard_rank_peak_memory_category_bytes", "gauge",
+       "What the rank's last measured peak held by category (params, grads, optimizer, activations)",
+       ["job", "rank", "category"]),
     # --- per pipeline stage (live) -----------------------------------------------------
     _m("trainyard_stage_bubble_fraction", "gauge", "Measured bubble (idle / pipeline makespan) at the last step",
        ["job", "stage"]),
@@ -222,6 +226,9 @@ def step_updates(job: str, rec: dict) -> list[Update]:
                           ("peak_memory_bytes", "trainyard_rank_peak_memory_bytes")):
             if r.get(key) is not None:
                 out.append(update(name, "set", r[key], job=job, rank=rank))
+        for category, nbytes in (r.get("peak_memory_breakdown") or {}).items():
+            out.append(update("trainyard_rank_peak_memory_category_bytes", "set", nbytes, job=job, rank=rank,
+                              category=category))
     for st in rec.get("stages") or ():
         stage = st["stage"]
         for key, name in (("bubble_fraction", "trainyard_stage_bubble_fraction"),

@@ -18,6 +18,12 @@ def ray_cluster(tmp_path_factory):
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def ray_address(ray_cluster):
+    """The session's local Ray, for the processes under test that join it (`trainyard serve`, `trainyard run`)."""
+    return ray_cluster.get_runtime_context().gcs_address
+
+
 @pytest.fixture(autouse=True)
 def shared_ray_left_clean(request):
     """Services started by a test leave the cluster's shared pieces (the warm worker pool,

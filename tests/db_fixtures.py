@@ -59,9 +59,3 @@ def sessions(db_url):
     migrate(engine)
     yield make_sessionmaker(engine)
     engine.dispose()
-
-
-@pytest.fixture(scope="session")
-def ray_address(ray_cluster):
-    """The session's local Ray, shared by the `trainyard serve` processes under test."""
-    return ray_cluster.get_runtime_context().gcs_address

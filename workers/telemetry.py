@@ -34,8 +34,13 @@ class StepRecord:
     model_state_bytes: int | None = None
     skipped: bool = False  # the update was skipped (non-finite gradients)
     stage: dict | None = None  # pipeline: this rank's stage accounting (see workers/parallel/pipeline/bubble.py)
-    peak_memory_bytes: int | None = None  # device max allocated on GPU, process peak RSS on CPU
+    # The high-water mark during this step (workers/step_memory.py) and what it held by category
+    # (params, grads, optimizer, activations); None on steps the CPU schedule does not measure.
+    peak_memory_bytes: int | None = None
+    peak_memory_breakdown: dict[str, int] | None = None
+    peak_activation_bytes: int | None = None  # the activations' own high-water mark (what recompute lowers)
     peak_flops_per_s: float | None = None  # the worker's peak for MFU (workers/peak_flops.py); None: unknown
+    memory_tracked: bool = False  # the CPU storage tracker ran: this step's times include its cost
     ts: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict:
@@ -89,15 +94,3 @@ def model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dic
     grads += sum(local(g) for g in getattr(optimizer, "sharded_grads", list)())
     opt = sum(local(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
     return {"params": params, "grads": grads, "optimizer": opt, "total": params + grads + opt}
-
-
-def peak_memory_bytes(device: torch.device) -> int | None:
-    """The rank's peak memory so far: max allocated on a CUDA device, else the process's peak RSS."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    try:
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
-    except (ImportError, OSError):
-        return None

@@ -16,18 +16,17 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import httpx
 import yaml
 from rich.console import Console
-from rich.table import Table
 
 from api.cli.client import ApiFailure, Client
 from api.cli.code_upload import local_working_dir, upload, with_working_dir
+from api.cli.demo_table import summary_table
 from api.cli.follow import follow_jobs
-from api.cli.output import steps_of
+from service.process_tree import descendants, wait_gone
 from service.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (api/cli/demo.py)
@@ -71,13 +70,18 @@ def start_service(home: Path, port: int) -> tuple[subprocess.Popen, Path]:
 
 
 def stop_service(proc: subprocess.Popen) -> None:
+    """SIGTERM (the service stops its local Ray and waits for it), then wait for every process the
+    service started, so that nothing of the demo runs once it returns, even if the service had to
+    be killed."""
+    tree = descendants(proc.pid)
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(60)
+            proc.wait(120)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    wait_gone(tree, 30)
 
 
 def demo_specs() -> list[dict]:
@@ -109,24 +113,6 @@ def straggler_story(client: Client, jobs: list[dict]) -> list[str]:
             for e in client.events(j["id"]) if e["kind"] in kinds]
 
 
-def summary_table(jobs: list[dict]) -> Table:
-    table = Table(title="Trainyard demo: summary")
-    for col in ("job", "id", "state", "steps", "loss", "samples/s", "restarts", "wall"):
-        table.add_column(col, no_wrap=True)
-    for j in jobs:
-        s = j.get("summary") or {}
-        start, end = s.get("initial_loss"), s.get("final_loss")
-        loss = f"{start:.2f}→{end:.2f}" if start is not None and end is not None else "-"
-        wall = "-"
-        if j.get("started_at") and j.get("finished_at"):
-            elapsed = datetime.fromisoformat(j["finished_at"]) - datetime.fromisoformat(j["started_at"])
-            wall = f"{elapsed.total_seconds():.1f}s"
-        rate = s.get("samples_per_s")
-        table.add_row(j["name"], j["id"], j["state"], steps_of(j), loss,
-                      f"{rate:,.0f}" if rate else "-", str(j["restarts"]), wall)
-    return table
-
-
 def main() -> int:
     home = Path(os.environ.get("TRAINYARD_HOME", ROOT / ".trainyard")).resolve()
     os.environ["TRAINYARD_HOME"] = str(home)
@@ -143,7 +129,7 @@ def main() -> int:
             ids.append(job["id"])
             console.print(f"POST /v1/jobs {spec['name']:<16} -> 201 {job['id']} {job['state']}")
         final = follow_jobs(client, ids, console, timeout_s=480)
-        console.print(summary_table([final[i] for i in ids]))
+        console.print(summary_table([final[i] for i in ids], console.width))
         for line in straggler_story(client, [final[i] for i in ids]):
             console.print(line)
         console.print(f"Try: TRAINYARD_HOME={home} trainyard events {ids[-1]}   (while `make serve` runs)")

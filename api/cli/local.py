@@ -65,6 +65,10 @@ def run(
     finally:
         if pool is not None:  # a pool this command started; a cluster's own pool stays
             _stop_warm_pool(pool)
+        if not settings.ray_address:  # the local Ray this command started, every process of it
+            from service.ray_client import stop_local_ray
+
+            stop_local_ray()
     raise typer.Exit(0 if summary["state"] == "SUCCEEDED" else 1)
 
 

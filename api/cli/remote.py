@@ -28,6 +28,12 @@ def serve(
 ) -> None:
     """Run the control plane (REST API, scheduler, reconciler) in the foreground."""
     import logging
+    import os
+
+    # Ray's driver installs a C++ failure-signal handler that takes SIGTERM too and ends the process
+    # 3 s later by an alarm, so a stopping service was killed mid-shutdown (lease held, its local Ray
+    # orphaned). The service handles SIGTERM itself; rank workers keep Ray's handler (worker_env).
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
 
     from api.cli.processes import LOG_FORMAT, run_uvicorn, serve_processes, uvicorn_options
     from api.http.app import create_app

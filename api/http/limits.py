@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import anyio
 
+from api.http.response_tracker import ResponseTracker
+
 
 @dataclass(frozen=True)
 class BodyLimit:
@@ -59,7 +61,6 @@ class BodyLimitMiddleware:
                 if declared > limit.max_bytes:
                     return await self._reject(send, 413, self._message(limit, declared))
         received = 0
-        started = False
         body_done = False
         read_time_s = limit.read_time_s(declared)
         deadline = anyio.current_time() + read_time_s if read_time_s else None
@@ -81,15 +82,11 @@ class BodyLimitMiddleware:
                     raise BodyRejected(413)
             return message
 
-        async def tracking_send(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        tracked = ResponseTracker(send)
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, limited_receive, tracked)
         except BodyRejected as exc:
-            if started:  # the answer is already on its way; nothing more to say
+            if tracked.started:  # the answer is already on its way; nothing more to say
                 return
             if exc.status == 413:
                 await self._reject(send, 413, self._message(limit, received))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from api.http.errors import INTERNAL_ERROR, error_response
+from api.http.response_tracker import ResponseTracker
 
 log = logging.getLogger("trainyard.api")
 
@@ -25,16 +26,10 @@ class UnexpectedErrorMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        started = False
-
-        async def tracking_send(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        tracked = ResponseTracker(send)
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, receive, tracked)
         except Exception:
             log.exception("unhandled error on %s %s", scope["method"], scope["path"])
-            if not started:  # else part of an answer is out: uvicorn closes the incomplete response itself
+            if not tracked.started:  # else part of an answer is out: uvicorn closes the incomplete response itself
                 await error_response(500, INTERNAL_ERROR)(scope, receive, send)

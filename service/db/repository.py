@@ -359,7 +359,17 @@ def record_steps(s: Session, job: Job, records: Iterable[dict], max_points: int)
     # A step replayed after a restart from a checkpoint replaces the row it had.
     s.execute(delete(JobMetric).where(JobMetric.job_id == job.id, JobMetric.step.in_([r["step"] for r in kept])))
     s.add_all(JobMetric(job_id=job.id, step=r["step"], ts=r.get("ts") or 0.0,
-                        extra=r.get("metrics") or None, **{k: r.get(k) for k in METRIC_FIELDS}) for r in kept)
+                        extra=_extra_of(r), **{k: r.get(k) for k in METRIC_FIELDS}) for r in kept)
+
+
+def _extra_of(record: dict) -> dict | None:
+    """The point's JSON beyond the columns: a program's own metrics and, on a step whose memory was measured,
+    each rank's peak and its breakdown (workers/step_memory.py)."""
+    extra = dict(record.get("metrics") or {})
+    if record.get("peak_memory_bytes_per_rank"):
+        extra["peak_memory_bytes_per_rank"] = record["peak_memory_bytes_per_rank"]
+        extra["peak_memory_breakdown_per_rank"] = [r.get("peak_memory_breakdown") for r in record.get("ranks", ())]
+    return extra or None
 
 
 def list_metrics(s: Session, job_id: str, after_step: int, limit: int) -> list[JobMetric]:

@@ -51,16 +51,22 @@ class StepAggregator:
             "peak_flops_per_s": min(known) if known and len(known) == len(peaks) else None,
             "bubble_fraction": bubble,
             "skipped": any(r.get("skipped") for r in ranks),
+            "memory_tracked": any(r.get("memory_tracked") for r in ranks),
             "skip_reason": next((r["skip_reason"] for r in ranks if r.get("skip_reason")), None),
             "bubble_fraction_theoretical": bubble_theory,
             "ts": max(r["ts"] for r in ranks),
             "ranks": [
                 {"rank": r["rank"], "compute_time_s": r["compute_time_s"], "samples": r["samples"],
                  "comm_time_s": r["comm_time_s"], "step_time_s": r["step_time_s"],
-                 "model_state_bytes": r.get("model_state_bytes"), "peak_memory_bytes": r.get("peak_memory_bytes")}
+                 "model_state_bytes": r.get("model_state_bytes"), "peak_memory_bytes": r.get("peak_memory_bytes"),
+                 "peak_memory_breakdown": r.get("peak_memory_breakdown"),
+                 "peak_activation_bytes": r.get("peak_activation_bytes")}
                 for r in ranks
             ],
         }
+        peaks = [r.get("peak_memory_bytes") for r in ranks]
+        if any(p is not None for p in peaks):  # a measured step (CPU measures on a schedule)
+            joined["peak_memory_bytes_per_rank"] = peaks
         if stages:  # pipeline jobs: busy/comm/idle, bubble and activations in flight per stage
             joined["stages"] = stages
         val = [r["val_loss"] for r in ranks if r.get("val_loss") is not None]

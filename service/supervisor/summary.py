@@ -29,12 +29,34 @@ def _reported_mean(steps: list[dict], key: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def peak_memory_per_rank(steps: list[dict], world_size: int) -> list[int | None] | None:
+    """Each rank's largest measured step peak (a list by rank), over the steps of the final world size
+    (a resized job's earlier ranks held other shares); None when no step was measured."""
+    peaks: list[int | None] = [None] * world_size
+    for step in steps:
+        ranks = step.get("ranks") or ()
+        if len(ranks) != world_size or step.get("partial"):
+            continue
+        for r in ranks:
+            value = r.get("peak_memory_bytes")
+            if value is not None and 0 <= r["rank"] < world_size:
+                peaks[r["rank"]] = max(value, peaks[r["rank"]] or 0)
+    return peaks if any(p is not None for p in peaks) else None
+
+
+def steady_steps(steps: list[dict]) -> list[dict]:
+    """The steps that throughput and bubble are taken over: not the first fifth (warm-up), and not
+    the steps whose peak memory the CPU tracker measured (they run slower by its cost)."""
+    steady = steps[len(steps) // 5:] or steps
+    return [s for s in steady if not s.get("memory_tracked")] or steady
+
+
 def run_summary(run: Any) -> dict[str, Any]:
     """The summary of a JobRun (service/supervisor/run.py) as it stands."""
     steps: list[dict] = run.steps
     spec: JobSpec = run.spec
     result: dict = run.result
-    steady = steps[len(steps) // 5:] or steps  # skip warm-up steps for throughput
+    steady = steady_steps(steps)
     step_time = sum(s["step_time_s"] for s in steady)
     pipeline = pipeline_summary(run.current, steady)  # the split in use at the end
     g = spec.train.global_batch_size
@@ -57,6 +79,8 @@ def run_summary(run: Any) -> dict[str, Any]:
         "bubble_fraction_theoretical": pipeline["bubble_fraction_theoretical"] if pipeline else None,
         "pipeline": pipeline,  # schedule, split with costs, per-stage bubble and activations (pp > 1)
         "model_state_bytes_per_rank": result.get("model_state_bytes"),
+        # Measured inside the steps (workers/step_memory.py): the high-water mark, max over measured steps.
+        "peak_memory_bytes_per_rank": peak_memory_per_rank(steps, run.current.world_size),
         "comm_bytes_per_step": statistics.median(s["comm_bytes"] for s in steps) if steps else None,
         "restarts": run.restarts,
         "resizes": run.resizes,

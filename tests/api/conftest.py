@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from tests.db_fixtures import BACKENDS, db_url, live_db_url, make_db_url, ray_address, row_counter, sessions  # noqa: F401
+from tests.db_fixtures import BACKENDS, db_url, live_db_url, make_db_url, row_counter, sessions  # noqa: F401
 from tests.live import Server, drop_pg_schema
 
 QUOTA = 5

@@ -15,11 +15,14 @@ from tests.helpers import tiny_spec
 
 SUMMARY_KEYS = {"state", "steps", "initial_loss", "final_loss", "world_size", "layout", "samples_per_s",
                 "bubble_fraction", "bubble_fraction_theoretical", "model_state_bytes_per_rank",
-                "comm_bytes_per_step", "restarts", "params_sha256"}
+                "comm_bytes_per_step", "restarts", "params_sha256", "peak_memory_bytes_per_rank"}
 
 
-def trainyard(tmp_path: Path, *args: str, allow_faults: bool = False) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRAINYARD_HOME": str(tmp_path / "home"), "TRAINYARD_RAY_ADDRESS": ""}
+def trainyard(tmp_path: Path, *args: str, allow_faults: bool = False,
+              ray_address: str = "") -> subprocess.CompletedProcess:
+    """The CLI as a user runs it. `ray_address`: join that cluster (the session's, which saves a Ray
+    start per run), as a user with a cluster does; by default `run` starts a local Ray of its own."""
+    env = {**os.environ, "TRAINYARD_HOME": str(tmp_path / "home"), "TRAINYARD_RAY_ADDRESS": ray_address}
     env.pop("TRAINYARD_ALLOW_FAULT_INJECTION", None)
     if allow_faults:
         env["TRAINYARD_ALLOW_FAULT_INJECTION"] = "1"
@@ -39,19 +42,23 @@ def json_summary(out: subprocess.CompletedProcess) -> dict:
 
 
 @pytest.mark.slow
-def test_run_json_crash_recovers_to_the_fault_free_hash(tmp_path):
+def test_run_json_crash_recovers_to_the_fault_free_hash(tmp_path, ray_address):
     base = tiny_spec(**{"resources.workers": 2, "checkpoint.every_steps": 5, "train.steps": 16})
-    clean = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "clean", base), "--json"))
+    clean = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "clean", base), "--json",
+                                   ray_address=ray_address))
     assert SUMMARY_KEYS <= clean.keys()
     assert clean["state"] == "SUCCEEDED" and clean["steps"] == 16 and clean["world_size"] == 2
     assert clean["final_loss"] < clean["initial_loss"]
     assert clean["layout"] == {"dp": 2, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp", "world_size": 2}
     assert clean["bubble_fraction"] is None and clean["restarts"] == 0
     assert clean["comm_bytes_per_step"] > 0 and clean["model_state_bytes_per_rank"] > 0
+    # Measured inside the steps: each rank's peak holds its model state and the step's activations.
+    peaks = clean["peak_memory_bytes_per_rank"]
+    assert len(peaks) == 2 and all(p > clean["model_state_bytes_per_rank"] for p in peaks), peaks
 
     crashing = dict(base, fault_injection=[{"at_step": 12, "rank": 1, "kind": "crash"}])
     faulty = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "crash", crashing), "--json",
-                                    allow_faults=True))
+                                    allow_faults=True, ray_address=ray_address))
     assert faulty["state"] == "SUCCEEDED" and faulty["restarts"] == 1
     assert faulty["params_sha256"] == clean["params_sha256"]
 
@@ -77,11 +84,11 @@ def test_run_refuses_fault_injection_unless_allowed(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_warm_workers_serve_the_restart(tmp_path):
+def test_run_warm_workers_serve_the_restart(tmp_path, ray_address):
     spec = tiny_spec(**{"resources.workers": 2, "checkpoint.every_steps": 10, "train.steps": 80})
     spec["fault_injection"] = [{"at_step": 70, "rank": 0, "kind": "crash"}]
     summary = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "warm", spec), "--json",
-                                     "--warm-workers", "4", allow_faults=True))
+                                     "--warm-workers", "4", allow_faults=True, ray_address=ray_address))
     assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 1
     # The pool had imported torch long before the crash: the restarted group is all warm workers.
     assert summary["warm_workers"] == 2

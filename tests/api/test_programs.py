@@ -183,10 +183,11 @@ def test_bad_program_specs_name_the_field_and_store_nothing(server, program, ext
 
 def test_a_program_that_cannot_start_fails_at_once(server):
     with server.client() as c:
-        bad_args = submit(c, {"name": "bad-args", "resources": {"workers": 2},
+        # one rank each: failing at once is decided per rank, and each actor started costs seconds here
+        bad_args = submit(c, {"name": "bad-args", "resources": {"workers": 1},
                               "program": {"command": ["python", "train.py", "--no-such-flag"],
                                           "working_dir": code_in_storage(server, SCRIPT_DIR)}})
-        missing = submit(c, {"name": "no-module", "resources": {"workers": 2},
+        missing = submit(c, {"name": "no-module", "resources": {"workers": 1},
                              "program": {"function": "no_such_module:train",
                                          "working_dir": code_in_storage(server, FUNCTION_DIR)}})
         for job in (bad_args, missing):

@@ -39,11 +39,11 @@ def _validation_loss(model, spec_path: str) -> float:
 
 
 @pytest.mark.slow
-def test_hf_llama_exports_a_save_pretrained_directory_that_reproduces_its_loss(tmp_path):
+def test_hf_llama_exports_a_save_pretrained_directory_that_reproduces_its_loss(tmp_path, ray_address):
     from transformers import AutoModelForCausalLM
 
     path = write_spec(tmp_path, "llama-fsdp", llama(name="llama-fsdp"))
-    summary = json_summary(trainyard(tmp_path, "run", path, "--json"))
+    summary = json_summary(trainyard(tmp_path, "run", path, "--json", ray_address=ray_address))
     assert summary["state"] == "SUCCEEDED" and summary["layout"]["strategy"] == "fsdp"
     hf_dir = Path(summary["hf_export_path"])
     assert hf_dir == Path(summary["job_dir"]) / "hf"
@@ -54,17 +54,18 @@ def test_hf_llama_exports_a_save_pretrained_directory_that_reproduces_its_loss(t
 
     # train.init_from takes the directory: the next job starts where this one ended.
     onward = llama(name="llama-onward", train={**TRAIN, "steps": 2, "init_from": str(hf_dir)})
-    again = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "onward", onward), "--json"))
+    again = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "onward", onward), "--json",
+                                   ray_address=ray_address))
     assert again["state"] == "SUCCEEDED"
     assert again["initial_loss"] < summary["initial_loss"] - 0.5
 
 
 @pytest.mark.slow
-def test_a_model_breaking_the_loss_convention_fails_at_once_with_its_shapes(tmp_path):
+def test_a_model_breaking_the_loss_convention_fails_at_once_with_its_shapes(tmp_path, ray_address):
     spec = llama(name="classes-first", model={"entrypoint": "tests.fixtures.block_models:classes_first",
                                               "args": {"width": 32, "depth": 2}},
                  fault_tolerance={"max_restarts": 3}, parallel={})
-    out = trainyard(tmp_path, "run", write_spec(tmp_path, "classes-first", spec), "--json")
+    out = trainyard(tmp_path, "run", write_spec(tmp_path, "classes-first", spec), "--json", ray_address=ray_address)
     assert out.returncode != 0  # a failed job is a failed command
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["state"] == "FAILED" and summary["restarts"] == 0, summary

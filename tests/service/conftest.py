@@ -1,1 +1,1 @@
-from tests.db_fixtures import db_url, ray_address, sessions  # noqa: F401
+from tests.db_fixtures import db_url, sessions  # noqa: F401

@@ -35,7 +35,8 @@ STEP = {
     "ranks": [{"rank": 0, "compute_time_s": 0.1, "comm_time_s": 0.05, "step_time_s": 0.2, "samples": 16,
                "straggler_score": 1.0, "model_state_bytes": 1000, "peak_memory_bytes": 5_000_000},
               {"rank": 1, "compute_time_s": 0.19, "comm_time_s": 0.01, "step_time_s": 0.2, "samples": 16,
-               "straggler_score": 0.52, "model_state_bytes": 1000, "peak_memory_bytes": 6_000_000}],
+               "straggler_score": 0.52, "model_state_bytes": 1000, "peak_memory_bytes": 6_000_000,
+               "peak_memory_breakdown": {"params": 1000, "grads": 1000, "optimizer": 2000, "activations": 5_996_000}}],
     "stages": [{"stage": 0, "bubble_fraction": 0.25, "bubble_fraction_theoretical": 0.2, "busy_s": 0.1,
                 "idle_s": 0.05, "activation_bytes_peak": 2048},
                {"stage": 1, "bubble_fraction": 0.35, "bubble_fraction_theoretical": 0.2, "busy_s": 0.1,
@@ -58,7 +59,7 @@ def test_catalogue_names_units_and_bounded_labels():
         assert m.name.startswith("trainyard_") and m.help, m
         assert "step" not in m.labels, f"{m.name}: never a label per step"
         assert set(m.labels) <= {"job", "name", "rank", "stage", "state", "cause", "reason", "action", "decision",
-                                 "method", "route", "status", "dim"}, m
+                                 "method", "route", "status", "dim", "category"}, m
         if m.kind == "histogram":
             assert m.name.endswith("_seconds") and m.buckets, m
     assert "trainyard_straggler_score" in exposed_names()
@@ -79,6 +80,9 @@ def test_step_record_maps_to_job_rank_and_stage_series():
     assert got[("trainyard_straggler_score", (("job", "j1"), ("rank", "1")))] == 0.52
     assert got[("trainyard_straggler_threshold", (("job", "j1"),))] == 0.6
     assert got[("trainyard_rank_peak_memory_bytes", (("job", "j1"), ("rank", "0")))] == 5_000_000
+    by_category = ("trainyard_rank_peak_memory_category_bytes", (("category", "activations"), ("job", "j1"),
+                                                                 ("rank", "1")))
+    assert got[by_category] == 5_996_000
     assert got[("trainyard_rank_compute_seconds", (("job", "j1"), ("rank", "1")))] == 0.19
     assert got[("trainyard_stage_bubble_fraction", (("job", "j1"), ("stage", "1")))] == 0.35
     assert got[("trainyard_stage_bubble_fraction_theoretical", (("job", "j1"), ("stage", "0")))] == 0.2

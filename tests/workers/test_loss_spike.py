@@ -93,11 +93,12 @@ def test_repeated_spikes_roll_back_skip_their_data_and_lower_the_lr(ray_cluster,
 
 
 @pytest.mark.slow
-def test_run_json_rolls_back_an_injected_nan_and_skips_its_data(tmp_path):
+def test_run_json_rolls_back_an_injected_nan_and_skips_its_data(tmp_path, ray_address):
     spec = tiny_spec(**{"resources.workers": 2, "train.steps": 16, "checkpoint.every_steps": 5,
                         "fault_tolerance.max_skipped_steps": 0, "fault_tolerance.lr_backoff": 0.5})
     spec["fault_injection"] = [{"at_step": 8, "rank": 1, "kind": "nan"}]
-    summary = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "nan", spec), "--json", allow_faults=True))
+    summary = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "nan", spec), "--json", allow_faults=True,
+                                     ray_address=ray_address))
     assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 1 and summary["rollbacks"] == 1
     assert summary["lr_scale"] == 0.5 and summary["steps"] == 16
     assert math.isfinite(summary["final_loss"]) and summary["final_loss"] < summary["initial_loss"]

@@ -149,10 +149,11 @@ def test_export_is_the_full_model_that_ddp_starts_from(runs, tmp_path):
     assert ddp["final_val_loss"] == pytest.approx(summary["final_val_loss"], rel=0.05)
 
 
-def test_trainyard_run_json_reports_the_masks(tmp_path):
+def test_trainyard_run_json_reports_the_masks(tmp_path, ray_address):
     spec = tiny_spec(**{"model.n_layers": 4, "resources.workers": 2, "train.steps": 4,
                         "parallel.sdp": {"coverage": 0.75, "masking": "backward"}})
-    summary = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "sdp", spec), "--json"))
+    summary = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "sdp", spec), "--json",
+                                     ray_address=ray_address))
     assert summary["layout"]["strategy"] == "sdp" and summary["state"] == "SUCCEEDED"
     assert {"mode", "masking", "coverage", "spectral_gap", "held_fraction_per_rank"} <= summary["sdp"].keys()
     assert summary["sdp"]["masking"] == "backward" and summary["sdp"]["held_fraction_per_rank"] == [0.75, 0.75]

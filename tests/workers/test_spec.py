@@ -88,6 +88,8 @@ INVALID = [
      "supervisor.straggler.policy", ["averages gradients", "local_sgd=set"]),
     ({"parallel.zero": 3, "resources.workers": 2, "supervisor.straggler.policy": "rebalance"},
      "supervisor.straggler.policy", ["not available with parallel.zero 3", "per-micro-batch all-gathers", "zero=3"]),
+    ({"parallel.zero": 2, "resources.workers": 2, "supervisor.straggler.policy": "rebalance"},
+     "supervisor.straggler.policy", ["not available with parallel.zero 2", "every micro-batch", "zero=2"]),
     # integrity checks need replicas, and every checkpoint must land on a checked step
     ({"parallel.zero": 3, "resources.workers": 2, "fault_tolerance.integrity_check_every": 5},
      "fault_tolerance.integrity_check_every", ["needs a layout with replicas", "'fsdp'", "dp_shard=None"]),

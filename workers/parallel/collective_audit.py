@@ -43,10 +43,10 @@ SITES: dict[str, str] = {
     "workers.parallel.common:global_grad_norm_clip": DATA,
     "workers.parallel.common:average_in_place": DATA,
     "workers.parallel.common:reduce_partial_grads": DATA,
-    "workers.parallel.zero:ShardedAdamW.reduce_scatter_grads": DATA,
-    "workers.parallel.zero:ShardedAdamW._all_reduce_scalar_grads": DATA,
-    "workers.parallel.zero:ShardedAdamW.clip_grad_norm": DATA,
-    "workers.parallel.zero:ShardedAdamW._all_gather_params": DATA,
+    "workers.parallel.zero_optimizer:ShardedAdamW._reduce_scatter": DATA,  # also from ZeRO-2's backward hooks
+    "workers.parallel.zero_optimizer:ShardedAdamW._all_reduce_scalar_grads": DATA,
+    "workers.parallel.zero_optimizer:ShardedAdamW.clip_grad_norm": DATA,
+    "workers.parallel.zero_optimizer:ShardedAdamW._all_gather_params": DATA,
     "workers.parallel.tensor_parallel:TensorParallelStrategy._average_over_dp": DATA,
     "workers.parallel.tensor_plan:apply_tensor_plan": DATA,  # distribute_tensor: rank 0's weights, scattered
     "workers.parallel.pipeline.strategy:PipelineStrategy.forward_backward": DATA,
@@ -61,7 +61,7 @@ SITES: dict[str, str] = {
     "workers.parallel.sdp.strategy:SDPStrategy.full_model_state": DATA,
     "workers.checkpointing:full_model_state": DATA,  # the export gathers DTensor shards
 }
-_SKIP = {__name__, "workers.parallel.metering"}  # instrumentation, never a site
+_SKIP = {__name__, "workers.parallel.metering", "workers.storage_tracker", "workers.step_memory"}  # instrumentation
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ class FSDPStrategy:
             yield Violation("supervisor.straggler.policy",
                 f"supervisor.straggler.policy 'rebalance' is not available with parallel.zero 3 (FSDP): uneven "
                 f"micro-batch counts per rank would desynchronise its per-micro-batch all-gathers; use 'report' "
-                f"or 'replace', or zero 0-2 (zero={p.zero})")
+                f"or 'replace', or zero 0 or 1 (zero={p.zero})")
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:

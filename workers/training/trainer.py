@@ -29,12 +29,8 @@ from workers.parallel.control_group import ControlGroups
 from workers.parallel.layout import Layout
 from workers.peak_flops import peak_flops
 from workers.spec import HFModelSpec, JobSpec
-from workers.telemetry import (
-    CommMeter,
-    StepRecord,
-    model_state_bytes,
-    peak_memory_bytes,
-)
+from workers.step_memory import StepMemory
+from workers.telemetry import CommMeter, StepRecord, model_state_bytes
 from workers.training.control import RankControl, agreement_due
 from workers.training.faults import FaultInjector
 from workers.training.integrity import SilentDataCorruption, check_replicas
@@ -84,6 +80,7 @@ class Trainer:
         self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups)
         self.model = self.strategy.wrap(model, self.ctx)
         self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
+        self.memory = StepMemory(self.model, self.optimizer, device)  # peak bytes during a step, per rank
         self.checkpointer = checkpointing.Checkpointer(job_dir, spec.checkpoint.keep, rank)
         self.checkpointer.progress = (self.recovery or RecoveryState()).progress()
 
@@ -111,45 +108,47 @@ class Trainer:
         self.model.train()
         self.comm.reset()
         t0, cpu0, start = time.perf_counter(), _cpu_clock(), self.clock.mark()
-        micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size,
-                                                    self.shares))
-        loss_fn = self._step_loss(len(micro))
-        if self.faults.fires(s + 1, "nan"):  # poison before backward so every replica sees it
-            loss_fn = _poisoned(loss_fn)
-        if (spike := self.faults.spike_factor(s + 1)) > 1.0:
-            loss_fn = _scaled(loss_fn, spike)
-        if self.scaler.enabled:
-            loss_fn = _scaled(loss_fn, self.scaler.scale)
-        fb = self._forward_backward(micro, loss_fn)
-        if fb.loss is not None:
-            fb.loss /= self.scaler.factor  # a power of two: exact
-        self.scaler.unscale_(self.model)
-        backward_done, backward_mark = time.perf_counter(), self.clock.mark()
-        # Time blocked after the last gradient was ready is exposed communication.
-        comm_time = max(0.0, backward_done - self.comm.last_launch) if self.comm.last_launch else 0.0
-        launch_mark = self.comm.last_launch_mark  # GPU: read after the step's synchronisation below
-        if fb.comm_time_s is not None:  # the strategy timed its own communication (pipeline p2p + all-reduce)
-            comm_time = fb.comm_time_s
+        with self.memory.measuring(s + 1) as memory:  # the peak is taken inside the step
+            micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size,
+                                                        self.shares))
+            loss_fn = self._step_loss(len(micro))
+            if self.faults.fires(s + 1, "nan"):  # poison before backward so every replica sees it
+                loss_fn = _poisoned(loss_fn)
+            if (spike := self.faults.spike_factor(s + 1)) > 1.0:
+                loss_fn = _scaled(loss_fn, spike)
+            if self.scaler.enabled:
+                loss_fn = _scaled(loss_fn, self.scaler.scale)
+            fb = self._forward_backward(micro, loss_fn)
+            if fb.loss is not None:
+                fb.loss /= self.scaler.factor  # a power of two: exact
+            self.scaler.unscale_(self.model)
+            backward_done, backward_mark = time.perf_counter(), self.clock.mark()
+            # Time blocked after the last gradient was ready is exposed communication.
+            comm_time = max(0.0, backward_done - self.comm.last_launch) if self.comm.last_launch else 0.0
+            launch_mark = self.comm.last_launch_mark  # GPU: read after the step's synchronisation below
+            if fb.comm_time_s is not None:  # the strategy timed its own communication (pipeline p2p + all-reduce)
+                comm_time = fb.comm_time_s
 
-        grad_norm = self._clip_gradients()
-        lr = lr_at(spec.train, s) * (self.recovery.lr_scale if self.recovery else 1.0)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        # Gradients are synchronised, so every rank sees the same norm and takes the same decision.
-        non_finite = grad_norm is not None and not math.isfinite(grad_norm)
-        if self.scaler.overflowed(grads_finite=not non_finite):
-            self.skip_reason = "fp16_overflow"  # skipped with the scale halved: no fault, not counted
-        else:
-            self.skip_reason = "non_finite" if non_finite else "loss_spike" if self._loss_spiked(fb.loss) else None
-        skipped = self.skip_reason is not None
-        if self.skip_reason in ("non_finite", "loss_spike"):
-            self.skipped_in_a_row += 1
-            if self.skipped_in_a_row > spec.fault_tolerance.max_skipped_steps:
-                raise self._roll_back(s + 1)
-        elif not skipped:
-            self.skipped_in_a_row = 0
-            self.spikes.observe(fb.loss)
-            self.optimizer.step()
+            grad_norm = self._clip_gradients()
+            lr = lr_at(spec.train, s) * (self.recovery.lr_scale if self.recovery else 1.0)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            # Gradients are synchronised, so every rank sees the same norm and takes the same decision.
+            non_finite = grad_norm is not None and not math.isfinite(grad_norm)
+            if self.scaler.overflowed(grads_finite=not non_finite):
+                self.skip_reason = "fp16_overflow"  # skipped with the scale halved: no fault, not counted
+            else:
+                self.skip_reason = "non_finite" if non_finite else "loss_spike" if self._loss_spiked(fb.loss) else None
+            skipped = self.skip_reason is not None
+            if self.skip_reason in ("non_finite", "loss_spike"):
+                self.skipped_in_a_row += 1
+                if self.skipped_in_a_row > spec.fault_tolerance.max_skipped_steps:
+                    raise self._roll_back(s + 1)
+            elif not skipped:
+                self.skipped_in_a_row = 0
+                self.spikes.observe(fb.loss)
+                with memory.updating():
+                    self.optimizer.step()
         if self.scaler.enabled:  # checkpoints carry the scale, so a resumed run continues identically
             self.checkpointer.progress.update(self.scaler.state_dict())
         self._inject_slowness(s + 1, time.perf_counter() - t0 - comm_time, _cpu_clock() - cpu0)
@@ -172,8 +171,11 @@ class Trainer:
             comm_time_s=comm_time,
             samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
             comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
-            skipped=skipped, peak_memory_bytes=peak_memory_bytes(self.device),
+            skipped=skipped, peak_memory_bytes=memory.peak.peak_bytes if memory.peak else None,
+            peak_memory_breakdown=memory.peak.breakdown if memory.peak else None,
+            peak_activation_bytes=memory.peak.category_peaks["activations"] if memory.peak else None,
             peak_flops_per_s=self.peak.flops_per_s,
+            memory_tracked=memory.tracker is not None,
         )
         return record
 
