@@ -68,6 +68,11 @@ device-wheels: install
 bench-sdp: install
 	$(PY) bench/sdp.py
 
+# File data loader vs a plain PyTorch DataLoader loop: samples/s and memory as the dataset grows (docs/data.md).
+.PHONY: bench-data
+bench-data: install
+	$(PY) bench/data.py
+
 # One unmodified torchrun script run by torchrun, `trainyard run`, Ray Train and Ray Jobs (docs/programs-bench.md).
 .PHONY: bench-programs
 bench-programs: install

@@ -76,6 +76,16 @@ CASES = [
      422, ["model.hf.config.tie_word_embeddings", "must be false"]),
     ("hf.pretrained outside the storage root", dict(json=_user_model({"hf": {"pretrained": "../../etc"}})), 422,
      ["model.hf.pretrained", "'..'"]),
+    # Data files: what can be known before the job runs.
+    ("data files matching nothing", dict(json=tiny_spec(data={"files": {"paths": ["/nonexistent/train-*.bin"],
+                                                                        "seq_len": 16}})),
+     422, ["data.files.paths", "matches no file"]),
+    ("data files of an unknown format", dict(json=tiny_spec(data={"files": {"paths": ["s3://b/x-*.bin"], "seq_len": 16,
+                                                                            "format": "csv"}})),
+     422, ["data.files.format", "'tokens', 'jsonl', 'parquet' or 'text'"]),
+    ("data files of an unknown dtype", dict(json=tiny_spec(data={"files": {"paths": ["s3://b/x-*.bin"], "seq_len": 16,
+                                                                           "dtype": "float32"}})),
+     422, ["data.files.dtype"]),
     ("model loss with pair data", dict(json={**LLAMA_SPEC, "train": {"loss": "model"}}), 422,
      ["train.loss", "labels"]),
 ]
@@ -86,6 +96,14 @@ def test_invalid_submissions_are_4xx_and_write_nothing(tenant, counts, case):
     _, kwargs, status, needles = case
     before = counts()
     _fails(tenant.post("/v1/jobs", **kwargs), status, *needles)
+    assert counts() == before
+
+
+def test_a_shard_shorter_than_seq_len_is_422_naming_it(tenant, counts, tmp_path):
+    (tmp_path / "train-000.bin").write_bytes(b"\0" * 40)  # 20 uint16 tokens
+    before = counts()
+    spec = tiny_spec(data={"files": {"paths": [str(tmp_path / "train-*.bin")], "seq_len": 32}})
+    _fails(tenant.post("/v1/jobs", json=spec), 422, "data.files.paths", "train-000.bin holds 20 tokens, fewer than")
     assert counts() == before
 
 

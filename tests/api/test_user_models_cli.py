@@ -28,14 +28,14 @@ def llama(**sections) -> dict:
 def _validation_loss(model, spec_path: str) -> float:
     """The job's validation loss recomputed from the exported model: the same batches, the same rule."""
     from workers.data import build_datasets
-    from workers.data.batches import GlobalBatches
     from workers.spec_loading import load_spec
-    from workers.training.trainer import validation_loss
+    from workers.training.validation import eval_batches_of, validation_sums
 
     spec = load_spec(spec_path)
-    _, val = build_datasets(spec)
-    batches = GlobalBatches(val, spec.train.global_batch_size, spec.train.seed + 1)
-    return sum(validation_loss(model, batches, spec, r, spec.dp) for r in range(spec.dp)) / spec.dp
+    train, val = build_datasets(spec)
+    sums = [validation_sums(model, val, spec, r, spec.dp, max_batches=eval_batches_of(spec, train, val))
+            for r in range(spec.dp)]
+    return sum(t for t, _ in sums) / sum(c for _, c in sums)
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
 from workers.models import build_model
 from workers.training.losses import LOSSES
-from workers.training.trainer import validation_loss
+from workers.training.validation import eval_batches_of, validation_sums
 
 pytestmark = pytest.mark.slow
 
@@ -153,9 +153,10 @@ def test_exported_model_reproduces_loss_and_seeds_a_new_job(ray_cluster, tmp_pat
 
     model = build_model(spec)
     model.load_state_dict(state)  # plain torch, no Trainyard runtime
-    _, val_set = build_datasets(spec)
-    val = GlobalBatches(val_set, spec.train.global_batch_size, spec.train.seed + 1)
-    reproduced = sum(validation_loss(model, val, spec, r, 2) for r in range(2)) / 2
+    train_set, val_set = build_datasets(spec)
+    sums = [validation_sums(model, val_set, spec, r, 2, max_batches=eval_batches_of(spec, train_set, val_set))
+            for r in range(2)]
+    reproduced = sum(t for t, _ in sums) / sum(c for _, c in sums)
     assert reproduced == pytest.approx(summary["final_val_loss"], rel=1e-6)
 
     # init_from: the new job's first loss is the exported model's loss on that job's first batch.

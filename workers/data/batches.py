@@ -18,7 +18,10 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
+from workers.data.permutation import FeistelPermutation
 from workers.model_io import collate
+
+RANDPERM_LIMIT = 1 << 22  # samples; above it the permutation is computed per index (constant memory)
 
 
 class MapDataset(Protocol):
@@ -31,10 +34,11 @@ class MapDataset(Protocol):
 
 class GlobalBatches:
     def __init__(self, dataset: MapDataset, global_batch_size: int, seed: int,
-                 skip: Sequence[Sequence[int]] | None = None):
+                 skip: Sequence[Sequence[int]] | None = None, randperm_limit: int = RANDPERM_LIMIT):
         if len(dataset) == 0:
             raise ValueError("data: the dataset is empty")
         self.dataset, self.global_batch_size, self.seed = dataset, global_batch_size, seed
+        self.randperm_limit = randperm_limit
         self.skip: list[tuple[int, int]] = []
         for a, b in skip or []:
             self.skip_window(a, b)
@@ -60,7 +64,9 @@ class GlobalBatches:
         return batch
 
     @lru_cache(maxsize=2)
-    def _permutation(self, epoch: int) -> torch.Tensor:
+    def _permutation(self, epoch: int) -> torch.Tensor | FeistelPermutation:
+        if len(self.dataset) > self.randperm_limit:
+            return FeistelPermutation(len(self.dataset), self.seed * 1_000_003 + epoch)
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return torch.randperm(len(self.dataset), generator=g)
 
@@ -81,9 +87,14 @@ class GlobalBatches:
         `shares` (samples per dp rank, summing to the global batch) gives uneven slices,
         used to take work off a straggler; the last micro-batch of a slice may be smaller.
         """
-        shares = shares or [self.global_batch_size // dp] * dp
-        start, size = sum(shares[:dp_rank]), shares[dp_rank]
-        for offset in range(0, size, micro_batch_size):
-            idx = self.indices(step, start + offset, min(micro_batch_size, size - offset))
-            yield collate([self.dataset[i] for i in idx])
+        for start, count in rank_slices(self.global_batch_size, dp_rank, dp, micro_batch_size, shares):
+            yield collate([self.dataset[i] for i in self.indices(step, start, count)])
+
+
+def rank_slices(global_batch_size: int, dp_rank: int, dp: int, micro_batch_size: int,
+                shares: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """(start, count) global-batch positions of each micro-batch of this data-parallel rank."""
+    shares = list(shares or [global_batch_size // dp] * dp)
+    start, size = sum(shares[:dp_rank]), shares[dp_rank]
+    return [(start + offset, min(micro_batch_size, size - offset)) for offset in range(0, size, micro_batch_size)]
 

@@ -31,6 +31,7 @@ SITES: dict[str, str] = {
     "workers.parallel.control_group:ControlGroups.barrier": CONTROL,
     # DCP's async save plans on the checkpointer's own gloo group (host state, a background writer).
     "workers.checkpointing:Checkpointer.save": CONTROL,
+    "workers.training.validation:validation_loss": CONTROL,  # the loss sums over dp, CPU mirror of dp
     # Gradients, parameters, activations, the gradient norm, model state: the rank's device.
     "workers.models": DATA,  # DTensor ops inside a tensor-parallel model's forward
     "workers.model_io:call_model": DATA,  # FSDP's all-gathers before a forward (evaluation)

@@ -12,7 +12,15 @@ workers/spec_loading.py (`parallel: auto`, then every rule and each strategy's o
 """
 
 from workers.spec.base import ENTRYPOINT_PATTERN, EntrypointSpec
-from workers.spec.data import DataSpec, SyntheticDataSpec, TextDataSpec
+from workers.spec.data import (
+    DataEntrypointSpec,
+    DataSpec,
+    FileDataSpec,
+    FilesSpec,
+    LoaderSpec,
+    SyntheticDataSpec,
+    TextDataSpec,
+)
 from workers.spec.derived import (
     ModelStructure,
     pipeline_microbatches,
@@ -73,6 +81,10 @@ __all__ = [
     "DataSpec",
     "ENTRYPOINT_PATTERN",
     "EntrypointSpec",
+    "DataEntrypointSpec",
+    "FileDataSpec",
+    "FilesSpec",
+    "LoaderSpec",
     "fault_injection_allowed",
     "FAULT_INJECTION_ENV",
     "FaultSpec",

@@ -1,13 +1,22 @@
-"""The `data` section: the built-in corpora or a user dataset factory."""
+"""The `data` section: the built-in corpora, sharded files, or a user dataset factory; each with a `loader`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import BaseModel, Discriminator, Field, Tag
 
 from workers.spec.base import EntrypointSpec, Strict
-from workers.spec.model import name_or_entrypoint
+
+FILE_FORMATS = ("tokens", "jsonl", "parquet", "text")
+TOKEN_DTYPES = ("uint8", "uint16", "uint32", "int32", "int64")
+
+
+class LoaderSpec(Strict):
+    """How batches are prepared: torch DataLoader workers beside the training thread."""
+    num_workers: int = Field(0, ge=0, le=64, description="loader processes per rank; 0 reads on the training thread")
+    prefetch_factor: int = Field(2, ge=1, le=64, description="micro-batches each loader worker prepares ahead")
+    pin_memory: bool | Literal["auto"] = Field("auto", description="page-locked batches; auto: on iff CUDA")
 
 
 class TextDataSpec(Strict):
@@ -16,6 +25,7 @@ class TextDataSpec(Strict):
     val_fraction: float = Field(0.05, gt=0.0, lt=0.5)
     seq_len: int | None = Field(None, ge=2, le=65536, description="tokens per sample; required with a model "
                                                                  "other than the built-in gpt (default model.seq_len)")
+    loader: LoaderSpec = Field(default_factory=LoaderSpec)
 
 
 class SyntheticDataSpec(Strict):
@@ -24,15 +34,55 @@ class SyntheticDataSpec(Strict):
     in_features: int = Field(16, ge=1)
     out_features: int = Field(1, ge=1)
     noise: float = Field(0.01, ge=0.0)
+    loader: LoaderSpec = Field(default_factory=LoaderSpec)
+
+
+class FilesSpec(Strict):
+    """Sharded files, read lazily: local paths or fsspec URIs, with glob patterns."""
+    paths: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1, description="training files or patterns")
+    format: Literal[FILE_FORMATS] = Field(  # type: ignore[valid-type]
+        "tokens", description="tokens: flat token-id arrays of `dtype`; text: raw bytes; jsonl: a record per line; "
+                              "parquet: a record per row")
+    dtype: Literal[TOKEN_DTYPES] = Field("uint16", description="token-id type of `tokens` files")  # type: ignore[valid-type]
+    seq_len: int = Field(ge=1, le=1_048_576, description="tokens per sample (each sample reads seq_len + 1)")
+    validation: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        None, description="validation files or patterns; default: the training files")
+    field: str = Field("text", min_length=1, description="jsonl key / parquet column: a string (tokenised) or a "
+                                                          "list of token ids")
+
+
+class FileDataSpec(Strict):
+    files: FilesSpec
+    tokenizer: str | None = Field(None, description="jsonl/parquet/text: null = bytes; or a local Hugging Face "
+                                                    "tokenizer directory (never a hub download)")
+    loader: LoaderSpec = Field(default_factory=LoaderSpec)
+
+
+class DataEntrypointSpec(EntrypointSpec):
+    """A user factory returning a map-style dataset, an IterableDataset, or a (train, validation) pair."""
+    loader: LoaderSpec = Field(default_factory=LoaderSpec)
+
+
+def _data_kind(value: Any) -> str | None:
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    if not isinstance(value, dict):
+        return None
+    if "entrypoint" in value:
+        return "entrypoint"
+    if "files" in value:
+        return "files"
+    return value.get("name", "gpt")
 
 
 DataSpec = Annotated[
     Union[
         Annotated[TextDataSpec, Tag("text:pystdlib")],
         Annotated[SyntheticDataSpec, Tag("synthetic")],
-        Annotated[EntrypointSpec, Tag("entrypoint")],
+        Annotated[FileDataSpec, Tag("files")],
+        Annotated[DataEntrypointSpec, Tag("entrypoint")],
     ],
-    Discriminator(name_or_entrypoint, custom_error_type="data.name",
-                  custom_error_message="data.name must be 'text:pystdlib' or 'synthetic', or give data.entrypoint"),
+    Discriminator(_data_kind, custom_error_type="data.name",
+                  custom_error_message="data.name must be 'text:pystdlib' or 'synthetic', or give data.files "
+                                       "or data.entrypoint"),
 ]
-

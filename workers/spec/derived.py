@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.spec.data import TextDataSpec
+from workers.spec.data import FileDataSpec, TextDataSpec
 from workers.spec.job import JobSpec
 from workers.spec.model import (
     GPTModelSpec,
@@ -45,8 +45,11 @@ def structure_of(spec: JobSpec) -> ModelStructure:
 
 
 def sequence_length(spec: JobSpec) -> int | None:
-    """Tokens per sample of the built-in corpus: data.seq_len, else the built-in gpt's model.seq_len."""
+    """Tokens per sample: data.files.seq_len; of the built-in corpus data.seq_len, else the built-in gpt's
+    model.seq_len."""
     d, m = spec.data, spec.model
+    if isinstance(d, FileDataSpec):
+        return d.files.seq_len
     if isinstance(d, TextDataSpec) and d.seq_len is not None:
         return d.seq_len
     return m.seq_len if isinstance(m, GPTModelSpec) else None

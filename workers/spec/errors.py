@@ -40,7 +40,7 @@ class FieldError(ValueError):
 
 
 _DISCRIMINATED = {"model.name", "data.name", "model.hf"}  # the custom_error_type of each tagged union
-_UNION_TAGS = {"gpt", "mlp", "entrypoint", "hf", "text:pystdlib", "synthetic"}
+_UNION_TAGS = {"gpt", "mlp", "entrypoint", "hf", "text:pystdlib", "synthetic", "files"}
 
 
 def format_validation_error(exc: Exception) -> list[dict[str, str]]:

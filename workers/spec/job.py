@@ -32,7 +32,8 @@ class TrainSpec(Strict):
     grad_clip: float | None = Field(1.0, gt=0.0, description="max global grad norm; null disables")
     seed: int = Field(0, ge=0)
     eval_every: int = Field(0, ge=0, description="validation loss every N steps; 0 disables")
-    eval_batches: int = Field(2, ge=1)
+    eval_batches: int | None = Field(None, ge=1, description="global batches per validation; null: the whole "
+                                     "validation split (2 when the validation set is the training set)")
     loss: Literal["cross_entropy", "mse", "model"] = Field(
         "cross_entropy", description="cross_entropy on class-last logits (..., classes); mse; model: the loss the "
                                      "model itself returns (batches that carry its labels)")

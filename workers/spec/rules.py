@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from workers.spec.data import EntrypointSpec, SyntheticDataSpec, TextDataSpec
+from workers.spec.data import EntrypointSpec, FileDataSpec, SyntheticDataSpec, TextDataSpec
+from workers.spec.data_files import file_violations
 from workers.spec.derived import structure_of
 from workers.spec.errors import Violation
 from workers.spec.job import JobSpec
@@ -23,6 +24,7 @@ def rule_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None)
         yield from program_violations(spec)
     else:  # the model and data rules are about Trainyard's own loop
         yield from _model_data_errors(spec)
+        yield from _file_data_errors(spec)
         yield from _model_structure_errors(spec)
     yield from _fault_injection_errors(spec, allow_fault_injection)
 
@@ -94,7 +96,8 @@ def _model_data_errors(spec: JobSpec) -> Iterator[Violation]:
     if loss == "model" and not isinstance(d, EntrypointSpec):
         yield Violation("train.loss",
             f"train.loss 'model' needs batches that carry the model's own labels (a data.entrypoint whose "
-            f"samples are dicts with 'labels'); {d.name!r} gives (input, target) pairs: use 'cross_entropy'")
+            f"samples are dicts with 'labels'); {getattr(d, 'name', 'data.files')!r} "
+            f"gives (input, target) pairs: use 'cross_entropy'")
     if loss == "model" and not isinstance(m, USER_MODELS):
         yield Violation("train.loss",
             f"train.loss 'model' needs a model that returns its own loss (model.hf or model.entrypoint), "
@@ -122,6 +125,24 @@ def _model_data_errors(spec: JobSpec) -> Iterator[Violation]:
             if loss != "mse":
                 yield Violation("train.loss",
                     f"train.loss must be 'mse' for regression data 'synthetic' (loss={loss!r})")
+
+
+def _file_data_errors(spec: JobSpec) -> Iterator[Violation]:
+    m, d = spec.model, spec.data
+    if not isinstance(d, FileDataSpec):
+        return
+    yield from file_violations(d)
+    if isinstance(m, MLPModelSpec):
+        yield Violation("data.files", "data.files are token data: model 'mlp' needs vector data "
+                                      "(data.name 'synthetic' or an entrypoint)")
+    if isinstance(m, GPTModelSpec) and d.files.seq_len > m.seq_len:
+        yield Violation("data.files.seq_len",
+            f"data.files.seq_len must be <= model.seq_len, the built-in gpt's context "
+            f"(data.files.seq_len={d.files.seq_len}, model.seq_len={m.seq_len})")
+    vocab = structure_of(spec).vocab
+    if d.files.format != "tokens" and d.tokenizer is None and vocab is not None and vocab < 256:
+        yield Violation("data.tokenizer", f"data.tokenizer null reads bytes: the model's vocabulary must be >= 256 "
+                                          f"(vocab_size={vocab})")
 
 
 def fault_injection_allowed(allowed: bool | None = None) -> bool:

@@ -16,12 +16,15 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import IterableDataset
 
 from workers import checkpointing
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
+from workers.data.loader import MapFeed
+from workers.data.stream import StreamFeed
 from workers.events import RankCheckpoint, RankEvent, RankShares, RankStep, RestartCause
-from workers.model_io import UserModelError, call_model, logits_of, to_device
+from workers.model_io import UserModelError, logits_of
 from workers.models import build_model, hf_source
 from workers.models.hf import save_pretrained
 from workers.parallel import StrategyContext, build_strategy
@@ -39,6 +42,7 @@ from workers.training.losses import LOSSES
 from workers.training.lr_schedule import lr_at
 from workers.training.recovery import LossSpikeDetector, RecoveryState
 from workers.training.step_clock import clock_for
+from workers.training.validation import eval_batches_of, validation_loss
 
 
 class Trainer:
@@ -51,6 +55,8 @@ class Trainer:
         self.control_groups = ControlGroups()  # host-side collectives: gloo, on GPU too
         # Ranks that share a dp index see the same data (tensor/pipeline peers).
         self.dp, self.dp_rank = self.layout.dp, self.layout.coordinates(rank)["dp"]
+        if self.dp > 1:  # every rank together: the validation loss is summed over dp on the CPU
+            self.control_groups.mirror(self.mesh, "dp")
         self.accum = spec.grad_accum_steps
         self.clock = clock_for(device)  # host time on CPU, CUDA events on GPU
         self.peak = peak_flops(device, half=spec.parallel.mixed_precision != "fp32")  # for MFU
@@ -68,10 +74,18 @@ class Trainer:
         self.model_state_bytes: int | None = None
         self.steps_trained = 0  # by this process (a restarted rank starts again at 0)
 
-        train_set, val_set = build_datasets(spec)
-        self.batches = GlobalBatches(train_set, spec.train.global_batch_size, spec.train.seed,
-                                     self.recovery.data_skips if self.recovery else None)
-        self.val_batches = GlobalBatches(val_set, spec.train.global_batch_size, spec.train.seed + 1)
+        train_set, self.val_set = build_datasets(spec)
+        self.eval_batches = eval_batches_of(spec, train_set, self.val_set)
+        self.batches: GlobalBatches | None = None  # map-style data: step s draws a pure function of (seed, s)
+        self.feed: MapFeed | StreamFeed
+        if isinstance(train_set, IterableDataset):
+            self.feed = StreamFeed(train_set, spec.train.global_batch_size, spec.data.loader, device,
+                                   spec.train.seed, self.dp_rank, self.dp, spec.train.micro_batch_size)
+        else:
+            self.batches = GlobalBatches(train_set, spec.train.global_batch_size, spec.train.seed,
+                                         self.recovery.data_skips if self.recovery else None)
+            self.feed = MapFeed(self.batches, spec.data.loader, device, self.dp_rank, self.dp,
+                                spec.train.micro_batch_size)
 
         model = build_model(spec)
         if spec.train.init_from:
@@ -95,8 +109,12 @@ class Trainer:
             if self.recovery is None:  # no ledger in this job directory: what the checkpoint recorded
                 self.recovery = RecoveryState.from_progress(progress)
                 for a, b in self.recovery.data_skips:
-                    self.batches.skip_window(a, b)
+                    if self.batches is not None:
+                        self.batches.skip_window(a, b)
                 self.checkpointer.progress = self.recovery.progress()
+            if isinstance(self.feed, StreamFeed):  # the loader state the checkpoint saved
+                self.feed.load_state_dict({"samples": int(progress.get("stream_samples")
+                                                          or self.step * self.spec.train.global_batch_size)})
         return self.step
 
     # --- one step --------------------------------------------------------
@@ -109,8 +127,7 @@ class Trainer:
         self.comm.reset()
         t0, cpu0, start = time.perf_counter(), _cpu_clock(), self.clock.mark()
         with self.memory.measuring(s + 1) as memory:  # the peak is taken inside the step
-            micro = list(self.batches.rank_microbatches(s, self.dp_rank, self.dp, spec.train.micro_batch_size,
-                                                        self.shares))
+            micro = self.feed.micro_batches(s, self.shares)
             loss_fn = self._step_loss(len(micro))
             if self.faults.fires(s + 1, "nan"):  # poison before backward so every replica sees it
                 loss_fn = _poisoned(loss_fn)
@@ -211,7 +228,8 @@ class Trainer:
         every rank raises at the same step) and return the error that asks the supervisor for it."""
         ft, bad = self.spec.fault_tolerance, self.skipped_in_a_row
         first = step - bad + 1  # 1-based steps first..step went bad; step k draws batch_of(k - 1)
-        window = [self.batches.batch_of(first - 1), self.batches.batch_of(step - 1) + 1]
+        batch_of = self.batches.batch_of if self.batches is not None else (lambda k: k)  # a stream has no skips
+        window = [batch_of(first - 1), batch_of(step - 1) + 1]
         state = self.recovery or RecoveryState()
         if ft.skip_data_on_rollback:
             state.data_skips = [list(w) for w in sorted({tuple(w) for w in state.data_skips} | {tuple(window)})]
@@ -268,7 +286,10 @@ class Trainer:
     def evaluate(self) -> float:
         # An SDP rank holds a subnetwork: its strategy assembles the whole model to evaluate (collective).
         model = self.strategy.evaluation_model(self.model) if hasattr(self.strategy, "evaluation_model") else self.model
-        return validation_loss(model, self.val_batches, self.spec, self.dp_rank, self.dp, self.device)
+        # The reported loss is a host value: summed over dp through the CPU mirror of the dp groups.
+        group = self.control_groups.mirror(self.mesh, "dp") if self.dp > 1 else None
+        return validation_loss(model, self.val_set, self.spec, self.dp_rank, self.dp, self.device,
+                               self.eval_batches, group)
 
     # --- the loop --------------------------------------------------------
 
@@ -290,7 +311,7 @@ class Trainer:
             checkpointed = bool(every) and self.step % every == 0 and self.step < spec.train.steps
             if checkpointed:
                 self._report_durable(emit, self.checkpointer.wait())  # at most one save in flight
-                self.checkpointer.save(self.model, self.optimizer, self.step)
+                self._save()
             stop, shares = (control.agree(self.control_groups, may_stop=checkpointed)
                             if agreement_due(spec, self.step, checkpointed) else (False, None))
             emit(RankStep(record))
@@ -302,6 +323,11 @@ class Trainer:
             self._report_durable(emit, self.checkpointer.completed())
         return self.finish(emit)
 
+    def _save(self) -> None:
+        if isinstance(self.feed, StreamFeed):  # a stream's position is its loader state, not the step
+            self.checkpointer.progress["stream_samples"] = self.feed.state_dict()["samples"]
+        self.checkpointer.save(self.model, self.optimizer, self.step)
+
     def _report_durable(self, emit: Callable[[RankEvent], None], step: int | None) -> None:
         if step is not None:
             emit(RankCheckpoint(self.rank, step, self.checkpointer.last_duration_s))
@@ -310,8 +336,9 @@ class Trainer:
         self._report_durable(emit, self.checkpointer.wait())
         if self.step < self.spec.train.steps:
             return {"stopped_at": self.step}
+        self.feed.close()
         self._check_replicas_agree(force=True)  # the final checkpoint is verified too, whatever its step
-        self.checkpointer.save(self.model, self.optimizer, self.step)
+        self._save()
         self.checkpointer.wait()
         emit(RankCheckpoint(self.rank, self.step, self.checkpointer.last_duration_s))
         # A pipeline rank holds only its stages: its strategy gathers the whole model.
@@ -329,24 +356,6 @@ class Trainer:
                 result["hf_export_path"] = str(save_pretrained(*hf_source(self.spec.model), state, self.job_dir / "hf"))
         self.control_groups.barrier()
         return result
-
-
-@torch.no_grad()
-def validation_loss(model, val_batches: GlobalBatches, spec: JobSpec, dp_rank: int, dp: int,
-                    device: torch.device = torch.device("cpu")) -> float:
-    """Mean loss of this rank's first micro-batch of `eval_batches` fixed validation batches.
-
-    The job's validation loss is the mean over data-parallel ranks of this value.
-    """
-    model.eval()
-    losses = []
-    for b in range(spec.train.eval_batches):
-        batch = next(val_batches.rank_microbatches(b, dp_rank, dp, spec.train.micro_batch_size))
-        inputs, targets = to_device(batch, device)
-        output = call_model(model, inputs, with_labels=spec.train.loss == "model")
-        losses.append(float(LOSSES[spec.train.loss](output, targets)))
-    model.train()
-    return sum(losses) / len(losses)
 
 
 class NonFiniteTraining(RuntimeError):
