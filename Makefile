@@ -46,6 +46,23 @@ test-fast: install prometheus
 bench: install
 	$(PY) bench/ddp_overhead.py
 
+# Issue 21's device check: the worker side on one GPU from the source tree, no Ray, no install
+# (bench/device_check.py; `--dry-run` builds every configuration and trains each 2 steps on CPU).
+# The machine's own python3 (torch 2.11, no pydantic): pydantic comes from bench/wheels/.
+.PHONY: device-check device-check-dry device-wheels
+DEVICE_PY ?= python3
+device-check:
+	$(DEVICE_PY) bench/device_check.py
+
+device-check-dry:
+	$(DEVICE_PY) bench/device_check.py --dry-run
+
+# The wheels the device machine lacks (cp312, x86_64 manylinux; ~2.8 MB), into the ignored bench/wheels/.
+device-wheels: install
+	$(PIP) download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d bench/wheels \
+	  pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0
+
 # Subnetwork data parallelism vs DDP (docs/sdp.md): memory, comm, throughput, loss at matched steps/FLOPs.
 .PHONY: bench-sdp
 bench-sdp: install

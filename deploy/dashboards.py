@@ -20,6 +20,9 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parent / "grafana"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 J = 'job="$job"'
+# MFU needs the hardware peak: a CPU worker has none, and a GPU outside the table needs the setting.
+MFU_UNKNOWN = ("MFU unknown: no peak FLOP/s for these workers (CPU, or a GPU not in the table); "
+               "set TRAINYARD_PEAK_FLOPS_PER_WORKER")
 
 
 class Board:
@@ -38,7 +41,8 @@ class Board:
 
     def panel(self, title: str, targets: list[tuple[str, str]], unit: str, kind: str = "timeseries",
               w: int = 12, h: int = 8, description: str = "", overrides: list | None = None,
-              thresholds: list | None = None, options: dict | None = None, custom: dict | None = None) -> None:
+              thresholds: list | None = None, options: dict | None = None, custom: dict | None = None,
+              no_value: str | None = None) -> None:
         if self.x + w > 24:
             self.y += self.row_h
             self.x = self.row_h = 0
@@ -47,6 +51,8 @@ class Board:
             defaults["thresholds"] = {"mode": "absolute", "steps": thresholds}
         if custom:
             defaults["custom"] = custom
+        if no_value:  # what the panel shows instead of an empty graph, and why
+            defaults["noValue"] = no_value
         panel = {
             "id": len(self.panels) + 1, "type": kind, "title": title, "description": description,
             "datasource": DS, "gridPos": {"h": h, "w": w, "x": self.x, "y": self.y},
@@ -138,7 +144,10 @@ def job() -> dict:
             overrides=[{"matcher": {"id": "byName", "options": "tokens/s"},
                         "properties": [{"id": "custom.axisPlacement", "value": "right"}]}])
     b.panel("Model FLOPs utilisation", [(f"trainyard_job_mfu_ratio{{{J}}}", "MFU")], "percentunit", w=8,
-            description="Exported only when TRAINYARD_PEAK_FLOPS_PER_WORKER (the hardware peak) is set")
+            description="6 x parameters x tokens/s over the workers' peak FLOP/s: looked up from the GPU's name "
+                        "(H100, H200, A100, L40S, A10G, B200; workers/peak_flops.py) or set by "
+                        "TRAINYARD_PEAK_FLOPS_PER_WORKER. Built-in GPT only.",
+            no_value=MFU_UNKNOWN)
     b.panel("Loss and grad norm", [(f"trainyard_job_loss{{{J}}}", "loss"),
                                    (f"trainyard_job_grad_norm{{{J}}}", "grad norm")], "none", w=12,
             overrides=[{"matcher": {"id": "byName", "options": "grad norm"},

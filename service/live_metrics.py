@@ -97,9 +97,13 @@ class LiveMetrics:
                 last_step = rec
             elif rec["type"] == "event" and rec.get("event") is not None:  # the supervisor's typed event
                 updates += event_updates(job, rec["event"])
-        if last_step is not None and spec is not None and self.peak_flops_per_worker > 0:
+        # The setting overrides the peak the workers looked up from their device (none on CPU).
+        peak = self.peak_flops_per_worker if self.peak_flops_per_worker > 0 else None
+        if last_step is not None and peak is None:
+            peak = last_step.get("peak_flops_per_s")
+        if last_step is not None and spec is not None and peak:
             world = world_size or (layout or {}).get("world_size") or 1
-            value = mfu(last_step.get("tokens_per_s"), gpt_params(spec), self.peak_flops_per_worker, world)
+            value = mfu(last_step.get("tokens_per_s"), gpt_params(spec), peak, world)
             if value is not None:
                 updates.append(update("trainyard_job_mfu_ratio", "set", value, job=job))
         self.apply(updates)

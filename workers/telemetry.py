@@ -39,6 +39,7 @@ class StepRecord:
     peak_memory_bytes: int | None = None
     peak_memory_breakdown: dict[str, int] | None = None
     peak_activation_bytes: int | None = None  # the activations' own high-water mark (what recompute lowers)
+    peak_flops_per_s: float | None = None  # the worker's peak for MFU (workers/peak_flops.py); None: unknown
     memory_tracked: bool = False  # the CPU storage tracker ran: this step's times include its cost
     ts: float = field(default_factory=time.time)
 
@@ -49,21 +50,26 @@ class StepRecord:
 class CommMeter:
     """Collects bytes and in-flight intervals of the collectives of one step."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock=None) -> None:
         self._lock = threading.Lock()
+        # The step clock (workers/training/step_clock.py): on GPU the last launch is also a CUDA event.
+        self.clock = clock
         self.reset()
 
     def reset(self) -> None:
         with self._lock:
             self.logical_bytes = 0
             self.last_launch = 0.0
+            self.last_launch_mark: object | None = None
             self.last_done = 0.0
 
     def launched(self, logical_bytes: int) -> float:
         now = time.perf_counter()
+        mark = self.clock.mark() if self.clock is not None else None
         with self._lock:
             self.logical_bytes += logical_bytes
-            self.last_launch = max(self.last_launch, now)
+            if now >= self.last_launch:
+                self.last_launch, self.last_launch_mark = now, mark
         return now
 
     def finished(self) -> None:

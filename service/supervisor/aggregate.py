@@ -35,6 +35,8 @@ class StepAggregator:
         step_time = max(r["step_time_s"] for r in ranks)  # the step ends when the slowest rank ends
         tokens = sum(r["tokens"] for r in ranks)
         stages, bubble, bubble_theory = join_stage_reports([r["stage"] for r in ranks if r.get("stage")])
+        peaks = [r.get("peak_flops_per_s") for r in ranks]  # for MFU: known only if every worker's is
+        known = [float(p) for p in peaks if p is not None]
         joined = {
             "step": ranks[0]["step"],
             # Equal data slices: the job's loss is the mean of the ranks that compute one.
@@ -46,6 +48,7 @@ class StepAggregator:
             "lr": ranks[0]["lr"],
             "comm_bytes": ranks[0]["comm_bytes"],
             "model_state_bytes": ranks[0].get("model_state_bytes"),
+            "peak_flops_per_s": min(known) if known and len(known) == len(peaks) else None,
             "bubble_fraction": bubble,
             "skipped": any(r.get("skipped") for r in ranks),
             "memory_tracked": any(r.get("memory_tracked") for r in ranks),

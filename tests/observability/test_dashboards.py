@@ -80,3 +80,13 @@ def test_every_query_uses_catalogued_metrics_only():
                  "trainyard_stage_bubble_fraction_theoretical", "trainyard_rank_step_seconds",
                  "trainyard_rank_peak_memory_bytes", "trainyard_job_comm_bytes_per_step", "trainyard_jobs"):
         assert name in used, name
+
+
+def test_the_mfu_panel_says_why_it_is_empty():
+    import json
+    from pathlib import Path
+
+    panels = json.loads(Path("deploy/grafana/trainyard-job.json").read_text())["panels"]
+    mfu = next(p for p in panels if p["title"] == "Model FLOPs utilisation")
+    assert "TRAINYARD_PEAK_FLOPS_PER_WORKER" in mfu["fieldConfig"]["defaults"]["noValue"]
+    assert "CPU" in mfu["fieldConfig"]["defaults"]["noValue"]

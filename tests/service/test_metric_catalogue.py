@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -149,3 +150,19 @@ def test_mfu_only_with_a_known_peak():
     live = LiveMetrics(peak_flops_per_worker=1e12)
     live.drained("j", [STEP], layout={"world_size": 2}, spec={"model": {"name": "gpt"}})
     assert ("trainyard_job_mfu_ratio", (("job", "j"),)) in samples(live)
+
+
+def test_mfu_from_the_peak_the_workers_looked_up_and_the_setting_overrides_it():
+    spec, layout = {"model": {"name": "gpt"}}, {"world_size": 2}
+    params = gpt_params(spec)
+    looked_up = LiveMetrics()  # no setting: the GPU workers' table figure (workers/peak_flops.py)
+    looked_up.drained("j", [{**STEP, "peak_flops_per_s": 989.4e12}], layout=layout, spec=spec)
+    got = samples(looked_up)[("trainyard_job_mfu_ratio", (("job", "j"),))]
+    assert got == pytest.approx(6 * params * STEP["tokens_per_s"] / (2 * 989.4e12))
+    overridden = LiveMetrics(peak_flops_per_worker=1e12)
+    overridden.drained("j", [{**STEP, "peak_flops_per_s": 989.4e12}], layout=layout, spec=spec)
+    assert samples(overridden)[("trainyard_job_mfu_ratio", (("job", "j"),))] == pytest.approx(
+        6 * params * STEP["tokens_per_s"] / 2e12)
+    cpu = LiveMetrics()  # CPU workers report no peak: no series, and the panel says why (deploy/dashboards.py)
+    cpu.drained("j", [{**STEP, "peak_flops_per_s": None}], layout=layout, spec=spec)
+    assert ("trainyard_job_mfu_ratio", (("job", "j"),)) not in samples(cpu)

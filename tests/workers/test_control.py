@@ -5,35 +5,35 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.helpers import spec_of
+from workers.parallel.control_group import ControlGroups
 from workers.training.control import RankControl, agreement_due
 
 
 def _rank(rank: int, init: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
-    cpu, control, seen = torch.device("cpu"), RankControl(), []
+    groups, control, seen = ControlGroups(), RankControl(), []
     # 1. Only rank 0 holds the request: nobody switches (a lone switch would break the global batch).
     if rank == 0:
         control.request_shares(1, [24, 8])
-    seen.append(control.agree(cpu, may_stop=True))
+    seen.append(control.agree(groups, may_stop=True))
     # 2. Both hold it: both switch, once.
     control.request_shares(1, [24, 8])
-    seen.append(control.agree(cpu, may_stop=True))
-    seen.append(control.agree(cpu, may_stop=True))
+    seen.append(control.agree(groups, may_stop=True))
+    seen.append(control.agree(groups, may_stop=True))
     # 3. Different versions in flight (rank 1 has the newer one): wait until both hold the newer.
     control.request_shares(2 + rank, [20 + rank, 12 - rank])
-    seen.append(control.agree(cpu, may_stop=True))
+    seen.append(control.agree(groups, may_stop=True))
     control.request_shares(3, [21, 11])
-    seen.append(control.agree(cpu, may_stop=True))
+    seen.append(control.agree(groups, may_stop=True))
     # 4. A stop asked of rank 1 alone stops both, but only at a step where stopping is allowed.
     if rank == 1:
         control.request_stop()
-    seen.append(control.agree(cpu, may_stop=False))
-    seen.append(control.agree(cpu, may_stop=True))
+    seen.append(control.agree(groups, may_stop=False))
+    seen.append(control.agree(groups, may_stop=True))
     with open(f"{out}.{rank}", "w") as f:
         json.dump(seen, f)
     dist.destroy_process_group()

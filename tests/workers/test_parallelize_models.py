@@ -92,6 +92,7 @@ def _fsdp_case(rank, world, port, queue, spec_data):
     from workers.models import build_model
     from workers.models.description import describe_spec_model
     from workers.parallel import StrategyContext
+    from workers.parallel.control_group import ControlGroups
     from workers.parallel.fsdp import FSDPStrategy
     from workers.spec_loading import parse_spec
     from workers.telemetry import CommMeter
@@ -101,7 +102,8 @@ def _fsdp_case(rank, world, port, queue, spec_data):
     mesh = init_device_mesh("cpu", (1, 2, 1), mesh_dim_names=("pp", "dp", "tp"))
     model = build_model(spec)
     desc = describe_spec_model(model, spec.model)
-    wrapped = FSDPStrategy().wrap(model, StrategyContext(spec, rank, world, mesh, torch.device("cpu"), CommMeter()))
+    ctx = StrategyContext(spec, rank, world, mesh, torch.device("cpu"), CommMeter(), ControlGroups())
+    wrapped = FSDPStrategy().wrap(model, ctx)
     blocks = desc.blocks(wrapped)
     units = [m for m in wrapped.modules() if isinstance(m, FSDPModule)]
     sharded = all(isinstance(p, DTensor) and p.placements == (Shard(0),) and p.device_mesh.size() == 2

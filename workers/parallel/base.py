@@ -19,6 +19,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from workers.model_io import call_model, samples_in, to_device, tokens_in
+from workers.parallel.control_group import ControlGroups
 from workers.parallel.replicas import ReplicaGroup
 from workers.spec import JobSpec, Violation
 from workers.telemetry import CommMeter
@@ -34,6 +35,7 @@ class StrategyContext:
     mesh: DeviceMesh
     device: torch.device
     comm: CommMeter
+    control: ControlGroups  # the CPU groups of control collectives (workers/parallel/control_group.py)
 
 
 @dataclass

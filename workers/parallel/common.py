@@ -35,23 +35,23 @@ def global_grad_norm_clip(model: nn.Module, max_norm: float) -> float | None:
     Every rank adds |local piece|^2 / (number of ranks holding that same piece);
     one all-reduce over the world then sums each element exactly once. Valid
     whenever all ranks hold all parameters in some form (no pipeline stages).
+    On the device, with fused per-tensor norms (in float64) and one host read, the
+    returned norm, per step: no host sync per parameter.
     """
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     if not grads:
         return None
     world = dist.get_world_size()
-    total = torch.zeros((), dtype=torch.float64)
-    for g in grads:
-        local = g._local_tensor if isinstance(g, DTensor) else g
-        replicas = world / _distinct_copies(g)
-        total += local.detach().double().pow(2).sum().cpu() / replicas
-    dist.all_reduce(total)
+    pieces = [(g._local_tensor if isinstance(g, DTensor) else g).detach() for g in grads]
+    norms = torch.stack(torch._foreach_norm(pieces, 2.0, dtype=torch.float64))
+    replicas = torch.tensor([world / _distinct_copies(g) for g in grads], dtype=torch.float64, device=norms.device)
+    total = (norms.square() / replicas).sum()
+    dist.all_reduce(total)  # a data collective: on the device
     norm = math.sqrt(float(total))
     if math.isfinite(max_norm):
         coef = max_norm / (norm + 1e-6)
         if coef < 1.0:
-            for g in grads:
-                (g._local_tensor if isinstance(g, DTensor) else g).mul_(coef)
+            torch._foreach_mul_(pieces, coef)
     return norm
 
 

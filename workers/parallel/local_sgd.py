@@ -89,6 +89,7 @@ class LocalSGDStrategy:
         return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank / spec.parallel.local_sgd.period)
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        self.control = ctx.control
         model = model.to(ctx.device)
         apply_activation_checkpointing(model, ctx)
         return model
@@ -121,7 +122,5 @@ class LocalSGDStrategy:
         # Gradients are not synchronised here, so neither is "non-finite": the trainer skips the
         # update on a non-finite norm, and a rank that skipped would miss the parameter average
         # its peers enter (a deadlock). Every rank sees non-finite if any rank does.
-        device = next(wrapped.parameters()).device  # NCCL reduces device tensors only
-        bad = torch.tensor([0.0 if norm is None or math.isfinite(norm) else 1.0], device=device)
-        dist.all_reduce(bad, op=dist.ReduceOp.MAX)
-        return float("nan") if bad.item() else norm
+        bad = torch.tensor([0.0 if norm is None or math.isfinite(norm) else 1.0])  # a host flag: the CPU group
+        return float("nan") if self.control.all_reduce(bad, op=dist.ReduceOp.MAX).item() else norm

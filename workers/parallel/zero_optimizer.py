@@ -164,9 +164,10 @@ class ShardedAdamW(torch.optim.Optimizer):
         whole = [p.grad for p in self._scalars() if p.grad is not None]  # identical on every rank
         if not shards and not whole:
             return None
-        total = sum((g.double().pow(2).sum() for g in shards), torch.zeros((), dtype=torch.float64))
+        device = (shards or whole)[0].device  # NCCL reduces device tensors only, even with no shard here
+        total = sum((g.double().pow(2).sum() for g in shards), torch.zeros((), dtype=torch.float64, device=device))
         dist.all_reduce(total, group=self.group)
-        total += sum((g.double().pow(2) for g in whole), torch.zeros((), dtype=torch.float64))  # counted once
+        total += sum((g.double().pow(2) for g in whole), torch.zeros((), dtype=torch.float64, device=device))  # once
         norm = math.sqrt(float(total))
         coef = max_norm / (norm + 1e-6)
         if coef < 1.0:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from workers.spec import JobSpec
 
 if TYPE_CHECKING:
-    import torch
+    from workers.parallel.control_group import ControlGroups
 
 
 class RankControl:
@@ -36,7 +36,7 @@ class RankControl:
         with self._lock:
             self._shares = (version, list(shares))
 
-    def agree(self, device: torch.device, may_stop: bool) -> tuple[bool, list[int] | None]:
+    def agree(self, groups: ControlGroups, may_stop: bool) -> tuple[bool, list[int] | None]:
         """(stop, new shares) that every rank agrees on at this step; a collective on every rank.
 
         Stop: any rank was asked, and this is a checkpoint step (`may_stop`, the same on every rank).
@@ -48,8 +48,9 @@ class RankControl:
         with self._lock:
             version, shares = self._shares or (0, None)
         # One MAX all-reduce gives any-stop, the lowest version (negated) and the highest.
-        flags = torch.tensor([int(self._stop.is_set()), -version, version], dtype=torch.int64, device=device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        # A control collective: host values on the CPU group (workers/parallel/control_group.py).
+        flags = torch.tensor([int(self._stop.is_set()), -version, version], dtype=torch.int64)
+        groups.all_reduce(flags, op=dist.ReduceOp.MAX)
         stop, lowest, highest = bool(flags[0].item()), -int(flags[1].item()), int(flags[2].item())
         if lowest == highest > self.applied_version:
             self.applied_version = version

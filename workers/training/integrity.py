@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from workers.events import RestartCause
+from workers.parallel.control_group import ControlGroups
 from workers.parallel.replicas import ReplicaGroup
 
 
@@ -53,11 +54,11 @@ def disagreements(reports: list[list[tuple[tuple[int, ...], int]]]) -> list[int]
     return sorted({r for held in groups.values() for r in odd_ranks(held)})
 
 
-def check_replicas(groups: list[ReplicaGroup], step: int) -> None:
+def check_replicas(groups: list[ReplicaGroup], step: int, control: ControlGroups) -> None:
     """Collective over the job: raise SilentDataCorruption naming the odd ranks if any group disagrees."""
     mine = [(g.ranks, tensor_digest(g.tensors)) for g in groups]
     reports: list = [None] * dist.get_world_size()
-    dist.all_gather_object(reports, mine)
+    control.all_gather_object(reports, mine)  # host digests: the CPU group
     odd = disagreements(reports)
     if odd:
         raise SilentDataCorruption(f"replicas disagree on their parameters at step {step} "

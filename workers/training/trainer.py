@@ -28,7 +28,9 @@ from workers.model_io import UserModelError, logits_of
 from workers.models import build_model, hf_source
 from workers.models.hf import save_pretrained
 from workers.parallel import StrategyContext, build_strategy
+from workers.parallel.control_group import ControlGroups
 from workers.parallel.layout import Layout
+from workers.peak_flops import peak_flops
 from workers.spec import HFModelSpec, JobSpec
 from workers.step_memory import StepMemory
 from workers.telemetry import CommMeter, StepRecord, model_state_bytes
@@ -39,6 +41,7 @@ from workers.training.loss_scaling import LossScaler
 from workers.training.losses import LOSSES
 from workers.training.lr_schedule import lr_at
 from workers.training.recovery import LossSpikeDetector, RecoveryState
+from workers.training.step_clock import clock_for
 from workers.training.validation import eval_batches_of, validation_loss
 
 
@@ -49,10 +52,15 @@ class Trainer:
         self.job_dir = job_dir
         self.layout = Layout.of(spec)
         self.mesh = self.layout.build_mesh(device)
+        self.control_groups = ControlGroups()  # host-side collectives: gloo, on GPU too
         # Ranks that share a dp index see the same data (tensor/pipeline peers).
         self.dp, self.dp_rank = self.layout.dp, self.layout.coordinates(rank)["dp"]
+        if self.dp > 1:  # every rank together: the validation loss is summed over dp on the CPU
+            self.control_groups.mirror(self.mesh, "dp")
         self.accum = spec.grad_accum_steps
-        self.comm = CommMeter()
+        self.clock = clock_for(device)  # host time on CPU, CUDA events on GPU
+        self.peak = peak_flops(device, half=spec.parallel.mixed_precision != "fp32")  # for MFU
+        self.comm = CommMeter(self.clock if device.type == "cuda" else None)
         self.loss_fn = LOSSES[spec.train.loss]
         self.faults = FaultInjector(spec.fault_injection, rank, job_dir)
         self.step = 0  # optimizer steps completed
@@ -83,7 +91,7 @@ class Trainer:
         if spec.train.init_from:
             checkpointing.load_weights(Path(spec.train.init_from), model)
         self.strategy = build_strategy(spec)
-        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm)
+        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups)
         self.model = self.strategy.wrap(model, self.ctx)
         self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
         self.memory = StepMemory(self.model, self.optimizer, device)  # peak bytes during a step, per rank
@@ -117,7 +125,7 @@ class Trainer:
         torch.manual_seed(spec.train.seed * 1_000_003 + s * 4099 + self.rank)
         self.model.train()
         self.comm.reset()
-        t0, cpu0 = time.perf_counter(), _cpu_clock()
+        t0, cpu0, start = time.perf_counter(), _cpu_clock(), self.clock.mark()
         with self.memory.measuring(s + 1) as memory:  # the peak is taken inside the step
             micro = self.feed.micro_batches(s, self.shares)
             loss_fn = self._step_loss(len(micro))
@@ -131,9 +139,10 @@ class Trainer:
             if fb.loss is not None:
                 fb.loss /= self.scaler.factor  # a power of two: exact
             self.scaler.unscale_(self.model)
-            backward_done = time.perf_counter()
+            backward_done, backward_mark = time.perf_counter(), self.clock.mark()
             # Time blocked after the last gradient was ready is exposed communication.
             comm_time = max(0.0, backward_done - self.comm.last_launch) if self.comm.last_launch else 0.0
+            launch_mark = self.comm.last_launch_mark  # GPU: read after the step's synchronisation below
             if fb.comm_time_s is not None:  # the strategy timed its own communication (pipeline p2p + all-reduce)
                 comm_time = fb.comm_time_s
 
@@ -163,9 +172,12 @@ class Trainer:
         if self.model_state_bytes is None:  # measured once, while grads and optimiser state exist
             self.model_state_bytes = model_state_bytes(self.model, self.optimizer)["total"]
         self.optimizer.zero_grad(set_to_none=True)
+        end = self.clock.mark()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        step_time = time.perf_counter() - t0
+            if launch_mark is not None and fb.comm_time_s is None:
+                comm_time = max(0.0, self.clock.seconds(launch_mark, backward_mark))
+        step_time = self.clock.seconds(start, end) if self.device.type == "cuda" else time.perf_counter() - t0
 
         self.step = s + 1
         self.faults.flip_a_bit(self.step, self.model)
@@ -179,6 +191,7 @@ class Trainer:
             skipped=skipped, peak_memory_bytes=memory.peak.peak_bytes if memory.peak else None,
             peak_memory_breakdown=memory.peak.breakdown if memory.peak else None,
             peak_activation_bytes=memory.peak.category_peaks["activations"] if memory.peak else None,
+            peak_flops_per_s=self.peak.flops_per_s,
             memory_tracked=memory.tracker is not None,
         )
         return record
@@ -207,9 +220,8 @@ class Trainer:
         every rank must skip the same updates, as with non-finite gradients."""
         if self.spec.fault_tolerance.loss_spike is None:
             return False
-        flag = torch.tensor([1.0 if self.spikes.is_spike(loss) else 0.0], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        flag = torch.tensor([1.0 if self.spikes.is_spike(loss) else 0.0])
+        return bool(self.control_groups.all_reduce(flag, op=dist.ReduceOp.MAX).item())
 
     def _roll_back(self, step: int) -> "NonFiniteTraining":
         """Too many bad steps in a row: record what the rollback changes (rank 0 writes the ledger,
@@ -237,7 +249,7 @@ class Trainer:
         every = self.spec.fault_tolerance.integrity_check_every
         if not every or (self.step % every and not force):
             return
-        check_replicas(self.strategy.replica_groups(self.model, self.ctx), self.step)
+        check_replicas(self.strategy.replica_groups(self.model, self.ctx), self.step, self.control_groups)
 
     def _step_loss(self, n_micro: int):
         """The loss as strategies see it: with uneven shares, weight each micro-batch by its size.
@@ -274,7 +286,8 @@ class Trainer:
     def evaluate(self) -> float:
         # An SDP rank holds a subnetwork: its strategy assembles the whole model to evaluate (collective).
         model = self.strategy.evaluation_model(self.model) if hasattr(self.strategy, "evaluation_model") else self.model
-        group = self.mesh["dp"].get_group() if self.dp > 1 else None
+        # The reported loss is a host value: summed over dp through the CPU mirror of the dp groups.
+        group = self.control_groups.mirror(self.mesh, "dp") if self.dp > 1 else None
         return validation_loss(model, self.val_set, self.spec, self.dp_rank, self.dp, self.device,
                                self.eval_batches, group)
 
@@ -299,7 +312,7 @@ class Trainer:
             if checkpointed:
                 self._report_durable(emit, self.checkpointer.wait())  # at most one save in flight
                 self._save()
-            stop, shares = (control.agree(self.device, may_stop=checkpointed)
+            stop, shares = (control.agree(self.control_groups, may_stop=checkpointed)
                             if agreement_due(spec, self.step, checkpointed) else (False, None))
             emit(RankStep(record))
             if shares is not None:  # a live straggler rebalance: the next step splits the global batch anew
@@ -341,7 +354,7 @@ class Trainer:
                                       "spec": self.spec.model_dump(mode="json")}))
             if isinstance(self.spec.model, HFModelSpec):  # also as transformers loads it: hf/ beside it
                 result["hf_export_path"] = str(save_pretrained(*hf_source(self.spec.model), state, self.job_dir / "hf"))
-        dist.barrier()
+        self.control_groups.barrier()
         return result
 
 

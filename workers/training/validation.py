@@ -55,7 +55,7 @@ def validation_loss(model, val_set: Any, spec: JobSpec, dp_rank: int, dp: int,
     rank's share alone)."""
     total, count = validation_sums(model, val_set, spec, dp_rank, dp, device, max_batches)
     if group is not None and dp > 1:
-        sums = torch.tensor([total, float(count)], dtype=torch.float64, device=device)
+        sums = torch.tensor([total, float(count)], dtype=torch.float64)  # host values: `group` is a CPU group
         dist.all_reduce(sums, group=group)
         total, count = float(sums[0]), int(sums[1])
     return total / max(count, 1)

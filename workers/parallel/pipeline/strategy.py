@@ -243,6 +243,8 @@ class PipelineStrategy:
         self.tp_group = ctx.mesh["tp"].get_group()
         self.pp_group = ctx.mesh["pp"].get_group()
         self.dp_group = ctx.mesh["dp"].get_group()
+        self.control, self.device = ctx.control, ctx.device
+        ctx.control.mirror(ctx.mesh, "pp")  # makespans, reported losses, the gathered state: host values
         self.plans = plan_stages(spec, self.n_stages, pipe.split)
         mine = [p for p in self.plans if self.owner(p.stage) == self.pp_rank]
         model = model.to(ctx.device)
@@ -305,7 +307,7 @@ class PipelineStrategy:
         self.meter.reset()
         losses: list[torch.Tensor] = []
         entered = time.perf_counter()
-        dist.barrier(group=self.pp_group)  # the pipeline's ranks start the flush together: a common clock
+        self.control.barrier("pp")  # the pipeline's ranks start the flush together: a common clock
         with self.meter.measuring():
             for start in range(0, len(micro), m):  # one pipeline flush per `microbatches` micro-batches
                 flush = micro[start:start + m]
@@ -333,7 +335,7 @@ class PipelineStrategy:
         mine = torch.tensor([wall_s, sum(float(loss.detach()) for loss in losses) if self.has_last else 0.0],
                             dtype=torch.float64)
         every = [torch.zeros(2, dtype=torch.float64) for _ in range(self.pp)]
-        dist.all_gather(every, mine, group=self.pp_group)
+        self.control.all_gather(every, mine, dim="pp")
         loss = float(every[self.owner(self.n_stages - 1)][1])
         return loss, max(float(t[0]) for t in every)
 
@@ -360,18 +362,19 @@ class PipelineStrategy:
         """Clip by the norm over the whole model: squared norms summed over the pipeline's stages (and,
         with TP, over the tensor-parallel shards, counting a replicated parameter once)."""
         grads = [p.grad for p in wrapped.parameters() if p.grad is not None]
-        local = torch.zeros(1, dtype=torch.float32)
-        for g in grads:
-            piece = torch.linalg.vector_norm(_local(g)) ** 2
-            local += piece if _sharded(g) or self.tp == 1 else piece / self.tp
+        # One fused norm per tensor, on the device; a replicated tensor's square counts 1/tp per shard.
+        weights = torch.tensor([1.0 if _sharded(g) or self.tp == 1 else 1.0 / self.tp for g in grads] or [0.0],
+                               device=self.device)
+        norms = torch._foreach_norm([_local(g) for g in grads]) if grads else [torch.zeros((), device=self.device)]
+        local = (torch.stack(norms).square() * weights).sum().reshape(1)
         dist.all_reduce(local, group=self.pp_group)
         if self.tp > 1:
             dist.all_reduce(local, group=self.tp_group)
         total = local.sqrt()
         if math.isfinite(max_norm):
             coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # as clip_grad_norm_ does, in float32
-            for g in grads:
-                _local(g).mul_(coef)
+            if grads:
+                torch._foreach_mul_([_local(g) for g in grads], coef.reshape(()))
         return float(total)
 
     def full_model_state(self, wrapped: nn.Module) -> dict[str, torch.Tensor]:
@@ -379,7 +382,7 @@ class PipelineStrategy:
         local = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu().clone()
                  for k, v in wrapped.state_dict().items()}  # full_tensor: a collective over tp, same order
         gathered: list[dict] = [None] * self.pp  # type: ignore[list-item]
-        dist.all_gather_object(gathered, local, group=self.pp_group)
+        self.control.all_gather_object(gathered, local, dim="pp")
         state: dict[str, torch.Tensor] = {}
         for part in gathered:
             state.update(part)

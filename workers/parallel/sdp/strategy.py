@@ -185,6 +185,7 @@ class SDPStrategy:
         shards = p.dp_shard if p.zero == 3 else 1
         assert shards is not None, "the spec rules require parallel.dp_shard with parallel.sdp and zero 3"
         self.spec, self.comm, self.every_step = spec, ctx.comm, sdp.sync == "every_step"
+        self.control = ctx.control
         self.period = sdp.sync.period if isinstance(sdp.sync, SDPPeriodSpec) else None  # None: every step
         self.backward_masking = sdp.masking == "backward"
         self.shards = shards
@@ -244,10 +245,8 @@ class SDPStrategy:
         norm = local_clip_grad_norm(wrapped, max_norm)
         # Workers step on their own gradients; all skip a non-finite update together, or one would
         # miss the parameter average its peers enter.
-        bad = torch.tensor([0.0 if norm is None or math.isfinite(norm) else 1.0],
-                           device=next(wrapped.parameters()).device)
-        dist.all_reduce(bad, op=dist.ReduceOp.MAX)
-        return float("nan") if bad.item() else norm
+        bad = torch.tensor([0.0 if norm is None or math.isfinite(norm) else 1.0])  # a host flag: the CPU group
+        return float("nan") if self.control.all_reduce(bad, op=dist.ReduceOp.MAX).item() else norm
 
     @staticmethod
     def replicas(spec) -> int:

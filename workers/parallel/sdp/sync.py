@@ -57,6 +57,7 @@ class HolderSync:
                  params: dict[str, nn.Parameter], comm: CommMeter):
         self.worker, self.shard, self.shards, self.comm = worker, shard, shards, comm
         self.pieces, self.params = pieces, params
+        self.device = next(iter(params.values())).device if params else torch.device("cpu")
         self.sets = all_holder_sets(a)
         world = a.workers * shards
         self.groups: dict[tuple[int, ...], object] = {}
@@ -122,7 +123,7 @@ class HolderSync:
     @torch.no_grad()
     def grad_norm_clip(self, max_norm: float) -> float | None:
         """Clip by the norm of the logical full gradient: each held element counted once over its holders."""
-        total = torch.zeros((), dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=self.device)  # on the device: no host sync per piece
         grads = []
         for p in self.pieces:
             if self.worker not in p.holders:
@@ -130,7 +131,7 @@ class HolderSync:
             g = self._tensor(p, grad=True)
             if g is None:
                 continue
-            total += _select(g, p).double().pow(2).sum().cpu() / len(p.holders)
+            total += _select(g, p).double().pow(2).sum() / len(p.holders)
             grads.append(g)
         dist.all_reduce(total)
         norm = math.sqrt(float(total))
@@ -147,22 +148,23 @@ class HolderSync:
 
         `gathered` maps local names to whole local tensors (FSDP shards already gathered).
         """
-        full = {n: torch.zeros(s) for n, s in shapes.items()}
+        # Model state is data: gathered on the device (a data group), returned on the host.
+        full = {n: torch.zeros(s, device=self.device) for n, s in shapes.items()}
         for p in self.pieces:
             if p.holders[0] != self.worker or self.shard != 0:
                 continue
-            t = _select(gathered[p.local].detach().cpu().float(), p)
+            t = _select(gathered[p.local].detach().float(), p)
             if p.dim is None:
                 full[p.global_name].copy_(t)
             else:
-                full[p.global_name].index_copy_(p.dim, torch.tensor(p.global_index), t)
+                full[p.global_name].index_copy_(p.dim, torch.tensor(p.global_index, device=self.device), t)
         flat = torch.cat([t.reshape(-1) for t in full.values()])
         dist.all_reduce(flat)  # one contributor per element, zeros elsewhere: a sum is a copy
         offset = 0
         for t in full.values():
             t.copy_(flat[offset:offset + t.numel()].view_as(t))
             offset += t.numel()
-        return full
+        return {n: t.cpu() for n, t in full.items()}
 
 
 def _pack(tensors: list, pieces: list) -> torch.Tensor:
