@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Discriminator, Field, Tag
+from pydantic import Discriminator, Field, Tag
 
-from workers.spec.base import EntrypointSpec, Strict
+from workers.spec.base import EntrypointSpec, Strict, section_kind
 
 FILE_FORMATS = ("tokens", "jsonl", "parquet", "text")
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "int32", "int64")
@@ -64,15 +64,7 @@ class DataEntrypointSpec(EntrypointSpec):
 
 
 def _data_kind(value: Any) -> str | None:
-    if isinstance(value, BaseModel):
-        value = value.model_dump()
-    if not isinstance(value, dict):
-        return None
-    if "entrypoint" in value:
-        return "entrypoint"
-    if "files" in value:
-        return "files"
-    return value.get("name", "gpt")
+    return section_kind(value, ("entrypoint", "files"))
 
 
 DataSpec = Annotated[

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Discriminator, Field, Tag, model_validator
 
-from workers.spec.base import EntrypointSpec, Strict
+from workers.spec.base import EntrypointSpec, Strict, section_kind
 from workers.spec.errors import FieldError
 from workers.spec.hf_config import HFFacts, hf_config, hf_facts, readable_pretrained
 
@@ -85,16 +85,8 @@ class HFModelSpec(_ModelStructure):
         return self
 
 
-def name_or_entrypoint(value: Any) -> str | None:
-    if isinstance(value, BaseModel):
-        value = value.model_dump()
-    if not isinstance(value, dict):
-        return None
-    if "entrypoint" in value:
-        return "entrypoint"
-    if "hf" in value:
-        return "hf"
-    return value.get("name", "gpt")
+def _model_kind(value: Any) -> str | None:
+    return section_kind(value, ("entrypoint", "hf"))
 
 
 ModelSpec = Annotated[
@@ -104,7 +96,7 @@ ModelSpec = Annotated[
         Annotated[ModelEntrypointSpec, Tag("entrypoint")],
         Annotated[HFModelSpec, Tag("hf")],
     ],
-    Discriminator(name_or_entrypoint, custom_error_type="model.name",
+    Discriminator(_model_kind, custom_error_type="model.name",
                   custom_error_message="model.name must be 'gpt' or 'mlp', or give model.hf or model.entrypoint"),
 ]
 USER_MODELS = (ModelEntrypointSpec, HFModelSpec)  # models the strategies only know through their description
