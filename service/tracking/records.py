@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.metric_catalogue import mfu
+
 # The step record's series worth charting (whatever of them a record carries).
 STEP_METRICS = ("loss", "val_loss", "lr", "grad_norm", "samples_per_s", "tokens_per_s", "mfu", "step_time_s")
 MAX_PARAM_VALUE = 6000  # MLflow's limit on a param's value
@@ -58,8 +60,9 @@ def _number(value: Any) -> float | None:
     return value if math.isfinite(value) else None  # a skipped step's NaN loss is an event, not a point
 
 
-def step_metrics(record: dict[str, Any]) -> StepMetrics:
-    """The chartable values of one job-level step record (a program's own reported keys included)."""
+def step_metrics(record: dict[str, Any], model_params: float | None = None) -> StepMetrics:
+    """The chartable values of one job-level step record (a program's own reported keys included), and
+    MFU where the model's size and every worker's peak FLOP/s are known (a GPU the workers looked up)."""
     values: dict[str, float] = {}
     for key, value in (record.get("metrics") or {}).items():  # a program's keys never shadow the columns
         if (number := _number(value)) is not None:
@@ -67,6 +70,11 @@ def step_metrics(record: dict[str, Any]) -> StepMetrics:
     for key in STEP_METRICS:
         if (number := _number(record.get(key))) is not None:
             values[key] = number
+    if "mfu" not in values and record.get("peak_flops_per_s"):
+        utilisation = mfu(record.get("tokens_per_s"), model_params, record["peak_flops_per_s"],
+                          len(record.get("ranks") or ()) or 1)
+        if utilisation is not None:
+            values["mfu"] = utilisation
     ts = record.get("ts")
     return StepMetrics(int(record["step"]), int(float(ts) * 1000) if ts is not None else 0, values)
 
