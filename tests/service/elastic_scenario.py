@@ -4,7 +4,9 @@ Run as `python -m tests.service.elastic_scenario OUT.json [LAYOUT]`; the test re
 Nodes: a head with no CPUs (so workers land on worker nodes only) and two nodes of
 2 CPUs. The job wants 4 workers and may shrink to 2. LAYOUT picks the parallel layout
 on 4 workers: `dp` (dp=4), `pp` (pp=2 x dp=2) or `tp` (tp=2 x dp=2); the re-planner keeps
-pp or tp on the 2 survivors (dp=1) and the same global batch.
+pp or tp on the 2 survivors (dp=1) and the same global batch. `dp` trains on sharded token files
+read by loader workers: its loss curve matching the fault-free run's through 4 -> 2 -> 4 shows that
+a resize keeps the file dataset's global batches.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from ray.cluster_utils import Cluster
 from service.ray_client import connect
 from service.settings import Settings
 from service.supervisor.run import JobRun
+from tests.fixtures.data_files import token_shards
 from tests.helpers import spec_of
 
 BASE = {"resources.workers": 4, "resources.min_workers": 2, "train.steps": 200,
         "checkpoint.every_steps": 5, "checkpoint.keep": 3, "train.global_batch_size": 16}
 # Model-parallel layouts run fewer steps: each step costs more ranks' worth of CPU on this host.
 LAYOUTS = {
-    "dp": {},
+    "dp": {},  # on sharded token files read by loader workers (file_data): a resize keeps their global batches
     # pp steps are quick on a quiet host: 60 ended before the returned node could be used (no regrow)
     "pp": {"parallel.pp": 2, "model.n_layers": 2, "train.steps": 150},
     # tp too, once its plan runs through the generic tensor_plan (a clean-checkout make test: 60 steps ended
@@ -62,8 +65,17 @@ def wait_for(predicate, timeout_s=180.0):
         time.sleep(0.1)
 
 
+def file_data(directory: Path) -> dict:
+    """`data.files` over token shards written here, read by a loader worker per rank."""
+    pattern = token_shards(directory, shards=4, tokens_per_shard=50_000)
+    return {"files": {"paths": [pattern], "format": "tokens", "dtype": "uint16", "seq_len": 32},
+            "loader": {"num_workers": 1}}
+
+
 def main(out: Path, layout: str = "dp") -> None:
     spec = {**BASE, **LAYOUTS[layout]}
+    if layout == "dp":
+        spec["data"] = file_data(out.parent / "data")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     cluster.add_node(num_cpus=2)
     doomed = cluster.add_node(num_cpus=2)
