@@ -353,13 +353,14 @@ def metric_stride(total_steps: int, max_points: int) -> int:
 
 def record_steps(s: Session, job: Job, records: Iterable[dict], max_points: int) -> None:
     stride = metric_stride(job.total_steps, max_points)
-    kept = [r for r in records if r["step"] % stride == 0 or r["step"] == job.total_steps]
+    # A step replayed after a restart from a checkpoint replaces the row it had, and its first run's
+    # record when both arrive in one batch (the later record of a step wins).
+    kept = {r["step"]: r for r in records if r["step"] % stride == 0 or r["step"] == job.total_steps}
     if not kept:
         return
-    # A step replayed after a restart from a checkpoint replaces the row it had.
-    s.execute(delete(JobMetric).where(JobMetric.job_id == job.id, JobMetric.step.in_([r["step"] for r in kept])))
-    s.add_all(JobMetric(job_id=job.id, step=r["step"], ts=r.get("ts") or 0.0,
-                        extra=_extra_of(r), **{k: r.get(k) for k in METRIC_FIELDS}) for r in kept)
+    s.execute(delete(JobMetric).where(JobMetric.job_id == job.id, JobMetric.step.in_(list(kept))))
+    s.add_all(JobMetric(job_id=job.id, step=step, ts=r.get("ts") or 0.0,
+                        extra=_extra_of(r), **{k: r.get(k) for k in METRIC_FIELDS}) for step, r in kept.items())
 
 
 def _extra_of(record: dict) -> dict | None:

@@ -130,6 +130,19 @@ def test_replayed_steps_replace_their_rows(sessions):
         assert [r.loss for r in rows[5:]] == [4.0] * 5
 
 
+def test_a_step_and_its_replay_in_one_batch_leave_one_row_the_replays(sessions):
+    """Steps 6-7 ran, the group crashed and resumed from step 5, and both runs' records of 6-7 reached
+    the database in one batch: once a UNIQUE violation that failed every later write of the job."""
+    with sessions.begin() as s:
+        job = _job(s, repo.ensure_tenant(s, "t").id, steps=10)
+        batch = [_step(i, 5.0) for i in range(1, 8)] + [_step(i, 4.0) for i in range(6, 11)]
+        repo.record_steps(s, job, batch, max_points=1000)
+    with sessions() as s:
+        rows = repo.list_metrics(s, job.id, 0, 100)
+        assert [r.step for r in rows] == list(range(1, 11))
+        assert [r.loss for r in rows] == [5.0] * 5 + [4.0] * 5
+
+
 def test_long_jobs_are_downsampled_not_truncated(sessions):
     with sessions.begin() as s:
         job = _job(s, repo.ensure_tenant(s, "t").id, steps=1000)
