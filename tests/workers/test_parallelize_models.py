@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.user_models import GPT_SPEC, LLAMA_SPEC, TOKEN_MLP_SPEC
+from tests.workers.gloo_ranks import rank_main
 
 CASES = {
     "llama": (LLAMA_SPEC, False), "llama_sp": (LLAMA_SPEC, True),
@@ -29,7 +30,7 @@ def _free_port() -> int:
 def _spawn(fn, *args):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    mp.start_processes(fn, args=(2, _free_port(), queue, *args), nprocs=2, start_method="spawn")
+    mp.start_processes(rank_main, args=(fn, 2, _free_port(), queue, *args), nprocs=2, start_method="spawn")
     return queue.get(timeout=60)
 
 
