@@ -39,6 +39,21 @@ def drop_pg_schema(schema: str) -> None:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
+def wait_ready(proc: subprocess.Popen, url: str, log: Path, name: str, timeout: float) -> None:
+    """Until `url` answers 200: a test server is up. Its exit or the deadline is an error with the end of its log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{name} not ready in {timeout}s:\n{log.read_text()[-3000:]}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -63,17 +78,8 @@ class Server:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "api.cli", "serve", *self.serve_args], env=self.env,
                                          stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parent.parent)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"trainyard serve exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"trainyard serve not ready in {timeout}s:\n{self.log.read_text()[-3000:]}")
+        wait_ready(self.proc, f"{self.url}/readyz", self.log, "trainyard serve", timeout)
+        return self
 
     def kill(self) -> None:
         """SIGKILL: the control plane dies without any clean-up."""

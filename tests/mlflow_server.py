@@ -9,12 +9,9 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
-import httpx
-
-from tests.live import free_port
+from tests.live import free_port, wait_ready
 
 
 class MlflowServer:
@@ -36,18 +33,12 @@ class MlflowServer:
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.uri}/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"mlflow server not ready in {timeout}s:\n{self.log.read_text()[-3000:]}")
+        try:
+            wait_ready(self.proc, f"{self.uri}/health", self.log, "mlflow server", timeout)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

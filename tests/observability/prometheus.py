@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 
 import httpx
 import yaml
 
-from tests.live import free_port
+from tests.live import free_port, wait_ready
 from tests.observability.dashboards import RULES
 
 
@@ -38,16 +37,8 @@ class Prometheus:
             self.proc = subprocess.Popen([binary, f"--config.file={self.config}", f"--storage.tsdb.path={self.data}",
                                           f"--web.listen-address=127.0.0.1:{self.port}"],
                                          stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise AssertionError(f"prometheus not ready:\n{self.log.read_text()[-3000:]}")
+        wait_ready(self.proc, f"{self.url}/-/ready", self.log, "prometheus", 60)
+        return self
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
