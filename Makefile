@@ -11,7 +11,7 @@ $(PY):
 
 # Re-install only when the project metadata changes.
 $(STAMP): pyproject.toml | $(PY)
-	$(PIP) install --quiet -e '.[dev,hf,tracking]'
+	$(PIP) install --quiet -e '.[dev,hf,tracking,storage]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workers.storage import Storage
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAINYARD_", extra="ignore")
@@ -52,13 +54,9 @@ class Settings(BaseSettings):
 
     @field_validator("storage_uri")
     @classmethod
-    def _local_storage_only(cls, uri: str) -> str:
-        # Until job storage speaks an object store, "s3://b/x" would quietly become the local
-        # directory "./s3:/b/x" on each node: refuse it instead.
-        scheme = uri.split("://", 1)[0] if "://" in uri else ""
-        if scheme and scheme != "file":
-            raise ValueError(f"{scheme}:// is not supported yet: give a path or a file:// URI on storage that "
-                             "the control plane and every Ray node share (e.g. an NFS or ReadWriteMany volume)")
+    def _known_scheme(cls, uri: str) -> str:
+        if uri:
+            Storage.at(uri)  # ValueError naming the scheme or the missing bucket
         return uri
 
     @property
@@ -77,6 +75,14 @@ class Settings(BaseSettings):
     def storage_root(self) -> Path:
         root = Path(self.storage_uri.removeprefix("file://")) if self.storage_uri else self.home / "storage"
         return root.resolve()
+
+    @property
+    def storage(self) -> Storage:
+        """Where jobs keep their files: a local directory or an object store (s3://, gs://)."""
+        return Storage.at(self.storage_uri) if self.storage_uri else Storage.at(self.home / "storage")
+
+    def job_storage(self, job_id: str) -> Storage:
+        return self.storage / f"jobs/{job_id}"
 
     def job_dir(self, job_id: str) -> Path:
         return self.storage_root / "jobs" / job_id

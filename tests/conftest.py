@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -31,6 +33,21 @@ def mlflow_server(tmp_path_factory):
 
     server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
     yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """One real S3 API (moto's server over HTTP) for the whole session; this process reaches it through
+    the standard AWS_* variables (`s3_server.env` for the services and ranks a test starts)."""
+    from tests.s3_server import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    yield server
+    for k, v in saved.items():
+        os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     server.stop()
 
 

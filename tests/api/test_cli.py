@@ -72,7 +72,8 @@ def test_failures_exit_non_zero_with_the_reason(embedded, tmp_path):
     ("TRAINYARD_API_WORKERS", "0", "Input should be greater than or equal to 1"),
     ("TRAINYARD_API_THREADS", "-2", "Input should be greater than or equal to 1"),
     ("TRAINYARD_PORT", "eighty", "Input should be a valid integer"),
-    ("TRAINYARD_STORAGE_URI", "s3://bucket/trainyard", "s3:// is not supported yet"),
+    ("TRAINYARD_STORAGE_URI", "ftp://host/trainyard", "ftp:// is not a supported storage scheme"),
+    ("TRAINYARD_STORAGE_URI", "s3:///trainyard", "names no bucket"),
 ])
 @pytest.mark.parametrize("command", [["serve"], ["list"]])
 def test_an_invalid_setting_is_refused_by_name(tmp_path, variable, value, rule, command):
