@@ -73,8 +73,8 @@ class Settings(BaseSettings):
 
     @property
     def storage_root(self) -> Path:
-        root = Path(self.storage_uri.removeprefix("file://")) if self.storage_uri else self.home / "storage"
-        return root.resolve()
+        """The storage as a local directory; ValueError on an object store (callers move to `storage`)."""
+        return self.storage.local_path
 
     @property
     def storage(self) -> Storage:
