@@ -14,7 +14,6 @@ from service.metric_catalogue import (
     CATALOGUE,
     Update,
     event_updates,
-    gpt_params,
     layout_updates,
     mfu,
     step_updates,
@@ -101,9 +100,9 @@ class LiveMetrics:
         peak = self.peak_flops_per_worker if self.peak_flops_per_worker > 0 else None
         if last_step is not None and peak is None:
             peak = last_step.get("peak_flops_per_s")
-        if last_step is not None and spec is not None and peak:
+        if last_step is not None and peak:
             world = world_size or (layout or {}).get("world_size") or 1
-            value = mfu(last_step.get("tokens_per_s"), gpt_params(spec), peak, world)
+            value = mfu(last_step.get("tokens_per_s"), last_step.get("model_params"), peak, world)
             if value is not None:
                 updates.append(update("trainyard_job_mfu_ratio", "set", value, job=job))
         self.apply(updates)

@@ -275,16 +275,6 @@ def layout_updates(job: str, layout: dict | None) -> list[Update]:
     return out
 
 
-def gpt_params(spec: dict) -> float | None:
-    """Parameters of the built-in GPT (blocks + embeddings), for the MFU estimate; None for other models."""
-    model = spec.get("model") or {}
-    if model.get("name", "gpt") != "gpt" or "entrypoint" in model:  # GPT is the spec's default model
-        return None
-    d, layers = model.get("d_model", 128), model.get("n_layers", 4)
-    vocab = model.get("vocab_size", 256)
-    return 12 * layers * d * d + (2 * vocab + model.get("seq_len", 64)) * d  # blocks, embeddings, head
-
-
 def mfu(tokens_per_s: float | None, params: float | None, peak_flops_per_worker: float, world: int) -> float | None:
     if not tokens_per_s or not params or peak_flops_per_worker <= 0 or world <= 0:
         return None

@@ -40,6 +40,7 @@ class StepRecord:
     peak_memory_breakdown: dict[str, int] | None = None
     peak_activation_bytes: int | None = None  # the activations' own high-water mark (what recompute lowers)
     peak_flops_per_s: float | None = None  # the worker's peak for MFU (workers/peak_flops.py); None: unknown
+    model_params: int | None = None  # the whole model's parameters (counted before sharding), for MFU
     memory_tracked: bool = False  # the CPU storage tracker ran: this step's times include its cost
     ts: float = field(default_factory=time.time)
 

@@ -49,6 +49,7 @@ class StepAggregator:
             "comm_bytes": ranks[0]["comm_bytes"],
             "model_state_bytes": ranks[0].get("model_state_bytes"),
             "peak_flops_per_s": min(known) if known and len(known) == len(peaks) else None,
+            "model_params": ranks[0].get("model_params"),
             "bubble_fraction": bubble,
             "skipped": any(r.get("skipped") for r in ranks),
             "memory_tracked": any(r.get("memory_tracked") for r in ranks),

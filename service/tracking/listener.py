@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from service.lifecycle import JobState
-from service.metric_catalogue import gpt_params
 from service.supervisor.listener import RunListener
 from service.tracking.background import BackgroundLogger
 from service.tracking.mlflow_sink import MlflowSink
@@ -38,7 +37,6 @@ class TrackingListener:
             self.sinks["tensorboard"] = TensorBoardSink(job_dir)
         self.loggers = [BackgroundLogger(sink, inner.on_event) for sink in self.sinks.values()]
         self.state, self.step, self.restarts, self.resizes = JobState.STARTING, 0, 0, 0
-        self.model_params = gpt_params(spec.model_dump(mode="json"))  # for MFU; None but for the built-in GPT
 
     def info(self) -> dict[str, Any]:
         """What the job's REST view shows: the MLflow run (once created) and the TensorBoard directory."""
@@ -65,7 +63,7 @@ class TrackingListener:
 
     def on_step(self, record: dict[str, Any]) -> None:
         self.inner.on_step(record)
-        metrics = step_metrics(record, self.model_params)
+        metrics = step_metrics(record)
         self.step = metrics.step
         if metrics.values:
             self._put(metrics)

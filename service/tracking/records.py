@@ -60,9 +60,9 @@ def _number(value: Any) -> float | None:
     return value if math.isfinite(value) else None  # a skipped step's NaN loss is an event, not a point
 
 
-def step_metrics(record: dict[str, Any], model_params: float | None = None) -> StepMetrics:
+def step_metrics(record: dict[str, Any]) -> StepMetrics:
     """The chartable values of one job-level step record (a program's own reported keys included), and
-    MFU where the model's size and every worker's peak FLOP/s are known (a GPU the workers looked up)."""
+    MFU where the model's size (the ranks count it) and every worker's peak FLOP/s are known (a GPU)."""
     values: dict[str, float] = {}
     for key, value in (record.get("metrics") or {}).items():  # a program's keys never shadow the columns
         if (number := _number(value)) is not None:
@@ -71,7 +71,7 @@ def step_metrics(record: dict[str, Any], model_params: float | None = None) -> S
         if (number := _number(record.get(key))) is not None:
             values[key] = number
     if "mfu" not in values and record.get("peak_flops_per_s"):
-        utilisation = mfu(record.get("tokens_per_s"), model_params, record["peak_flops_per_s"],
+        utilisation = mfu(record.get("tokens_per_s"), record.get("model_params"), record["peak_flops_per_s"],
                           len(record.get("ranks") or ()) or 1)
         if utilisation is not None:
             values["mfu"] = utilisation

@@ -6,15 +6,14 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.live_metrics import LiveMetrics
 from service.metric_catalogue import (
     CATALOGUE,
     event_updates,
     exposed_names,
-    gpt_params,
     mfu,
     step_updates,
 )
-from service.live_metrics import LiveMetrics
 from workers.events import (
     CheckpointEvent,
     PreemptedEvent,
@@ -142,27 +141,28 @@ def test_finished_jobs_series_are_dropped_after_the_retention():
     assert any(dict(labels).get("job") == "new" for _, labels in samples(live))
 
 
-def test_mfu_only_with_a_known_peak():
-    params = gpt_params({"model": {"name": "gpt", "n_layers": 4, "d_model": 128, "seq_len": 64}})
-    assert params == 12 * 4 * 128 * 128 + (2 * 256 + 64) * 128
+def test_mfu_only_with_a_known_peak_and_model_size():
+    params = 1_000_000
     assert mfu(1000.0, params, 0.0, 2) is None
     assert mfu(1000.0, params, 1e12, 2) == 6 * params * 1000.0 / 2e12
     live = LiveMetrics(peak_flops_per_worker=1e12)
-    live.drained("j", [STEP], layout={"world_size": 2}, spec={"model": {"name": "gpt"}})
+    live.drained("j", [{**STEP, "model_params": params}], layout={"world_size": 2}, spec={"model": {"name": "gpt"}})
     assert ("trainyard_job_mfu_ratio", (("job", "j"),)) in samples(live)
+    unsized = LiveMetrics(peak_flops_per_worker=1e12)  # a program's own loop: no parameter count, no MFU
+    unsized.drained("j", [STEP], layout={"world_size": 2}, spec={"program": {"command": ["true"]}})
+    assert ("trainyard_job_mfu_ratio", (("job", "j"),)) not in samples(unsized)
 
 
 def test_mfu_from_the_peak_the_workers_looked_up_and_the_setting_overrides_it():
-    spec, layout = {"model": {"name": "gpt"}}, {"world_size": 2}
-    params = gpt_params(spec)
+    spec, layout, params = {"model": {"name": "gpt"}}, {"world_size": 2}, 123_456
     looked_up = LiveMetrics()  # no setting: the GPU workers' table figure (workers/peak_flops.py)
-    looked_up.drained("j", [{**STEP, "peak_flops_per_s": 989.4e12}], layout=layout, spec=spec)
+    looked_up.drained("j", [{**STEP, "model_params": params, "peak_flops_per_s": 989.4e12}], layout=layout, spec=spec)
     got = samples(looked_up)[("trainyard_job_mfu_ratio", (("job", "j"),))]
     assert got == pytest.approx(6 * params * STEP["tokens_per_s"] / (2 * 989.4e12))
     overridden = LiveMetrics(peak_flops_per_worker=1e12)
-    overridden.drained("j", [{**STEP, "peak_flops_per_s": 989.4e12}], layout=layout, spec=spec)
+    overridden.drained("j", [{**STEP, "model_params": params, "peak_flops_per_s": 989.4e12}], layout=layout, spec=spec)
     assert samples(overridden)[("trainyard_job_mfu_ratio", (("job", "j"),))] == pytest.approx(
         6 * params * STEP["tokens_per_s"] / 2e12)
     cpu = LiveMetrics()  # CPU workers report no peak: no series, and the panel says why (deploy/dashboards.py)
-    cpu.drained("j", [{**STEP, "peak_flops_per_s": None}], layout=layout, spec=spec)
+    cpu.drained("j", [{**STEP, "model_params": params, "peak_flops_per_s": None}], layout=layout, spec=spec)
     assert ("trainyard_job_mfu_ratio", (("job", "j"),)) not in samples(cpu)

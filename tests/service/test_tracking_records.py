@@ -24,10 +24,11 @@ def test_step_metrics_take_the_rest_names_and_skip_what_is_no_finite_number():
 
 
 def test_mfu_is_logged_where_the_workers_peak_and_the_model_size_are_known():
-    record = {"step": 5, "ts": 1.0, "tokens_per_s": 1000.0, "peak_flops_per_s": 1e12, "ranks": [{}, {}]}
-    assert step_metrics(record, model_params=1e6).values["mfu"] == 6.0 * 1e6 * 1000.0 / (1e12 * 2)
-    assert "mfu" not in step_metrics(record, model_params=None).values  # a model whose size we do not count
-    assert "mfu" not in step_metrics({**record, "peak_flops_per_s": None}, 1e6).values  # CPU: unknown, not 0
+    record = {"step": 5, "ts": 1.0, "tokens_per_s": 1000.0, "peak_flops_per_s": 1e12, "model_params": 10**6,
+              "ranks": [{}, {}]}
+    assert step_metrics(record).values["mfu"] == 6.0 * 1e6 * 1000.0 / (1e12 * 2)
+    assert "mfu" not in step_metrics({**record, "model_params": None}).values  # a program: size not counted
+    assert "mfu" not in step_metrics({**record, "peak_flops_per_s": None}).values  # CPU: unknown, not 0
 
 
 def test_a_programs_own_keys_are_metrics_but_never_shadow_the_series():

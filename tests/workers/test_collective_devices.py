@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.helpers import spec_of
+from workers.models import build_model
 from workers.parallel.collective_audit import CONTROL, DATA, SITES, Collective, violations
 from workers.runtime.local_ranks import run_jobs
 
@@ -61,3 +62,12 @@ def test_a_host_value_on_a_data_group_is_a_violation_on_cpu():
     grads = Collective("c10d.allreduce_", "world-data", ("cpu",), "workers.parallel.common:average_in_place")
     assert violations([grads], cpu, control_groups) == []
     assert "not cuda" in violations([grads], torch.device("cuda"), control_groups)[0]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "tp", "pipeline"])
+def test_every_rank_reports_the_whole_models_size_for_mfu(audited, strategy):
+    """MFU counts 6 x parameters x tokens/s for any model: the ranks count the model they built, before a
+    strategy shards it (a pipeline stage or a TP shard holds only part of it)."""
+    whole = sum(p.numel() for p in build_model(spec_of(**{**COMMON, **STRATEGIES[strategy]})).parameters())
+    for result in audited[strategy]:
+        assert {r["model_params"] for r in result["records"]} == {whole}

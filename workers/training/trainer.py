@@ -88,6 +88,7 @@ class Trainer:
                                 spec.train.micro_batch_size)
 
         model = build_model(spec)
+        self.model_params = sum(p.numel() for p in model.parameters())  # whole, before any sharding: for MFU
         if spec.train.init_from:
             checkpointing.load_weights(Path(spec.train.init_from), model)
         self.strategy = build_strategy(spec)
@@ -191,7 +192,7 @@ class Trainer:
             skipped=skipped, peak_memory_bytes=memory.peak.peak_bytes if memory.peak else None,
             peak_memory_breakdown=memory.peak.breakdown if memory.peak else None,
             peak_activation_bytes=memory.peak.category_peaks["activations"] if memory.peak else None,
-            peak_flops_per_s=self.peak.flops_per_s,
+            peak_flops_per_s=self.peak.flops_per_s, model_params=self.model_params,
             memory_tracked=memory.tracker is not None,
         )
         return record
