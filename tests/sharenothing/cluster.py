@@ -20,6 +20,11 @@ from pathlib import Path
 from tests.sharenothing.network import Network, require_netns
 from tests.sharenothing.node import RAY_PORT, Node, NodeSpec
 
+
+class NodeExited(RuntimeError):
+    """A node's `ray start --block` returned: it failed to start, or its daemons died."""
+
+
 CLIENT_PORT = 10001  # Ray Client's server on the head
 HEAD = "head"
 
@@ -83,15 +88,29 @@ class ShareNothingCluster:
                 self.network.add_node(name)
             for name in self.names:
                 self.nodes[name] = Node(self._spec(name), self.env())
-                self.nodes[name].start()
-                if name == HEAD:
-                    self.wait_node_state(HEAD, alive=True, timeout_s=timeout_s)
-            for name in self.names[1:]:
-                self.wait_node_state(name, alive=True, timeout_s=timeout_s)
+            self._bring_up([HEAD], timeout_s)
+            self._bring_up(self.names[1:], timeout_s)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _bring_up(self, names: list[str], timeout_s: float, attempts: int = 3) -> None:
+        """Start the nodes together and wait until each is alive. `ray start` gives a raylet a fixed 30 s
+        to register, which a machine loaded by other test runs can miss: such a node exits, and is
+        cleared and started again, up to `attempts` times."""
+        for name in names:
+            self.nodes[name].start()
+        for name in names:
+            for attempt in range(1, attempts + 1):
+                try:
+                    self.wait_node_state(name, alive=True, timeout_s=timeout_s)
+                    break
+                except NodeExited:
+                    if attempt == attempts:
+                        raise
+                    self.nodes[name].kill()
+                    self.nodes[name].start()
 
     def stop(self) -> None:
         """Kill every node (workers first, so that the GCS outlives them), delete the network, check it is all gone."""
@@ -108,8 +127,7 @@ class ShareNothingCluster:
 
     def restart_node(self, name: str, timeout_s: float = 120) -> None:
         """The same namespace and IP, fresh processes and empty private disks (a new Ray node ID)."""
-        self.nodes[name].start()
-        self.wait_node_state(name, alive=True, timeout_s=timeout_s)
+        self._bring_up([name], timeout_s)
 
     # -- state ----------------------------------------------------------------------------------
     def node_states(self) -> dict[str, bool]:
@@ -128,7 +146,7 @@ class ShareNothingCluster:
         last: object = None
         while time.monotonic() - start < timeout_s:
             if (early := self.nodes[name].exited_early()) and alive:
-                raise RuntimeError(early)
+                raise NodeExited(early)
             try:
                 if self.node_states().get(ip, False) == alive:
                     return time.monotonic() - start
