@@ -64,6 +64,15 @@ class ShareNothingCluster:
     def node_resource(self, name: str) -> str:
         return f"bed_node_{name}"
 
+    def control_plane_env(self) -> dict[str, str]:
+        """What a `trainyard serve` in the root namespace needs to run jobs on the bed: Ray Client, because
+        a driver attaches to a raylet of its own machine by Unix sockets, which are private to each node."""
+        return {"TRAINYARD_RAY_ADDRESS": self.client_address, "RAY_AUTH_MODE": "disabled"}
+
+    def files_on(self, name: str, path: str | None = None) -> list[str]:
+        """The files node `name` holds under `path` (default: the storage path) on its private disk."""
+        return self.nodes[name].files(path or self.storage_path)
+
     # -- lifecycle ------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
         """The nodes' environment: this interpreter's venv and source tree, nothing of the caller's Ray."""
@@ -132,7 +141,7 @@ class ShareNothingCluster:
     # -- state ----------------------------------------------------------------------------------
     def node_states(self) -> dict[str, bool]:
         """Node IP -> alive, from the GCS; a restarted node's IP is alive if any of its incarnations is."""
-        from ray._raylet import GcsClient
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
         states: dict[str, bool] = {}
         for info in GcsClient(address=self.ray_address).get_all_node_info(timeout=10).values():

@@ -104,6 +104,14 @@ class Node:
             return f"node {self.name} exited with {self.proc.returncode}:\n{self.spec.log.read_text()[-3000:]}"
         return None
 
+    def files(self, path: str) -> list[str]:
+        """The files under `path` as this node sees them (its private tmpfs), read through its mount namespace."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError(f"node {self.name} is not running")
+        found = subprocess.run(["nsenter", f"--target={self.proc.pid}", "--mount", "find", path, "-type", "f"],
+                               capture_output=True, text=True)
+        return sorted(found.stdout.split())
+
     def kill(self, timeout_s: float = 30) -> None:
         """SIGKILL, as a machine that loses power: no Ray shutdown, the GCS finds out by its health checks."""
         deadline = time.monotonic() + timeout_s
