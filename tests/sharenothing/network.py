@@ -8,6 +8,7 @@ tests start (an S3 server, ...) listen there, and every node reaches it through 
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
 import subprocess
 import time
@@ -24,8 +25,6 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def require_netns() -> None:
     """Fail, by name, where network namespaces cannot be made: the bed never skips itself."""
-    import os
-
     if os.geteuid() != 0:
         raise BedUnavailable("the share-nothing test bed needs root (network and mount namespaces)")
     for tool in ("ip", "unshare", "nsenter"):
