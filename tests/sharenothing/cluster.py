@@ -154,13 +154,13 @@ class ShareNothingCluster:
         start, ip = time.monotonic(), self.node_ip(name)
         last: object = None
         while time.monotonic() - start < timeout_s:
-            if (early := self.nodes[name].exited_early()) and alive:
-                raise NodeExited(early)
             try:
                 if self.node_states().get(ip, False) == alive:
                     return time.monotonic() - start
             except Exception as e:  # the GCS is not up yet
                 last = e
+            if (early := self.nodes[name].exited_early()) and alive:
+                raise NodeExited(early)
             time.sleep(0.5)
         raise TimeoutError(f"node {name} ({ip}) not {'alive' if alive else 'dead'} after {timeout_s} s "
                            f"(last error: {last}); log {self.nodes[name].spec.log}")

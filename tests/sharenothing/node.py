@@ -99,16 +99,19 @@ class Node:
         return [int(p) for p in listed]
 
     def exited_early(self) -> str | None:
-        """The end of the node's log, if `ray start --block` has already returned."""
+        """The end of the node's log, if `ray start --block` has already returned. It also returns after
+        giving its raylet a fixed 30 s to register, and a raylet that registers later stays and serves:
+        only the GCS says whether a node is up."""
         if self.proc is not None and self.proc.poll() is not None:
             return f"node {self.name} exited with {self.proc.returncode}:\n{self.spec.log.read_text()[-3000:]}"
         return None
 
     def files(self, path: str) -> list[str]:
         """The files under `path` as this node sees them (its private tmpfs), read through its mount namespace."""
-        if self.proc is None or self.proc.poll() is not None:
+        # Any process of the node will do: all of them descend from the `unshare` that made its mount namespace.
+        if not (pids := self.pids()):
             raise RuntimeError(f"node {self.name} is not running")
-        found = subprocess.run(["nsenter", f"--target={self.proc.pid}", "--mount", "find", path, "-type", "f"],
+        found = subprocess.run(["nsenter", f"--target={pids[0]}", "--mount", "find", path, "-type", "f"],
                                capture_output=True, text=True)
         return sorted(found.stdout.split())
 
