@@ -6,6 +6,7 @@
     bed.host_ip                # the root namespace's bridge address: where nodes reach host services
     bed.node_resource("w1")    # a custom resource only node w1 has: pins an actor to that node
     bed.kill_node("w1"); bed.wait_node_state("w1", alive=False); bed.restart_node("w1")
+    bed.on_stop(ctx.disconnect) # run first thing in stop(), while the head is still up
     bed.stop()                 # every process gone, namespaces and bridge deleted, asserted
 """
 
@@ -15,6 +16,7 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.sharenothing.network import Network, require_netns
@@ -40,6 +42,7 @@ class ShareNothingCluster:
         self.num_cpus = num_cpus
         self.names = [HEAD] + [f"w{i}" for i in range(1, workers + 1)]
         self.nodes: dict[str, Node] = {}
+        self._before_stop: list[Callable[[], None]] = []
 
     # -- addresses ------------------------------------------------------------------------------
     @property
@@ -121,8 +124,14 @@ class ShareNothingCluster:
                     self.nodes[name].kill()
                     self.nodes[name].start()
 
+    def on_stop(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once, at the start of `stop()` (e.g. disconnect a Ray Client while the head is up)."""
+        self._before_stop.append(callback)
+
     def stop(self) -> None:
         """Kill every node (workers first, so that the GCS outlives them), delete the network, check it is all gone."""
+        while self._before_stop:
+            self._before_stop.pop()()
         for name in reversed(self.names):
             if name in self.nodes:
                 self.nodes[name].kill()

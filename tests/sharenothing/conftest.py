@@ -22,5 +22,7 @@ def bed_client(share_nothing):
     import ray
 
     ctx = ray.init(share_nothing.client_address, allow_multiple=True, namespace="bed")
+    # Disconnected by the cluster's stop, before the nodes go (a client left behind waits for a gone head),
+    # and only once: a second disconnect may shut down this process's own local Ray.
+    share_nothing.on_stop(ctx.disconnect)
     yield ctx
-    ctx.disconnect()
