@@ -21,9 +21,13 @@ from tests.sharenothing.network import ip
 
 RAY_PORT = 6379  # the GCS port: every node has its own network namespace, so the default cannot collide
 OBJECT_STORE_BYTES = 100 * 1024**2  # small: five beds' worth of nodes share 24 GiB with other test runs
-# The GCS marks a killed node dead after period x threshold (the defaults take ~30 s).
-FAST_HEALTH_CHECK = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
-                     "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
+HEAD_ENV = {
+    # The GCS marks a killed node dead after period x threshold (the defaults take ~30 s).
+    "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
+    "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000",
+    # Ray Client's server starts a driver process per client and gives it 30 s, which a loaded machine misses.
+    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "180",
+}
 
 
 @dataclass
@@ -87,7 +91,7 @@ class Node:
         return self.spec.address
 
     def start(self) -> None:
-        env = {**self.env, **(FAST_HEALTH_CHECK if self.spec.is_head else {})}
+        env = {**self.env, **(HEAD_ENV if self.spec.is_head else {})}
         self.spec.log.parent.mkdir(parents=True, exist_ok=True)
         with self.spec.log.open("ab") as log:
             self.proc = subprocess.Popen(self.spec.command(), env=env, stdout=log, stderr=subprocess.STDOUT,
