@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint test test-all test-fast bench clean prometheus
+.PHONY: install lint test test-all test-fast bench clean prometheus netns-tools
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -22,6 +22,12 @@ prometheus:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus; }
 
+# iproute2 (`ip netns`) and util-linux (`unshare`, `nsenter`) for the share-nothing test bed (tests/sharenothing/, as root).
+netns-tools:
+	@command -v ip >/dev/null && command -v unshare >/dev/null && command -v nsenter >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq iproute2 util-linux; }
+
 # Lint and import order (ruff) on api/, service/, workers/ and trainyard/; types (mypy, configured in pyproject.toml) on all but api/.
 lint: install
 	$(VENV)/bin/ruff check api service workers trainyard
@@ -30,17 +36,17 @@ lint: install
 # Timing tests first, alone, while the machine is quiet; then everything else. Both always run.
 # The full layout matrices (marker `exhaustive`) run in test-all, before an issue is resolved.
 # The 25 slowest tests are listed at the end, so that every CI log says where the time goes.
-test: lint install prometheus
+test: lint install prometheus netns-tools
 	$(VENV)/bin/pytest -q -m timing; timing=$$?; \
 	$(VENV)/bin/pytest -q --durations=25 -m "not timing and not exhaustive"; rest=$$?; \
 	exit $$(( timing || rest ))
 
-test-all: lint install prometheus
+test-all: lint install prometheus netns-tools
 	$(VENV)/bin/pytest -q -m timing; timing=$$?; \
 	$(VENV)/bin/pytest -q -m "not timing"; rest=$$?; \
 	exit $$(( timing || rest ))
 
-test-fast: install prometheus
+test-fast: install prometheus netns-tools
 	$(VENV)/bin/pytest -q -m "not slow and not exhaustive"
 
 bench: install
