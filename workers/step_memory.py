@@ -95,7 +95,7 @@ class StepMemory:
         measurement.peak = self.last = MemoryPeak(peak, breakdown, breakdown)  # no peak per category on CUDA
 
     def _tracked_peak(self) -> Iterator[StepMeasurement]:
-        tracker = StorageTracker()
+        tracker = StorageTracker(owner=self.model)
         tracker.register(list(self.model.parameters()) + list(self.model.buffers()), PARAMS)
         tracker.register([p.grad for p in self.model.parameters() if p.grad is not None], GRADS)
         tracker.register([v for s in self.optimizer.state.values() for v in s.values()

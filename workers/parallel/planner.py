@@ -5,6 +5,11 @@ step, and pick the cheapest predicted step that fits the per-worker memory budge
 The byte predictions use the same accounting the strategies are measured by
 (fp32 AdamW, ring collectives, workers/parallel/metering.py), so they can be
 checked against a run: tests/workers/test_strategies.py does, within 10%.
+The memory predicted is the step's peak, not the state between steps: the start of the last
+micro-batch's backward, with every activation of that micro-batch held, each strategy's state at
+that moment (its own `cost`: optimiser state, gradients kept across micro-batches, gradient buckets,
+gathered weights) and the loss's logits; bench/planner_vs_peak.py and
+tests/workers/test_planner_peak.py check it against the measured peak (workers/step_memory.py).
 Step time is a roofline guess: 6 x params x tokens FLOPs (8x with activation
 checkpointing) at the worker's sustained rate, plus bytes over the link
 bandwidth plus a latency per collective, with no overlap assumed.
@@ -50,6 +55,7 @@ class ModelFacts:
     seq_len: int = 0
     vocab: int = 0
     layernorm_params: int = 0  # of the norm layers (their grads are reduced under sequence parallelism)
+    outer_params: int = 0  # outside the repeated blocks (embeddings, final norm, head): FSDP's root unit
 
     @classmethod
     def of(cls, spec: JobSpec) -> ModelFacts:
@@ -60,10 +66,11 @@ class ModelFacts:
         try:
             desc = describe_spec_model(model, spec.model)
         except ModelStructureError:  # no repeated blocks (the mlp): parameters are all the planner counts
-            return cls(params=total, tp_params=0)
+            return cls(params=total, tp_params=0, outer_params=total)
         d_model, n_heads, vocab = _dims(spec, model)
+        in_blocks = sum(p.numel() for p in desc.blocks(model).parameters())
         return cls(total, tp_sharded_params(model, desc.tp_plan), desc.n_blocks, d_model, n_heads,
-                   sequence_length(spec) or 0, vocab, norm_params(model))
+                   sequence_length(spec) or 0, vocab, norm_params(model), total - in_blocks)
 
 
 def _dims(spec: JobSpec, model: torch.nn.Module) -> tuple[int, int, int]:
@@ -82,8 +89,9 @@ def _dims(spec: JobSpec, model: torch.nn.Module) -> tuple[int, int, int]:
 class Estimate:
     parallel: dict[str, Any]
     strategy: str
-    model_state_bytes_per_rank: int
-    activation_bytes_per_rank: int
+    model_state_bytes_per_rank: int  # between steps
+    peak_state_bytes_per_rank: int  # weights, optimiser state, gradients and their buffers at the step's peak
+    activation_bytes_per_rank: int  # one micro-batch's, at the start of its backward
     comm_bytes_per_step: int
     compute_s: float
     comm_s: float
@@ -96,7 +104,8 @@ class Estimate:
 
     @property
     def memory_bytes_per_rank(self) -> int:
-        return self.model_state_bytes_per_rank + self.activation_bytes_per_rank
+        """The predicted peak of a step: what the state holds then, plus one micro-batch's activations."""
+        return self.peak_state_bytes_per_rank + self.activation_bytes_per_rank
 
     def to_dict(self) -> dict:
         return {**asdict(self), "predicted_step_s": self.step_s, "memory_bytes_per_rank": self.memory_bytes_per_rank}
@@ -123,6 +132,7 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
         parallel=_compact(p.model_dump(mode="json")),
         strategy=strategy.name,
         model_state_bytes_per_rank=int(state),
+        peak_state_bytes_per_rank=int(layout.peak_state_bytes),
         activation_bytes_per_rank=int(act),
         comm_bytes_per_step=int(comm),
         compute_s=flops / flops_rate,
@@ -131,24 +141,38 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
 
 
 def _activation_bytes(spec: JobSpec, f: ModelFacts) -> float:
-    """Activations of one micro-batch kept for backward (Korthikanti et al. 2022, scaled to the dtype)."""
+    """Bytes one micro-batch holds when its backward starts, counted tensor by tensor for a GPT-shaped block
+    with fused attention (scaled_dot_product_attention keeps no score matrix) and no dropout, in units of
+    n = seq x micro x width elements: per block the block input, both norm outputs and the attention
+    output's residual (4n, split by tp under sequence parallelism), q, k, v, attention output, MLP up
+    projection and its GELU (12n, split by tp). Then the final norm's input and output (2n) and the loss:
+    fp32 logits' log-softmax, its gradient and the logits' gradient (3 x seq x micro x vocab x 4 bytes).
+    """
     p, mb = spec.parallel, spec.train.micro_batch_size
     if not f.layers:
         return 0.0
-    s, h, a, tp = f.seq_len, f.d_model, f.n_heads, p.tp
-    half = 1 if p.mixed_precision != "fp32" else 2  # the formula counts 16-bit activations
-    if p.activation_checkpointing:
-        per_layer = 2 * s * mb * h / (tp if p.sequence_parallel else 1)
-    elif p.sequence_parallel:
-        per_layer = s * mb * h * (34 + 5 * a * s / h) / tp
-    else:
-        per_layer = s * mb * h * (10 + 24 / tp + 5 * a * s / (h * tp))
-    logits = 2 * 4 * s * mb * f.vocab  # fp32 logits and their gradient
-    return half * f.layers * per_layer + logits
+    s, h, tp = f.seq_len, f.d_model, p.tp
+    n = s * mb * h
+    half = p.mixed_precision != "fp32"
+    # FSDP's mixed precision computes the blocks in 16 bits; autocast keeps norms and residuals in fp32
+    # and saves a 16-bit copy of each matmul input it casts (q, k, v and the MLP's: 4n).
+    pure_half = half and p.zero == 3
+    wide = 2 if pure_half else 4  # residual stream and norm outputs
+    narrow = 2 if half else 4  # matmul outputs
+    casts = 4 * n * 2 if half and not pure_half else 0
+    split = tp if p.sequence_parallel else 1
+    gathered = 2 * n * wide if p.sequence_parallel and not casts else 0  # the all-gathered norm outputs, saved
+    block = 4 * n / split * wide + 12 * n / tp * narrow + casts + gathered
+    final = 2 * n * wide
+    logits = 3 * 4 * s * mb * f.vocab
+    if p.activation_checkpointing:  # each block keeps its input; its backward recomputes one block at a time
+        return f.layers * n / split * wide + max(final + logits, block)
+    return f.layers * block + final + logits
 
 
 def _compact(parallel: dict) -> dict:
     defaults = {"pipeline": None, "dp_shard": None, "reshard_after_forward": True, "offload_optimizer": False,
+                "fsdp_accumulate": "sharded",
                 "sequence_parallel": False, "activation_checkpointing": False, "mixed_precision": "fp32",
                 "compression": None, "local_sgd": None, "pp": 1}
     return {k: v for k, v in parallel.items() if k not in defaults or v != defaults[k]}

@@ -226,7 +226,7 @@ class PipelineStrategy:
     @staticmethod
     def cost(spec, facts) -> LayoutCost:  # the planner's search covers pp = 1 layouts; replicated stages
         per_rank = params_per_rank(spec, facts)
-        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank)
+        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank, 16 * per_rank)
 
     # --- setup -------------------------------------------------------------
 
