@@ -64,6 +64,10 @@ _ACTIVE: list["StorageTracker"] = []  # the trackers whose region is running (in
 _LASTING: dict[int, tuple[weakref.ref, str, int]] = {}
 
 
+def _forget(key: int) -> Callable[[weakref.ref], None]:
+    return lambda _: _LASTING.pop(key, None) and None
+
+
 def note_lasting(tensors: Iterable[torch.Tensor], category: str, owner: object) -> None:
     """`tensors`' storages outlive the step: count them now (in a region tracked for `owner`) and in every
     later region tracked for `owner`."""
@@ -72,8 +76,7 @@ def note_lasting(tensors: Iterable[torch.Tensor], category: str, owner: object) 
         if storage is None:
             continue
         if id(storage) not in _LASTING:
-            key = id(storage)
-            _LASTING[key] = (weakref.ref(storage, lambda _, key=key: _LASTING.pop(key, None)), category, id(owner))
+            _LASTING[id(storage)] = (weakref.ref(storage, _forget(id(storage))), category, id(owner))
         if _ACTIVE and _ACTIVE[-1].owner is owner:
             _ACTIVE[-1].classify(t, category)
 

@@ -58,6 +58,9 @@ class LayoutCost:
     # Per rank at the step's peak, when the last micro-batch's backward starts (every activation held): weights,
     # optimiser state, gradients kept from earlier micro-batches, persistent gradient buffers, gathered weights.
     peak_state_bytes: float
+    # Per rank on top of that while one repeated block runs its backward (FSDP: its gathered weights, whole
+    # gradients and reduce-scatter input); the peak with activation checkpointing, which recomputes a block then.
+    block_backward_bytes: float = 0.0
 
 
 def accumulated_grad_bytes(spec: JobSpec) -> float:

@@ -102,7 +102,8 @@ class FSDPStrategy:
         grads = accumulated_grad_bytes(spec) / (shard if p.fsdp_accumulate == "sharded" else 1)
         gathered = per_rank if not p.reshard_after_forward else min(facts.outer_params, per_rank)
         peak = (4 + 8) / shard * per_rank + grads * per_rank + param_bytes * gathered
-        return LayoutCost(16 / shard * per_rank, comm, peak)
+        block = (per_rank - min(facts.outer_params, per_rank)) / max(facts.layers, 1)
+        return LayoutCost(16 / shard * per_rank, comm, peak, block * (param_bytes + 4 + 4))
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         p = ctx.spec.parallel

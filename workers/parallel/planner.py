@@ -120,7 +120,8 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     layout = strategy.cost(spec, f)  # the strategy's own accounting of state and data-parallel traffic
     state = layout.model_state_bytes
     comm = layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f)
-    act = _activation_bytes(spec, f)
+    start, in_block = _activation_bytes(spec, f)
+    act = max(start, in_block + layout.block_backward_bytes)  # the larger of the two moments of the backward
     gpu = spec.resources.gpus_per_worker > 0
     flops_rate = (GPU_FLOPS * spec.resources.gpus_per_worker if gpu
                   else CPU_FLOPS_PER_CORE * spec.resources.cpus_per_worker)
@@ -140,17 +141,19 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     )
 
 
-def _activation_bytes(spec: JobSpec, f: ModelFacts) -> float:
+def _activation_bytes(spec: JobSpec, f: ModelFacts) -> tuple[float, float]:
     """Bytes one micro-batch holds when its backward starts, counted tensor by tensor for a GPT-shaped block
     with fused attention (scaled_dot_product_attention keeps no score matrix) and no dropout, in units of
     n = seq x micro x width elements: per block the block input, both norm outputs and the attention
     output's residual (4n, split by tp under sequence parallelism), q, k, v, attention output, MLP up
     projection and its GELU (12n, split by tp). Then the final norm's input and output (2n) and the loss:
     fp32 logits' log-softmax, its gradient and the logits' gradient (3 x seq x micro x vocab x 4 bytes).
+    Returns (at the start of the backward, while a block runs its backward): with activation checkpointing
+    every block keeps only its input and the backward recomputes one block at a time.
     """
     p, mb = spec.parallel, spec.train.micro_batch_size
     if not f.layers:
-        return 0.0
+        return 0.0, 0.0
     s, h, tp = f.seq_len, f.d_model, p.tp
     n = s * mb * h
     half = p.mixed_precision != "fp32"
@@ -165,9 +168,10 @@ def _activation_bytes(spec: JobSpec, f: ModelFacts) -> float:
     block = 4 * n / split * wide + 12 * n / tp * narrow + casts + gathered
     final = 2 * n * wide
     logits = 3 * 4 * s * mb * f.vocab
-    if p.activation_checkpointing:  # each block keeps its input; its backward recomputes one block at a time
-        return f.layers * n / split * wide + max(final + logits, block)
-    return f.layers * block + final + logits
+    if p.activation_checkpointing:
+        kept = f.layers * n / split * wide
+        return kept + final + logits, kept + block
+    return f.layers * block + final + logits, f.layers * block
 
 
 def _compact(parallel: dict) -> dict:
