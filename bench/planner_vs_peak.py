@@ -39,6 +39,10 @@ LAYOUTS: dict[str, tuple[int, dict]] = {
     "fsdp_bf16": (2, {**Z3, "parallel.mixed_precision": "bf16"}),
     "tp2": (2, {"parallel.tp": 2}),
     "tp2_sp": (2, {"parallel.tp": 2, "parallel.sequence_parallel": True}),
+    "pp2_gpipe": (2, {"parallel.pp": 2, "parallel.pipeline": {"schedule": "gpipe"}}),
+    "pp2_1f1b": (2, {"parallel.pp": 2, "parallel.pipeline": {"schedule": "1f1b"}}),
+    "pp2_interleaved": (2, {"parallel.pp": 2, "model.n_layers": 4,
+                            "parallel.pipeline": {"schedule": "interleaved_1f1b"}}),
     "ddp4": (4, {}),
     "zero2_4": (4, {"parallel.zero": 2}),
     "fsdp4": (4, Z3),
@@ -46,6 +50,7 @@ LAYOUTS: dict[str, tuple[int, dict]] = {
     "dp2xtp2": (4, {"parallel.tp": 2}),
     "fsdp2xtp2": (4, {**Z3, "parallel.tp": 2}),
     "tp4_sp": (4, {"parallel.tp": 4, "parallel.sequence_parallel": True}),
+    "pp2xdp2": (4, {"parallel.pp": 2, "parallel.pipeline": {"schedule": "1f1b"}}),
 }
 
 

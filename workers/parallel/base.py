@@ -61,6 +61,9 @@ class LayoutCost:
     # Per rank on top of that while one repeated block runs its backward (FSDP: its gathered weights, whole
     # gradients and reduce-scatter input); the peak with activation checkpointing, which recomputes a block then.
     block_backward_bytes: float = 0.0
+    # Activations at the peak, where the strategy counts them itself (pipeline: micro-batches in flight per
+    # schedule); None: one micro-batch through every block (workers/parallel/activations.py).
+    activation_bytes: float | None = None
 
 
 def accumulated_grad_bytes(spec: JobSpec) -> float:

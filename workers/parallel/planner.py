@@ -25,6 +25,7 @@ import torch
 from workers.models import MODEL_BUILDERS
 from workers.models.description import ModelStructureError, describe_spec_model
 from workers.models.param_counts import norm_params, tp_sharded_params
+from workers.parallel.activations import activation_bytes
 from workers.parallel.registry import strategy_class
 from workers.parallel.tensor_parallel import tensor_parallel_comm_bytes
 from workers.spec import (
@@ -112,7 +113,7 @@ class Estimate:
 
 
 def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
-    """Predicted bytes and step time of the layout `spec.parallel` (pp = 1 layouts)."""
+    """Predicted bytes (of the rank with the highest peak) and step time of the layout `spec.parallel`."""
     f = facts or ModelFacts.of(spec)
     p, t = spec.parallel, spec.train
     tp, accum = p.tp, spec.grad_accum_steps
@@ -120,8 +121,11 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     layout = strategy.cost(spec, f)  # the strategy's own accounting of state and data-parallel traffic
     state = layout.model_state_bytes
     comm = layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f)
-    start, in_block = _activation_bytes(spec, f)
-    act = max(start, in_block + layout.block_backward_bytes)  # the larger of the two moments of the backward
+    if layout.activation_bytes is not None:  # the strategy counts its own (pipeline: micro-batches in flight)
+        act = layout.activation_bytes
+    else:  # the larger of two moments of the backward: its start, and a block's backward
+        start, in_block = activation_bytes(spec, f)
+        act = max(start, in_block + layout.block_backward_bytes)
     gpu = spec.resources.gpus_per_worker > 0
     flops_rate = (GPU_FLOPS * spec.resources.gpus_per_worker if gpu
                   else CPU_FLOPS_PER_CORE * spec.resources.cpus_per_worker)
@@ -139,39 +143,6 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
         compute_s=flops / flops_rate,
         comm_s=comm / bandwidth + latency * collectives,
     )
-
-
-def _activation_bytes(spec: JobSpec, f: ModelFacts) -> tuple[float, float]:
-    """Bytes one micro-batch holds when its backward starts, counted tensor by tensor for a GPT-shaped block
-    with fused attention (scaled_dot_product_attention keeps no score matrix) and no dropout, in units of
-    n = seq x micro x width elements: per block the block input, both norm outputs and the attention
-    output's residual (4n, split by tp under sequence parallelism), q, k, v, attention output, MLP up
-    projection and its GELU (12n, split by tp). Then the final norm's input and output (2n) and the loss:
-    fp32 logits' log-softmax, its gradient and the logits' gradient (3 x seq x micro x vocab x 4 bytes).
-    Returns (at the start of the backward, while a block runs its backward): with activation checkpointing
-    every block keeps only its input and the backward recomputes one block at a time.
-    """
-    p, mb = spec.parallel, spec.train.micro_batch_size
-    if not f.layers:
-        return 0.0, 0.0
-    s, h, tp = f.seq_len, f.d_model, p.tp
-    n = s * mb * h
-    half = p.mixed_precision != "fp32"
-    # FSDP's mixed precision computes the blocks in 16 bits; autocast keeps norms and residuals in fp32
-    # and saves a 16-bit copy of each matmul input it casts (q, k, v and the MLP's: 4n).
-    pure_half = half and p.zero == 3
-    wide = 2 if pure_half else 4  # residual stream and norm outputs
-    narrow = 2 if half else 4  # matmul outputs
-    casts = 4 * n * 2 if half and not pure_half else 0
-    split = tp if p.sequence_parallel else 1
-    gathered = 2 * n * wide if p.sequence_parallel and not casts else 0  # the all-gathered norm outputs, saved
-    block = 4 * n / split * wide + 12 * n / tp * narrow + casts + gathered
-    final = 2 * n * wide
-    logits = 3 * 4 * s * mb * f.vocab
-    if p.activation_checkpointing:
-        kept = f.layers * n / split * wide
-        return kept + final + logits, kept + block
-    return f.layers * block + final + logits, f.layers * block
 
 
 def _compact(parallel: dict) -> dict:
