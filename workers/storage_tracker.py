@@ -64,6 +64,14 @@ _ACTIVE: list["StorageTracker"] = []  # the trackers whose region is running (in
 _LASTING: dict[int, tuple[weakref.ref, str, int]] = {}
 
 
+def note_held(tensors: Iterable[torch.Tensor], category: str) -> None:
+    """`tensors`' storages are of `category` now (in the running region, if any): a strategy's own
+    gradient buffers, say, which no `.grad` hook sees."""
+    if _ACTIVE:
+        for t in tensors:
+            _ACTIVE[-1].classify(t, category)
+
+
 def _forget(key: int) -> Callable[[weakref.ref], None]:
     return lambda _: _LASTING.pop(key, None) and None
 

@@ -42,6 +42,7 @@ from workers.parallel.metering import metered, metered_calls
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.tensor_parallel import apply_tensor_parallel
 from workers.spec import Violation
+from workers.storage_tracker import GRADS, note_held
 
 
 def fsdp_meshes(ctx: StrategyContext) -> tuple[DeviceMesh, DeviceMesh]:
@@ -158,6 +159,29 @@ def fsdp_forward_backward(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx:
 
     # With TP inside, DTensor's functional collectives need the dispatch mode; FSDP alone calls dist.*.
     meter = metered(ctx.comm) if ctx.spec.parallel.tp > 1 else metered_calls(ctx.comm)
+    @contextlib.contextmanager
+    def unsharded():
+        with no_sync():
+            yield
+        note_held(unsharded_grads(wrapped), GRADS)  # kept whole until the last micro-batch: peak memory says so
+
     sync_every_micro_batch = ctx.spec.parallel.fsdp_accumulate == "sharded"
     with meter:
-        return accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext if sync_every_micro_batch else no_sync)
+        return accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext if sync_every_micro_batch else unsharded)
+
+
+def unsharded_grads(wrapped: nn.Module) -> list[torch.Tensor]:
+    """The whole gradients FSDP2 accumulates between reduce-scatters (its FSDPParams' own, upcast to the
+    reduce dtype under mixed precision, else on the gathered parameter)."""
+    out = []
+    for module in wrapped.modules():
+        get_state = getattr(module, "_get_fsdp_state", None)
+        state = get_state() if callable(get_state) else None
+        group = getattr(state, "_fsdp_param_group", None)
+        for fsdp_param in getattr(group, "fsdp_params", ()):
+            grad = fsdp_param.unsharded_accumulated_grad
+            if grad is None:
+                grad = fsdp_param._unsharded_param.grad
+            if grad is not None:
+                out.append(grad)
+    return out
