@@ -157,17 +157,17 @@ def fsdp_forward_backward(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx:
         finally:
             wrapped.set_requires_gradient_sync(True)
 
-    # With TP inside, DTensor's functional collectives need the dispatch mode; FSDP alone calls dist.*.
-    meter = metered(ctx.comm) if ctx.spec.parallel.tp > 1 else metered_calls(ctx.comm)
     @contextlib.contextmanager
     def unsharded():
         with no_sync():
             yield
         note_held(unsharded_grads(wrapped), GRADS)  # kept whole until the last micro-batch: peak memory says so
 
-    sync_every_micro_batch = ctx.spec.parallel.fsdp_accumulate == "sharded"
+    between = contextlib.nullcontext if ctx.spec.parallel.fsdp_accumulate == "sharded" else unsharded
+    # With TP inside, DTensor's functional collectives need the dispatch mode; FSDP alone calls dist.*.
+    meter = metered(ctx.comm) if ctx.spec.parallel.tp > 1 else metered_calls(ctx.comm)
     with meter:
-        return accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext if sync_every_micro_batch else unsharded)
+        return accumulate(wrapped, micro, loss_fn, ctx, between)
 
 
 def unsharded_grads(wrapped: nn.Module) -> list[torch.Tensor]:
