@@ -1,7 +1,7 @@
 """FSDP with gradient accumulation, `parallel.fsdp_accumulate: sharded` against `unsharded`, on real gloo
 ranks (no Ray): peak memory and peak gradient bytes per rank (measured in steps 1-3, workers/step_memory.py),
-the planner's predicted peak, gradient traffic per step and the median step time of the unmeasured steps.
-Usage:
+the planner's predicted peak, gradient traffic per step and the median step time of the unmeasured steps
+(the two modes' steps alternate, so a busy host slows both alike). Usage:
   PYTHONPATH=. python bench/fsdp_accumulate.py [STEPS]"""
 
 from __future__ import annotations
@@ -31,23 +31,25 @@ def _measure(rank, world, port, queue, tmp, steps):
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    specs = {mode: spec_of(**SPEC, **{"parallel.fsdp_accumulate": mode}) for mode in MODES}
+    trainers = {mode: Trainer(spec, rank, world, torch.device("cpu"), Path(tmp) / mode) for mode, spec in specs.items()}
+    records: dict[str, list] = {mode: [] for mode in MODES}
+    for _ in range(steps):  # the modes' steps alternate, so a busy host slows both alike
+        for mode in MODES:
+            records[mode].append(trainers[mode].train_step())
     out = {}
-    for mode in MODES:
-        spec = spec_of(**SPEC, **{"parallel.fsdp_accumulate": mode})
-        trainer = Trainer(spec, rank, world, torch.device("cpu"), Path(tmp) / mode)
-        records = [trainer.train_step() for _ in range(steps)]
-        measured = [r for r in records if r.peak_memory_bytes is not None]
+    for mode, trainer in trainers.items():
+        rs = records[mode]
         out[mode] = {
-            "peak": max(r.peak_memory_bytes for r in measured),
+            "peak": max(r.peak_memory_bytes for r in rs if r.peak_memory_bytes is not None),
             "grads": trainer.memory.last.category_peaks["grads"] if trainer.memory.last else 0,  # of step 3
-            "predicted": estimate(spec).memory_bytes_per_rank,
+            "predicted": estimate(specs[mode]).memory_bytes_per_rank,
             "params": sum(p.numel() for p in trainer.model.parameters()),  # DTensors: the whole model's
-            "comm": records[-1].comm_bytes,
-            "step_s": statistics.median([r.step_time_s for r in records if r.peak_memory_bytes is None] or [0.0]),
-            "losses": [r.loss for r in records],
-            "micro_batches": spec.grad_accum_steps,
+            "comm": rs[-1].comm_bytes,
+            "step_s": statistics.median([r.step_time_s for r in rs if r.peak_memory_bytes is None] or [0.0]),
+            "losses": [r.loss for r in rs],
+            "micro_batches": specs[mode].grad_accum_steps,
         }
-        del trainer
     queue.put((rank, out))
     dist.destroy_process_group()
 
