@@ -67,7 +67,8 @@ def table(res: dict[str, dict]) -> str:
              f"{s['params']} parameters ({4 * s['params']} B of fp32 gradients, {4 * s['params'] // RANKS} B a shard)",
              f"{'':26} {'sharded':>12} {'unsharded':>12} {'unsharded/sharded':>18}"]
     for label, key in rows:
-        lines.append(f"{label:26} {s[key]:>12.6g} {u[key]:>12.6g} {u[key] / s[key]:>18.2f}")
+        fmt = ".3f" if key == "step_s" else ".0f"
+        lines.append(f"{label:26} {s[key]:>12{fmt}} {u[key]:>12{fmt}} {u[key] / s[key]:>18.2f}")
     return "\n".join(lines)
 
 
