@@ -12,7 +12,6 @@ from workers.spec import SpecError
 from workers.spec_loading import parse_spec
 
 
-@pytest.mark.slow  # ~40 s on this shared 2-core host
 @pytest.mark.timeout(600)
 def test_sharded_accumulation_keeps_a_shard_of_the_gradients_at_peak():
     res = measure(steps=3)
