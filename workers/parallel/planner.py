@@ -92,7 +92,7 @@ class Estimate:
     strategy: str
     model_state_bytes_per_rank: int  # between steps
     peak_state_bytes_per_rank: int  # weights, optimiser state, gradients and their buffers at the step's peak
-    activation_bytes_per_rank: int  # one micro-batch's, at the start of its backward
+    activation_bytes_per_rank: int  # at that peak: one micro-batch (a pipeline rank: those in flight)
     comm_bytes_per_step: int
     compute_s: float
     comm_s: float
