@@ -1,5 +1,5 @@
 """The planner's predicted peak per rank against the peak measured during real steps, layout by layout
-(bench/planner_vs_peak.py, real gloo ranks, no Ray): every ratio within 0.85-1.15. Two layouts on two
+(bench/planner_vs_peak.py, real gloo ranks, no Ray): every ratio within 0.85-1.15. Three layouts on two
 ranks in the normal set; the whole table (`exhaustive`, several minutes here) in make test-all."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ import pytest
 
 from bench.planner_vs_peak import LAYOUTS, measure, table
 
-FAST = ["fsdp", "zero2"]  # gradients sharded between micro-batches, gathered weights, optimiser shards
+# The previous planner was 0.61x, 1.65x and 0.80x off on these: a recomputed block under FSDP, a pipeline's
+# micro-batches in flight, autocast's fp32 residuals and 16-bit copies.
+FAST = ["fsdp_ac", "pp2_1f1b", "ddp_bf16"]
 
 
 def _assert_within(names: list[str]) -> None:
