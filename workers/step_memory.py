@@ -7,8 +7,9 @@
   the step's ops allocate and free. Its cost is a Python call per op, so it runs on a schedule: the first
   `MEASURED_FIRST_STEPS` steps of each process and every `MEASURE_EVERY`-th step (docs/observability.md gives
   the measured overhead); other steps report no peak. Gradients are what autograd accumulated into `.grad`
-  (a post-accumulate-grad hook) and ZeRO-2's reduced rows (`on_grad_shards`); other strategies' own gradient
-  buffers (FSDP's reduce-scatter output, DDP's buckets) count as activations and other buffers.
+  (a post-accumulate-grad hook), ZeRO-2's reduced rows (`on_grad_shards`), DDP's buckets and FSDP's whole
+  gradients kept between micro-batches (named by the strategies: storage_tracker.note_lasting / note_held);
+  FSDP's reduce-scatter output counts as activations and other buffers.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class StepMemory:
         measurement.peak = self.last = MemoryPeak(peak, breakdown, breakdown)  # no peak per category on CUDA
 
     def _tracked_peak(self) -> Iterator[StepMeasurement]:
-        tracker = StorageTracker()
+        tracker = StorageTracker(owner=self.model)
         tracker.register(list(self.model.parameters()) + list(self.model.buffers()), PARAMS)
         tracker.register([p.grad for p in self.model.parameters() if p.grad is not None], GRADS)
         tracker.register([v for s in self.optimizer.state.values() for v in s.values()

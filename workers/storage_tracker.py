@@ -11,7 +11,10 @@ Each storage is counted once under a category, fixed when it is first seen and m
 what it became (`classify`, e.g. from a post-accumulate-grad hook); the breakdown at the peak is the
 categories' live bytes at that moment. A storage resized outside the dispatcher (FSDP2 frees and
 re-allocates its unsharded parameters with `UntypedStorage.resize_`) is followed by wrapping that method
-while tracking, as torch.distributed._tools.mem_tracker does.
+while tracking, as torch.distributed._tools.mem_tracker does. A buffer that outlives steps and that only its
+owner can reach (DDP's gradient buckets) is named by its owner (`note_lasting`): counted from then on,
+and from the start of every later region tracked for the same owner while it lives; without it, every
+step after the one that allocated it would leave it out.
 """
 
 from __future__ import annotations
@@ -56,11 +59,42 @@ def _is_input(storage: torch.UntypedStorage, args: tuple, kwargs: dict | None) -
     return False
 
 
+_ACTIVE: list["StorageTracker"] = []  # the trackers whose region is running (innermost last)
+# id(storage) -> (storage, category, id(owner)): buffers kept across steps, by the module that keeps them
+_LASTING: dict[int, tuple[weakref.ref, str, int]] = {}
+
+
+def note_held(tensors: Iterable[torch.Tensor], category: str) -> None:
+    """`tensors`' storages are of `category` now (in the running region, if any): a strategy's own
+    gradient buffers, say, which no `.grad` hook sees."""
+    if _ACTIVE:
+        for t in tensors:
+            _ACTIVE[-1].classify(t, category)
+
+
+def _forget(key: int) -> Callable[[weakref.ref], None]:
+    return lambda _: _LASTING.pop(key, None) and None
+
+
+def note_lasting(tensors: Iterable[torch.Tensor], category: str, owner: object) -> None:
+    """`tensors`' storages outlive the step: count them now (in a region tracked for `owner`) and in every
+    later region tracked for `owner`."""
+    for t in tensors:
+        storage = storage_of(t)
+        if storage is None:
+            continue
+        if id(storage) not in _LASTING:
+            _LASTING[id(storage)] = (weakref.ref(storage, _forget(id(storage))), category, id(owner))
+        if _ACTIVE and _ACTIVE[-1].owner is owner:
+            _ACTIVE[-1].classify(t, category)
+
+
 class StorageTracker(TorchDispatchMode):
     """Use as a context manager around the region; `peak()` afterwards."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: object = None) -> None:
         super().__init__()
+        self.owner = owner  # the module whose lasting buffers (note_lasting) this region counts
         self.category = ACTIVATIONS  # of storages allocated now (the caller sets OPTIMIZER around the update)
         self._live = dict.fromkeys(CATEGORIES, 0)
         self._total = 0
@@ -152,12 +186,18 @@ class StorageTracker(TorchDispatchMode):
             return result
 
         torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign, assignment]
+        _ACTIVE.append(self)
+        for ref, category, owner in list(_LASTING.values()):
+            storage = ref()
+            if storage is not None and self.owner is not None and owner == id(self.owner):
+                self._add(storage, category)
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
+            _ACTIVE.remove(self)
             torch.UntypedStorage.resize_ = self._resize  # type: ignore[method-assign]
             self._active = False  # storages freed later no longer matter
             self._held.clear()

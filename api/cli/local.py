@@ -158,12 +158,12 @@ def plan(
         raise typer.Exit(0 if result.chosen else 1)
     console = Console()
     table = Table(title=f"layouts for {spec_path.name}")
-    for col in ("", "layout", "strategy", "state MiB/rank", "act MiB/rank", "comm MB/step", "step ms", "fits"):
+    for col in ("", "layout", "strategy", "state@peak MiB/rank", "act MiB/rank", "comm MB/step", "step ms", "fits"):
         table.add_column(col)
     for e in result.candidates:
         layout = " ".join(f"{k}={v}" for k, v in e.parallel.items())
         table.add_row("*" if e is result.chosen else "", layout, e.strategy,
-                      f"{e.model_state_bytes_per_rank / 2**20:.2f}", f"{e.activation_bytes_per_rank / 2**20:.2f}",
+                      f"{e.peak_state_bytes_per_rank / 2**20:.2f}", f"{e.activation_bytes_per_rank / 2**20:.2f}",
                       f"{e.comm_bytes_per_step / 1e6:.3f}", f"{e.step_s * 1e3:.2f}", "yes" if e.fits else "no")
     console.print(table)
     if result.memory_budget_bytes:

@@ -51,9 +51,30 @@ class ForwardBackward:
 
 @dataclass(frozen=True)
 class LayoutCost:
-    """What the planner predicts for a strategy's layout (workers/parallel/planner.py adds compute and TP traffic)."""
-    model_state_bytes: float  # per rank: fp32 weights 4 + grads 4 + AdamW moments 8 bytes per parameter, sharded
+    """What the planner predicts for a strategy's layout (workers/parallel/planner.py adds compute, TP traffic
+    and the activations of one micro-batch)."""
+    model_state_bytes: float  # per rank between steps: fp32 weights 4 + grads 4 + AdamW moments 8 bytes/param, sharded
     dp_comm_bytes: float  # per step: the data-parallel collectives' logical bytes
+    # Per rank at the step's peak, when the last micro-batch's backward starts (every activation held): weights,
+    # optimiser state, gradients kept from earlier micro-batches, persistent gradient buffers, gathered weights.
+    peak_state_bytes: float
+    # Per rank on top of that while one repeated block runs its backward (FSDP: its gathered weights, whole
+    # gradients and reduce-scatter input); the peak with activation checkpointing, which recomputes a block then.
+    block_backward_bytes: float = 0.0
+    # Activations at the peak, where the strategy counts them itself (pipeline: micro-batches in flight per
+    # schedule); None: one micro-batch through every block (workers/parallel/activations.py).
+    activation_bytes: float | None = None
+
+
+def accumulated_grad_bytes(spec: JobSpec) -> float:
+    """Bytes per parameter of whole fp32 gradients held while a later micro-batch runs (none with one)."""
+    return 4.0 if spec.grad_accum_steps > 1 else 0.0
+
+
+def optimizer_state_bytes(spec: JobSpec) -> float:
+    """Bytes per parameter of AdamW's moments on the worker's device (offloaded to the host on GPU)."""
+    offloaded = spec.parallel.offload_optimizer and spec.resources.gpus_per_worker > 0
+    return 0.0 if offloaded else 8.0
 
 
 def ring(k: int) -> float:

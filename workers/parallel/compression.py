@@ -9,12 +9,14 @@ read from the hook's own element counters; before `start_step` PowerSGD runs
 the plain all-reduce so that error feedback sees fixed bucket shapes.
 """
 
+import weakref
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
+from workers.storage_tracker import GRADS, note_lasting
 from workers.telemetry import CommMeter, ring_allreduce_bytes
 
 
@@ -22,6 +24,9 @@ class MeteredState:
     def __init__(self, meter: CommMeter, inner=None):
         self.meter, self.inner = meter, inner
         self.previous: torch.futures.Future | None = None
+        # The DDP module whose buckets the hook sees (peak-memory accounting); weak: DDP's C++ reducer holds
+        # this state, and a cycle through C++ would never be collected.
+        self.owner: weakref.ref = weakref.ref(self)
 
 
 def _done(meter: CommMeter):
@@ -34,6 +39,7 @@ def _done(meter: CommMeter):
 def plain_hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """The default averaging all-reduce."""
     buffer = bucket.buffer()
+    note_lasting([buffer], GRADS, state.owner())  # the reducer's bucket lives across steps: peak memory counts it
     world = dist.get_world_size()
     state.meter.launched(ring_allreduce_bytes(buffer.numel() * buffer.element_size(), world))
     buffer.div_(world)
@@ -43,6 +49,7 @@ def plain_hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures.Fu
 def _cast_hook(dtype: torch.dtype):
     def hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         buffer = bucket.buffer()
+        note_lasting([buffer], GRADS, state.owner())  # the reducer's bucket lives across steps: peak memory counts it
         world = dist.get_world_size()
         compressed = buffer.to(dtype).div_(world)
         state.meter.launched(ring_allreduce_bytes(compressed.numel() * compressed.element_size(), world))
@@ -65,6 +72,7 @@ def powersgd_hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures
     if state.previous is not None and dist.get_backend() == "gloo":
         state.previous.wait()
     buffer = bucket.buffer()
+    note_lasting([buffer], GRADS, state.owner())  # the reducer's bucket lives across steps: peak memory counts it
     world = dist.get_world_size()
     warm_up = inner.iter < inner.start_powerSGD_iter
     before = inner.total_numel_after_compression
@@ -103,6 +111,7 @@ COMM_HOOKS: dict[str | None, Callable] = {None: _plain, "fp16": _fp16, "bf16": _
 def register_comm_hook(ddp, ctx) -> None:
     c = ctx.spec.parallel.compression
     state, hook = COMM_HOOKS[c.kind if c is not None else None](ctx)
+    state.owner = weakref.ref(ddp)
     ddp.register_comm_hook(state, hook)
 
 

@@ -11,6 +11,7 @@ from workers.parallel.base import (
     LossFn,
     StrategyContext,
     accumulate,
+    accumulated_grad_bytes,
     adamw,
     local_clip_grad_norm,
     params_per_rank,
@@ -51,7 +52,9 @@ class DDPStrategy:
     @staticmethod
     def cost(spec, facts) -> LayoutCost:
         per_rank = params_per_rank(spec, facts)
-        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank * compressed_fraction(spec))
+        # DDP's reducer keeps a flat copy of every gradient (its buckets) besides `.grad`, across steps.
+        peak = (4 + 8 + 4 + accumulated_grad_bytes(spec)) * per_rank
+        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank * compressed_fraction(spec), peak)
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         model = model.to(ctx.device)

@@ -26,6 +26,7 @@ from workers.parallel.base import (
     LossFn,
     StrategyContext,
     accumulate,
+    accumulated_grad_bytes,
     adamw,
     one_pass,
     params_per_rank,
@@ -41,6 +42,7 @@ from workers.parallel.metering import metered, metered_calls
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.tensor_parallel import apply_tensor_parallel
 from workers.spec import Violation
+from workers.storage_tracker import GRADS, note_held
 
 
 def fsdp_meshes(ctx: StrategyContext) -> tuple[DeviceMesh, DeviceMesh]:
@@ -71,6 +73,10 @@ class FSDPStrategy:
             elif dp % p.dp_shard:
                 yield Violation("parallel.dp_shard",
                     f"parallel.dp_shard must divide parallel.dp (dp={dp}, dp_shard={p.dp_shard})")
+        if p.fsdp_accumulate != "sharded" and p.zero != 3:
+            yield Violation("parallel.fsdp_accumulate",
+                f"parallel.fsdp_accumulate applies to zero 3 only (zero={p.zero}, "
+                f"fsdp_accumulate={p.fsdp_accumulate!r})")
         if not p.reshard_after_forward and p.zero != 3:
             yield Violation("parallel.reshard_after_forward",
                 f"parallel.reshard_after_forward applies to zero 3 only (zero={p.zero})")
@@ -85,12 +91,20 @@ class FSDPStrategy:
     @staticmethod
     def cost(spec, facts) -> LayoutCost:
         p, dp, accum = spec.parallel, spec.dp, spec.grad_accum_steps
-        shard = p.dp_shard or dp
-        grad_bytes = 4 * params_per_rank(spec, facts)
+        shard, per_rank = p.dp_shard or dp, params_per_rank(spec, facts)
+        grad_bytes = 4 * per_rank
         gathers = accum * (2 if p.reshard_after_forward else 1)  # per micro-batch: forward (+ backward) gather
-        gather_bytes = grad_bytes / 2 if p.mixed_precision != "fp32" else grad_bytes  # params gathered in 16 bits
-        comm = (gathers * gather_bytes + grad_bytes) * one_pass(shard) + ring(dp // shard) * grad_bytes / shard
-        return LayoutCost(16 / shard * params_per_rank(spec, facts), comm)
+        param_bytes = 2 if p.mixed_precision != "fp32" else 4  # params gathered in 16 bits
+        syncs = accum if p.fsdp_accumulate == "sharded" else 1  # gradient reduce-scatters (+ replica all-reduces)
+        comm = (gathers * param_bytes * per_rank + syncs * grad_bytes) * one_pass(shard) \
+            + syncs * ring(dp // shard) * grad_bytes / shard
+        # At peak: the shards, gradients kept from earlier micro-batches (1/K of them when sharded), and the
+        # gathered weights: the root unit's (FSDP2 keeps it gathered from forward into backward) or all of them.
+        grads = accumulated_grad_bytes(spec) / (shard if p.fsdp_accumulate == "sharded" else 1)
+        gathered = per_rank if not p.reshard_after_forward else min(facts.outer_params, per_rank)
+        peak = (4 + 8) / shard * per_rank + grads * per_rank + param_bytes * gathered
+        block = (per_rank - min(facts.outer_params, per_rank)) / max(facts.layers, 1)
+        return LayoutCost(16 / shard * per_rank, comm, peak, block * (param_bytes + 4 + 4))
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         p = ctx.spec.parallel
@@ -132,7 +146,9 @@ class FSDPStrategy:
 
 
 def fsdp_forward_backward(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext) -> ForwardBackward:
-    """Accumulate unsharded gradients locally; reduce-scatter once, on the last micro-batch."""
+    """`parallel.fsdp_accumulate`: sharded reduce-scatters every micro-batch's gradients (FSDP2 adds each
+    into the sharded `.grad`); unsharded accumulates whole gradients locally and reduce-scatters once, on
+    the last micro-batch."""
     @contextlib.contextmanager
     def no_sync():
         wrapped.set_requires_gradient_sync(False)
@@ -141,7 +157,31 @@ def fsdp_forward_backward(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx:
         finally:
             wrapped.set_requires_gradient_sync(True)
 
+    @contextlib.contextmanager
+    def unsharded():
+        with no_sync():
+            yield
+        note_held(unsharded_grads(wrapped), GRADS)  # kept whole until the last micro-batch: peak memory says so
+
+    between = contextlib.nullcontext if ctx.spec.parallel.fsdp_accumulate == "sharded" else unsharded
     # With TP inside, DTensor's functional collectives need the dispatch mode; FSDP alone calls dist.*.
     meter = metered(ctx.comm) if ctx.spec.parallel.tp > 1 else metered_calls(ctx.comm)
     with meter:
-        return accumulate(wrapped, micro, loss_fn, ctx, no_sync)
+        return accumulate(wrapped, micro, loss_fn, ctx, between)
+
+
+def unsharded_grads(wrapped: nn.Module) -> list[torch.Tensor]:
+    """The whole gradients FSDP2 accumulates between reduce-scatters (its FSDPParams' own, upcast to the
+    reduce dtype under mixed precision, else on the gathered parameter)."""
+    out = []
+    for module in wrapped.modules():
+        get_state = getattr(module, "_get_fsdp_state", None)
+        state = get_state() if callable(get_state) else None
+        group = getattr(state, "_fsdp_param_group", None)
+        for fsdp_param in getattr(group, "fsdp_params", ()):
+            grad = fsdp_param.unsharded_accumulated_grad
+            if grad is None:
+                grad = fsdp_param._unsharded_param.grad
+            if grad is not None:
+                out.append(grad)
+    return out

@@ -21,6 +21,7 @@ from workers.parallel.base import (
     LossFn,
     StrategyContext,
     accumulate,
+    accumulated_grad_bytes,
     local_clip_grad_norm,
     params_per_rank,
     ring,
@@ -86,7 +87,8 @@ class LocalSGDStrategy:
     @staticmethod
     def cost(spec, facts) -> LayoutCost:
         per_rank = params_per_rank(spec, facts)  # one parameter all-reduce every `period` steps, on average
-        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank / spec.parallel.local_sgd.period)
+        peak = (4 + 8 + accumulated_grad_bytes(spec)) * per_rank  # no gradient buffers: nothing is all-reduced
+        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank / spec.parallel.local_sgd.period, peak)
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         self.control = ctx.control

@@ -5,6 +5,11 @@ step, and pick the cheapest predicted step that fits the per-worker memory budge
 The byte predictions use the same accounting the strategies are measured by
 (fp32 AdamW, ring collectives, workers/parallel/metering.py), so they can be
 checked against a run: tests/workers/test_strategies.py does, within 10%.
+The memory predicted is the step's peak, not the state between steps: the start of the last
+micro-batch's backward, with every activation of that micro-batch held, each strategy's state at
+that moment (its own `cost`: optimiser state, gradients kept across micro-batches, gradient buckets,
+gathered weights) and the loss's logits; bench/planner_vs_peak.py and
+tests/workers/test_planner_peak.py check it against the measured peak (workers/step_memory.py).
 Step time is a roofline guess: 6 x params x tokens FLOPs (8x with activation
 checkpointing) at the worker's sustained rate, plus bytes over the link
 bandwidth plus a latency per collective, with no overlap assumed.
@@ -20,6 +25,7 @@ import torch
 from workers.models import MODEL_BUILDERS
 from workers.models.description import ModelStructureError, describe_spec_model
 from workers.models.param_counts import norm_params, tp_sharded_params
+from workers.parallel.activations import activation_bytes
 from workers.parallel.registry import strategy_class
 from workers.parallel.tensor_parallel import tensor_parallel_comm_bytes
 from workers.spec import (
@@ -50,6 +56,7 @@ class ModelFacts:
     seq_len: int = 0
     vocab: int = 0
     layernorm_params: int = 0  # of the norm layers (their grads are reduced under sequence parallelism)
+    outer_params: int = 0  # outside the repeated blocks (embeddings, final norm, head): FSDP's root unit
 
     @classmethod
     def of(cls, spec: JobSpec) -> ModelFacts:
@@ -60,10 +67,11 @@ class ModelFacts:
         try:
             desc = describe_spec_model(model, spec.model)
         except ModelStructureError:  # no repeated blocks (the mlp): parameters are all the planner counts
-            return cls(params=total, tp_params=0)
+            return cls(params=total, tp_params=0, outer_params=total)
         d_model, n_heads, vocab = _dims(spec, model)
+        in_blocks = sum(p.numel() for p in desc.blocks(model).parameters())
         return cls(total, tp_sharded_params(model, desc.tp_plan), desc.n_blocks, d_model, n_heads,
-                   sequence_length(spec) or 0, vocab, norm_params(model))
+                   sequence_length(spec) or 0, vocab, norm_params(model), total - in_blocks)
 
 
 def _dims(spec: JobSpec, model: torch.nn.Module) -> tuple[int, int, int]:
@@ -82,8 +90,9 @@ def _dims(spec: JobSpec, model: torch.nn.Module) -> tuple[int, int, int]:
 class Estimate:
     parallel: dict[str, Any]
     strategy: str
-    model_state_bytes_per_rank: int
-    activation_bytes_per_rank: int
+    model_state_bytes_per_rank: int  # between steps
+    peak_state_bytes_per_rank: int  # weights, optimiser state, gradients and their buffers at the step's peak
+    activation_bytes_per_rank: int  # at that peak: one micro-batch (a pipeline rank: those in flight)
     comm_bytes_per_step: int
     compute_s: float
     comm_s: float
@@ -96,14 +105,15 @@ class Estimate:
 
     @property
     def memory_bytes_per_rank(self) -> int:
-        return self.model_state_bytes_per_rank + self.activation_bytes_per_rank
+        """The predicted peak of a step: what the state holds then, plus one micro-batch's activations."""
+        return self.peak_state_bytes_per_rank + self.activation_bytes_per_rank
 
     def to_dict(self) -> dict:
         return {**asdict(self), "predicted_step_s": self.step_s, "memory_bytes_per_rank": self.memory_bytes_per_rank}
 
 
 def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
-    """Predicted bytes and step time of the layout `spec.parallel` (pp = 1 layouts)."""
+    """Predicted bytes (of the rank with the highest peak) and step time of the layout `spec.parallel`."""
     f = facts or ModelFacts.of(spec)
     p, t = spec.parallel, spec.train
     tp, accum = p.tp, spec.grad_accum_steps
@@ -111,7 +121,11 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     layout = strategy.cost(spec, f)  # the strategy's own accounting of state and data-parallel traffic
     state = layout.model_state_bytes
     comm = layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f)
-    act = _activation_bytes(spec, f)
+    if layout.activation_bytes is not None:  # the strategy counts its own (pipeline: micro-batches in flight)
+        act = layout.activation_bytes
+    else:  # the larger of two moments of the backward: its start, and a block's backward
+        start, in_block = activation_bytes(spec, f)
+        act = max(start, in_block + layout.block_backward_bytes)
     gpu = spec.resources.gpus_per_worker > 0
     flops_rate = (GPU_FLOPS * spec.resources.gpus_per_worker if gpu
                   else CPU_FLOPS_PER_CORE * spec.resources.cpus_per_worker)
@@ -123,6 +137,7 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
         parallel=_compact(p.model_dump(mode="json")),
         strategy=strategy.name,
         model_state_bytes_per_rank=int(state),
+        peak_state_bytes_per_rank=int(layout.peak_state_bytes),
         activation_bytes_per_rank=int(act),
         comm_bytes_per_step=int(comm),
         compute_s=flops / flops_rate,
@@ -130,25 +145,9 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     )
 
 
-def _activation_bytes(spec: JobSpec, f: ModelFacts) -> float:
-    """Activations of one micro-batch kept for backward (Korthikanti et al. 2022, scaled to the dtype)."""
-    p, mb = spec.parallel, spec.train.micro_batch_size
-    if not f.layers:
-        return 0.0
-    s, h, a, tp = f.seq_len, f.d_model, f.n_heads, p.tp
-    half = 1 if p.mixed_precision != "fp32" else 2  # the formula counts 16-bit activations
-    if p.activation_checkpointing:
-        per_layer = 2 * s * mb * h / (tp if p.sequence_parallel else 1)
-    elif p.sequence_parallel:
-        per_layer = s * mb * h * (34 + 5 * a * s / h) / tp
-    else:
-        per_layer = s * mb * h * (10 + 24 / tp + 5 * a * s / (h * tp))
-    logits = 2 * 4 * s * mb * f.vocab  # fp32 logits and their gradient
-    return half * f.layers * per_layer + logits
-
-
 def _compact(parallel: dict) -> dict:
     defaults = {"pipeline": None, "dp_shard": None, "reshard_after_forward": True, "offload_optimizer": False,
+                "fsdp_accumulate": "sharded",
                 "sequence_parallel": False, "activation_checkpointing": False, "mixed_precision": "fp32",
                 "compression": None, "local_sgd": None, "pp": 1}
     return {k: v for k, v in parallel.items() if k not in defaults or v != defaults[k]}

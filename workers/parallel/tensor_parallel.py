@@ -30,6 +30,7 @@ from workers.parallel.base import (
     LossFn,
     StrategyContext,
     accumulate,
+    accumulated_grad_bytes,
     adamw,
     one_pass,
     params_per_rank,
@@ -128,7 +129,8 @@ class TensorParallelStrategy:
     @staticmethod
     def cost(spec, facts) -> LayoutCost:
         per_rank = params_per_rank(spec, facts)
-        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank)
+        peak = (4 + 8 + accumulated_grad_bytes(spec)) * per_rank  # the dp all-reduce runs in place on `.grad`
+        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank, peak)
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         model = model.to(ctx.device)

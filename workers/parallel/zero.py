@@ -12,6 +12,8 @@ from workers.parallel.base import (
     LossFn,
     StrategyContext,
     accumulate,
+    accumulated_grad_bytes,
+    optimizer_state_bytes,
     params_per_rank,
     ring,
 )
@@ -53,7 +55,10 @@ class ZeroStrategy:
         k, per_rank = spec.dp, params_per_rank(spec, facts)
         per_param = 8 + 8 / k if spec.parallel.zero == 1 else 4 + 12 / k
         rounds = 1.0 if spec.parallel.zero == 1 else (spec.grad_accum_steps + 1) / 2
-        return LayoutCost(per_param * per_rank, rounds * ring(k) * 4 * per_rank)
+        # At peak: ZeRO-1 holds whole gradients from earlier micro-batches, ZeRO-2 only its reduced rows.
+        grads = accumulated_grad_bytes(spec) / (1 if spec.parallel.zero == 1 else k)
+        peak = (4 + optimizer_state_bytes(spec) / k + grads) * per_rank
+        return LayoutCost(per_param * per_rank, rounds * ring(k) * 4 * per_rank, peak)
 
     def __init__(self) -> None:
         self.optimizer: ShardedAdamW | None = None

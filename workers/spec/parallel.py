@@ -80,6 +80,10 @@ class ParallelSpec(Strict):
                                                          "replicate across groups (HSDP); default dp")
     reshard_after_forward: bool = Field(True, description="zero 3: free gathered parameters after forward "
                                                           "(re-gather in backward: 1.5x DDP traffic, less memory)")
+    fsdp_accumulate: Literal["sharded", "unsharded"] = Field(
+        "sharded", description="zero 3 with several micro-batches per rank: sharded reduce-scatters every "
+                               "micro-batch and keeps 1/K of the gradients between them; unsharded keeps whole "
+                               "gradients and reduce-scatters once per step (less traffic, 4 bytes/param more)")
     offload_optimizer: bool = Field(False, description="zero 1/2: keep optimiser state in host memory")
     sequence_parallel: bool = Field(False,
                                     description="tp > 1: split LayerNorm/residual activations along the sequence")

@@ -44,6 +44,7 @@ from workers.parallel.base import (
 from workers.parallel.common import average_in_place
 from workers.parallel.layout import Layout
 from workers.parallel.pipeline.bubble import StageMeter, theoretical_bubble
+from workers.parallel.pipeline.memory import pipeline_peak
 from workers.parallel.pipeline.probe import Probe
 from workers.parallel.pipeline.probe import probe as probe_model
 from workers.parallel.pipeline.sample import sample_input
@@ -226,7 +227,8 @@ class PipelineStrategy:
     @staticmethod
     def cost(spec, facts) -> LayoutCost:  # the planner's search covers pp = 1 layouts; replicated stages
         per_rank = params_per_rank(spec, facts)
-        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank)
+        state, activations = pipeline_peak(spec, facts)  # the rank with the highest peak
+        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank, state, activation_bytes=activations)
 
     # --- setup -------------------------------------------------------------
 

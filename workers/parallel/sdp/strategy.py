@@ -176,7 +176,8 @@ class SDPStrategy:
 
     @staticmethod
     def cost(spec, facts) -> LayoutCost:  # subnetworks: bytes from the mask assignment itself
-        return LayoutCost(*sdp_bytes(spec))
+        state, comm = sdp_bytes(spec)
+        return LayoutCost(state, comm, state)  # not modelled at peak yet: the between-steps state
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         spec = ctx.spec
