@@ -1,0 +1,77 @@
+"""DCP's writer and reader for a job's storage: the plain filesystem ones on a local disk, the fsspec
+ones (checkpoint_id an s3:// or gs:// URL) on an object store, each shard upload and the metadata
+retried on failure (retry.py).
+
+Why fsspec straight to the store rather than a local staging directory uploaded afterwards
+(bench/checkpoint_store.py, both measured on the S3 test server): DCP's async save already copies
+the state to CPU memory before its background thread writes, so the training loop is blocked the
+same short time either way; the direct write is durable sooner (no second pass over the bytes, no
+local disk to fill) and a node lost mid-save leaves nothing behind on its disk that a restart would
+need. Retries are per rank and per write: DCP's collective steps (planning, the metadata's
+gathering) never touch the store, so ranks do not have to agree on when to retry; a rank that gives
+up fails the save on every rank through DCP's own error gathering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter, StorageReader, StorageWriter
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future
+
+from workers.checkpointing.retry import RetryPolicy, with_retries
+from workers.events import RunEvent
+from workers.storage import Storage
+
+Notify = Callable[[RunEvent], None]
+
+
+class _Retrying:
+    """Mixed into a DCP writer: its rank's shard writes and the metadata write are retried."""
+
+    what: str
+    rank_id: int
+    policy: RetryPolicy
+    notify: Notify
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        # Rewriting the same plan writes the same file names: a retry replaces a partial upload.
+        results = with_retries(lambda: super(_Retrying, self).write_data(plan, planner).wait(),  # type: ignore[misc]
+                               f"{self.what} (rank {self.rank_id}'s shards)", self.rank_id, self.policy, self.notify)
+        done: Future[list[WriteResult]] = Future()
+        done.set_result(results)
+        return done
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        with_retries(lambda: super(_Retrying, self).finish(metadata, results),  # type: ignore[misc]
+                     f"{self.what} (metadata)", self.rank_id, self.policy, self.notify)
+
+
+class RetryingFileSystemWriter(_Retrying, FileSystemWriter):
+    pass
+
+
+class RetryingFsspecWriter(_Retrying, FsspecWriter):
+    pass
+
+
+def writer_for(checkpoint: Storage, what: str, rank: int, policy: RetryPolicy, notify: Notify) -> StorageWriter:
+    writer: RetryingFileSystemWriter | RetryingFsspecWriter
+    if checkpoint.is_local:
+        writer = RetryingFileSystemWriter(str(checkpoint.local_path))
+    else:
+        # Objects are durable once written (no fsync: DCP would fall back to syncing the whole node's disks);
+        # listings uncached, as in Storage (another rank's or supervisor's objects must show).
+        writer = RetryingFsspecWriter(checkpoint.uri, sync_files=False, use_listings_cache=False)
+    writer.what, writer.rank_id, writer.policy, writer.notify = what, rank, policy, notify
+    return writer
+
+
+def reader_for(checkpoint: Storage) -> StorageReader:
+    if checkpoint.is_local:
+        return FileSystemReader(str(checkpoint.local_path))
+    return FsspecReader(checkpoint.uri, use_listings_cache=False)
