@@ -31,12 +31,17 @@ Notify = Callable[[RunEvent], None]
 
 
 class _Retrying:
-    """Mixed into a DCP writer: its rank's shard writes and the metadata write are retried."""
+    """Mixed into a DCP writer: every store call of a rank's part of a save is retried (making the
+    directory, writing its shards; on the coordinator, the metadata)."""
 
     what: str
     rank_id: int
     policy: RetryPolicy
     notify: Notify
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:  # it makes the directory: a store call
+        return with_retries(lambda: super(_Retrying, self).prepare_local_plan(plan),  # type: ignore[misc]
+                            f"{self.what} (rank {self.rank_id}'s directory)", self.rank_id, self.policy, self.notify)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         # Rewriting the same plan writes the same file names: a retry replaces a partial upload.
@@ -68,10 +73,14 @@ def writer_for(checkpoint: Storage, what: str, rank: int, policy: RetryPolicy, n
         # listings uncached, as in Storage (another rank's or supervisor's objects must show).
         writer = RetryingFsspecWriter(checkpoint.uri, sync_files=False, use_listings_cache=False)
     writer.what, writer.rank_id, writer.policy, writer.notify = what, rank, policy, notify
+    if not checkpoint.is_local:  # the store's client as Storage made it, under this process's store variables
+        writer.fs.fs = checkpoint.fs  # type: ignore[attr-defined]  # fsspec wrapper
     return writer
 
 
 def reader_for(checkpoint: Storage) -> StorageReader:
     if checkpoint.is_local:
         return FileSystemReader(str(checkpoint.local_path))
-    return FsspecReader(checkpoint.uri, use_listings_cache=False)
+    reader = FsspecReader(checkpoint.uri)
+    reader.fs.fs = checkpoint.fs  # type: ignore[attr-defined]
+    return reader

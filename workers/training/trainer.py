@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
 from workers import checkpointing
+from workers.checkpointing.retry import with_retries
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
 from workers.data.loader import MapFeed
@@ -367,15 +368,19 @@ class Trainer:
             result["sdp"] = self.strategy.report()
         if self.rank == 0:
             result["params_sha256"] = checkpointing.state_sha256(state)
-            result["export_path"] = checkpointing.export_model(
-                self.storage, state, {"job": self.spec.name, "step": self.step,
-                                      "spec": self.spec.model_dump(mode="json")})
+            meta = {"job": self.spec.name, "step": self.step, "spec": self.spec.model_dump(mode="json")}
+            result["export_path"] = self._with_store_retries(
+                "model export", lambda: checkpointing.export_model(self.storage, state, meta))
             if isinstance(self.spec.model, HFModelSpec):  # also as transformers loads it: hf/ beside it
                 source = hf_source(self.spec.model)
-                result["hf_export_path"] = checkpointing.export_hf(
-                    self.storage, lambda out: save_pretrained(*source, state, out))
+                result["hf_export_path"] = self._with_store_retries("hf export", lambda: checkpointing.export_hf(
+                    self.storage, lambda out: save_pretrained(*source, state, out)))
         self.control_groups.barrier()
         return result
+
+
+    def _with_store_retries(self, what: str, write: Callable[[], str]) -> str:
+        return with_retries(write, what, self.rank, self.checkpointer.policy, self.checkpointer.notify)
 
 
 class NonFiniteTraining(RuntimeError):
