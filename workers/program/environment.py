@@ -4,6 +4,7 @@ runs, plus Trainyard's own (the job, its checkpoint directory, the attempt, the 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 from trainyard.session import CHECKPOINT_DIR_ENV, MESH_ENV, SOCKET_ENV
@@ -35,17 +36,18 @@ class RankPlace:
         return RankPlace(rank, len(nodes), nodes[:rank].count(mine), nodes.count(mine), order.index(mine), devices)
 
 
-def checkpoint_dir(job: Storage) -> Storage:
-    return job / "checkpoints"
+def checkpoint_dir(job: Storage | str | os.PathLike) -> Storage:
+    return Storage.of(job) / "checkpoints"
 
 
 def mesh_degrees(spec: JobSpec) -> dict[str, int]:
     return {"dp": spec.dp, "tp": spec.parallel.tp} if spec.parallel.tp > 1 else {"dp": spec.dp}
 
 
-def rank_environment(spec: JobSpec, job: Storage, place: RankPlace, master: tuple[str, int], attempt: int,
-                     socket_path: str | None) -> dict[str, str]:
+def rank_environment(spec: JobSpec, job: Storage | str | os.PathLike, place: RankPlace, master: tuple[str, int],
+                     attempt: int, socket_path: str | None) -> dict[str, str]:
     assert spec.program is not None
+    job = Storage.of(job)
     env = {
         "RANK": place.rank, "LOCAL_RANK": place.local_rank, "WORLD_SIZE": place.world_size,
         "LOCAL_WORLD_SIZE": place.local_world_size, "GROUP_RANK": place.group_rank,
