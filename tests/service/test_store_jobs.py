@@ -143,9 +143,9 @@ def test_store_outage_during_a_save_is_ridden_out(flaky_store, s3_server, monkey
 
 def test_store_down_past_the_limit_fails_the_job_with_that_cause(flaky_store, monkeypatch):
     forward, job = flaky_store
-    monkeypatch.setenv("TRAINYARD_STORE_RETRY_S", "5")
+    monkeypatch.setenv("TRAINYARD_STORE_RETRY_S", "15")  # > one attempt of the client (~5 s)
     summary, rec = run(spec_of(**BASE), job, Until(2, forward.close))
     assert summary["state"] == "FAILED" and summary["restarts"] == 0
-    assert "StoreUnavailable" in summary["error"] and "TRAINYARD_STORE_RETRY_S=5" in summary["error"]
+    assert "StoreUnavailable" in summary["error"] and "TRAINYARD_STORE_RETRY_S=15" in summary["error"]
     assert "not retryable" in summary["error"]
     assert "store_retry" in [kind for kind, _ in rec.events]
