@@ -149,3 +149,20 @@ def test_store_down_past_the_limit_fails_the_job_with_that_cause(flaky_store, mo
     assert "StoreUnavailable" in summary["error"] and "TRAINYARD_STORE_RETRY_S=15" in summary["error"]
     assert "not retryable" in summary["error"]
     assert "store_retry" in [kind for kind, _ in rec.events]
+
+
+def test_init_from_reads_the_store_by_uri_or_by_a_path_under_the_storage_root(trained):
+    from workers.checkpointing import load_weights
+    from workers.models import build_model
+    from workers.training.trainer import init_source
+
+    src, clean, _ = trained("ddp")
+    spec = spec_of(**BASE)
+    sibling = src.parent / "next"  # another job under the same storage root
+    for given in (f"jobs/{src.name}/model.safetensors", src.uri, f"jobs/{src.name}"):
+        model = build_model(spec)
+        load_weights(init_source(given, sibling), model)
+        assert state_sha256(model.state_dict()) == clean["params_sha256"], given
+    model = build_model(spec)  # a checkpoint directory on the store: DCP's fsspec reader
+    load_weights(init_source(checkpoint_root(src).url(step_name(12)), sibling), model)
+    assert state_sha256(model.state_dict()) == clean["params_sha256"]
