@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import load as load_safetensors
 from torch import nn
+from torch.distributed.checkpoint import StorageReader
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_state_dict,
@@ -24,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from workers.checkpointing.layout import EXPORT_NAME, METADATA, latest_checkpoint
 from workers.checkpointing.saver import OPTIM_OPTIONS
+from workers.checkpointing.staging import downloaded
 from workers.checkpointing.writer import reader_for
 from workers.storage import Storage
 
@@ -44,11 +48,12 @@ def load_state(checkpoint: Storage | str | os.PathLike, model: nn.Module, optimi
     where = Storage.of(checkpoint)
     model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIM_OPTIONS)
     try:
-        # Progress holds the step and whatever else the checkpoint recorded (older ones: the step only).
-        saved = reader_for(where).read_metadata().state_dict_metadata
-        progress = {k.split(".", 1)[1]: None for k in saved if k.startswith("progress.")} | {"step": 0}
-        state: dict[str, Any] = {"model": model_sd, "optim": optim_sd, "progress": progress}  # loaded in place
-        dcp.load(state, storage_reader=reader_for(where))
+        with _reader(where) as reader:
+            # Progress holds the step and whatever else the checkpoint recorded (older ones: the step only).
+            saved = reader.read_metadata().state_dict_metadata
+            progress = {k.split(".", 1)[1]: None for k in saved if k.startswith("progress.")} | {"step": 0}
+            state: dict[str, Any] = {"model": model_sd, "optim": optim_sd, "progress": progress}  # loaded in place
+            dcp.load(state, storage_reader=reader)
     except (FileNotFoundError, dcp.api.CheckpointException) as exc:
         raise CheckpointUnreadable(f"checkpoint {where.uri} could not be read: {exc}") from exc
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
@@ -76,8 +81,18 @@ def load_weights(source: Storage | str | os.PathLike, model: nn.Module) -> None:
         model.load_state_dict(load_safetensors(where.parent.read_bytes(where.name)))
         return
     state = {"model": get_model_state_dict(model)}
-    dcp.load(state, storage_reader=reader_for(where))
+    with _reader(where) as reader:
+        dcp.load(state, storage_reader=reader)
     set_model_state_dict(model, state["model"])
+
+
+@contextmanager
+def _reader(checkpoint: Storage) -> Iterator[StorageReader]:
+    if checkpoint.is_local:
+        yield reader_for(checkpoint)
+    else:
+        with downloaded(checkpoint) as reader:
+            yield reader
 
 
 def _load_hf(where: Storage, model: nn.Module) -> None:

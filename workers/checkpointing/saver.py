@@ -17,11 +17,13 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
 from workers.checkpointing.layout import JobStorage, checkpoint_root, prune, step_name
 from workers.checkpointing.retry import RetryPolicy, StoreUnavailable
+from workers.checkpointing.staging import StagedUpload
 from workers.checkpointing.writer import writer_for
 from workers.events import RunEvent
 from workers.storage import Storage
@@ -47,18 +49,22 @@ class Checkpointer:
         self.last_duration_s: float | None = None  # save start to durable, of the last completed save
         self.progress: dict = {}  # recorded beside the step (the trainer's data skips and LR factor)
         self.notify: Callable[[RunEvent], None] = lambda event: log.warning(event.message)  # the trainer's emit
+        self.uploads = StagedUpload(self.storage, rank, self.group, self.policy, lambda event: self.notify(event))
 
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
         self.wait()  # at most one save in flight (callers that report durability wait first)
         self._started = time.monotonic()
         model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIM_OPTIONS)
         state = {"model": model_sd, "optim": optim_sd, "progress": {**self.progress, "step": step}}
-        name = step_name(step)
-        writer = writer_for(checkpoint_root(self.storage) / name, f"checkpoint {name}", self.rank, self.policy,
-                            lambda event: self.notify(event))
+        name, notify = step_name(step), lambda event: self.notify(event)
+        target = checkpoint_root(self.storage) / name
+        if self.storage.is_local:
+            writer = writer_for(target, f"checkpoint {name}", self.rank, self.policy, notify)
+        else:  # written to this node's disk, then uploaded in the background (staging.py says why)
+            writer = FileSystemWriter(str(self.uploads.staging_dir(name)))
         pending = dcp.async_save(state, storage_writer=writer, process_group=self.group)
         assert isinstance(pending, Future)  # an AsyncSaveResponse comes only with async staging (not asked for)
-        self._pending = pending
+        self._pending = pending if self.storage.is_local else self.uploads.after(pending, target, name)
         self._pending_step = step
 
     def completed(self) -> int | None:
@@ -75,6 +81,8 @@ class Checkpointer:
         pending, self._pending = self._pending, None
         try:
             pending.result()
+        except StoreUnavailable:
+            raise
         except CheckpointException as exc:
             gave_up = [e for e in _failures(exc) if isinstance(e, StoreUnavailable)]
             if gave_up:
