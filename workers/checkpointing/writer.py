@@ -1,17 +1,9 @@
 """DCP's writer and reader for a job's storage: the plain filesystem ones on a local disk, the fsspec
-ones (checkpoint_id an s3:// or gs:// URL) on an object store, each shard upload and the metadata
-retried on failure (retry.py).
+ones (checkpoint_id an s3:// or gs:// URL) straight on an object store, each store call retried on
+failure (retry.py).
 
-Direct (fsspec) or a local staging directory uploaded afterwards? bench/checkpoint_store.py measured
-both on the S3 test server (GPT 256x4 + AdamW, 38 MiB, one rank, median of 5, load average ~40 on 2
-CPUs): blocked 191 ms direct vs 111 ms staged, durable 11.1 s vs 8.3 s (staging / direct 0.75),
-restore 7.5 s both. The staged upload was faster here, by the store round trips it saves (DCP's
-fsspec finish writes `.metadata.tmp`, checks, then renames it: copy + delete on S3), not by bytes.
-Kept direct anyway, for now, for correctness at the same save semantics: DCP writes `.metadata`
-only after every rank's shards are on the store, so "complete" needs no extra protocol; a staged
-design needs a second cross-rank barrier after the uploads (before rank 0 uploads the metadata),
-keeps a second copy on each node's disk, and loses the staged shards with a node. Measured gap and
-the obvious fix (write `.metadata` in one PUT) are in the report; revisit with a quieter machine.
+On an object store the Checkpointer stages locally and uploads (staging.py, measured faster); the
+fsspec writer here stays for bench/checkpoint_store.py's comparison and for single-process saves.
 Retries are per rank and per write: DCP's collective steps (planning, the metadata's
 gathering) never touch the store, so ranks do not have to agree on when to retry; a rank that gives
 up fails the save on every rank through DCP's own error gathering.
