@@ -68,6 +68,9 @@ class Storage:
             raise ValueError(f"{text}: names no bucket ({scheme}://bucket/prefix)")
         return cls(f"{scheme}://{rest.strip('/')}")
 
+    def __str__(self) -> str:  # the URI (a path on local storage): what str(path) callers expect
+        return self.uri
+
     @classmethod
     def of(cls, location: Storage | str | os.PathLike) -> Storage:
         """`location` as a Storage: a Storage as it is, else `Storage.at` (what crosses Ray is the URI)."""
