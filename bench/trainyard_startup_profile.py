@@ -55,9 +55,9 @@ class _ProfiledTrainWorker(_BASE):
             self._t["assign_done"] = time.time()
 
     def _save(self) -> None:
-        if getattr(self, "job_dir", None) is None:
+        if getattr(self, "storage", None) is None:
             return
-        out = Path(self.job_dir) / "profile"
+        out = Path(self.storage.local_path) / "profile"  # the bench runs on local storage
         out.mkdir(parents=True, exist_ok=True)
         (out / f"rank-{self.rank}.json").write_text(json.dumps({"rank": self.rank, "pid": os.getpid(), **self._t}))
 

@@ -21,6 +21,7 @@ import ray
 from ray.util.placement_group import placement_group_table
 
 from workers.events import RankEvent
+from workers.storage import Storage, adopt_client_env, local_dir
 from workers.training.control import RankControl
 
 if TYPE_CHECKING:
@@ -68,10 +69,14 @@ class TrainWorker:
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    def assign(self, rank: int, world_size: int, job_dir: str, log_name: str, pg=None) -> int:
-        """Bind this process to one rank of one job. With `pg`, exit once that placement group is gone."""
-        self.rank, self.world_size, self.job_dir = rank, world_size, Path(job_dir)
-        self.log_path = self.job_dir / "logs" / log_name
+    def assign(self, rank: int, world_size: int, job_uri: str, log_name: str, pg=None,
+               store_env: dict[str, str] | None = None) -> int:
+        """Bind this process to one rank of one job, whose files live at `job_uri` (a local directory or
+        an object store, reached with the forwarded `store_env`). With `pg`, exit once that placement
+        group is gone."""
+        adopt_client_env(store_env)
+        self.rank, self.world_size, self.storage = rank, world_size, Storage.at(job_uri)
+        self.log_path = local_dir(self.storage) / "logs" / log_name
         _redirect_output(self.log_path)
         if pg is not None:
             threading.Thread(target=_exit_when_removed, args=(pg,), daemon=True).start()
@@ -111,7 +116,7 @@ class TrainWorker:
             "nccl" if use_cuda else "gloo", init_method=f"tcp://{master_addr}:{master_port}",
             rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
         )
-        self.trainer = trainer = Trainer(spec, self.rank, self.world_size, device, self.job_dir, shares)
+        self.trainer = trainer = Trainer(spec, self.rank, self.world_size, device, self.storage, shares)
         start = trainer.resume_from_latest()
         print(f"[rank {self.rank}] ready at step {start}", flush=True)
         return {"rank": self.rank, "start_step": start, "device": str(device)}
@@ -122,7 +127,7 @@ class TrainWorker:
         from workers.program.runner import program_runner
 
         place = RankPlace.of(self.rank, nodes or ["local"] * self.world_size, gpus)
-        self.trainer = program_runner(spec, place, self.job_dir, attempt, master, self.log_path, timeout_s)
+        self.trainer = program_runner(spec, place, self.storage, attempt, master, self.log_path, timeout_s)
         return {"rank": self.rank, "start_step": 0, "device": "program"}
 
     def terminate(self) -> None:
