@@ -21,21 +21,12 @@ import ray
 from ray.util.placement_group import placement_group_table
 
 from workers.events import RankEvent
+from workers.storage.log_output import capture_output, flush_output
 from workers.training.control import RankControl
 
 if TYPE_CHECKING:
     from workers.program.runner import ProgramRunner
     from workers.training.trainer import Trainer
-
-
-def _redirect_output(log_path: Path) -> None:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 def _exit_when_removed(pg, interval_s: float = 2.0) -> None:
@@ -71,8 +62,7 @@ class TrainWorker:
     def assign(self, rank: int, world_size: int, job_dir: str, log_name: str, pg=None) -> int:
         """Bind this process to one rank of one job. With `pg`, exit once that placement group is gone."""
         self.rank, self.world_size, self.job_dir = rank, world_size, Path(job_dir)
-        self.log_path = self.job_dir / "logs" / log_name
-        _redirect_output(self.log_path)
+        self.log_path = capture_output(job_dir, log_name)  # on an object store: a local file, shipped
         if pg is not None:
             threading.Thread(target=_exit_when_removed, args=(pg,), daemon=True).start()
         return os.getpid()
@@ -130,6 +120,7 @@ class TrainWorker:
         terminate = getattr(self.trainer, "terminate", None)
         if terminate is not None:
             terminate()
+        flush_output()  # the actor is killed next, with no chance to ship its last lines
 
     def train(self) -> dict:
         try:
