@@ -8,7 +8,6 @@ import os
 import ray
 
 from service.settings import Settings
-from workers.storage.location import CLIENT_ENV
 
 NAMESPACE = "trainyard"
 log = logging.getLogger("trainyard.ray")
@@ -29,9 +28,6 @@ def worker_env() -> dict[str, str]:
         "RAY_worker_niceness": "0",
         # A crashing rank prints its C++ stack, whatever its driver chose for itself (api/cli/remote.py).
         "RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "0",
-        # Ranks and supervisors reach the job's object store as the control plane does (endpoint,
-        # region, credentials), also on nodes started without them; unset here, nothing is sent.
-        **{k: v for k in CLIENT_ENV if (v := os.environ.get(k))},
     }
 
 
