@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.storage.location import Storage
-from workers.storage.log_shipping import LogShipper
+from workers.storage.log_shipping import LogShipper, ShippingPolicy
 
 LOG_DIR = "logs"
 
@@ -41,14 +41,14 @@ class LogOutput:
             shutil.rmtree(self.path.parent, ignore_errors=True)  # shipped: the node keeps nothing of the job
 
 
-def open_log(job: Storage, file_name: str) -> LogOutput:
+def open_log(job: Storage, file_name: str, policy: ShippingPolicy = ShippingPolicy()) -> LogOutput:
     if job.is_local:
         path = job.local_path / LOG_DIR / file_name
         path.parent.mkdir(parents=True, exist_ok=True)
         return LogOutput(path, None)
     path = Path(tempfile.mkdtemp(prefix="trainyard-log-")) / file_name  # private to this process
     path.touch()
-    return LogOutput(path, LogShipper(path, job, chunked_log(file_name)).start())
+    return LogOutput(path, LogShipper(path, job, chunked_log(file_name), policy).start())
 
 
 _captured: LogOutput | None = None  # this process's stdout/stderr (a rank actor's)
