@@ -34,8 +34,9 @@ from service.live_metrics import LiveMetrics
 from service.settings import Settings
 from service.supervisor.actor import find_supervisor
 from service.supervisor.launch import Launcher
-from workers.checkpointing import latest_checkpoint
+from workers.checkpointing import checkpoint_root, latest_checkpoint, step_name
 from workers.events import CheckpointEvent, RestartCause, RestartEvent
+from workers.storage import Storage, client_env
 
 log = logging.getLogger("trainyard.reconciler")
 DRAIN_TIMEOUT_S = 10.0
@@ -95,8 +96,8 @@ class Reconciler:
             job = repo.get_job(s, job_id)
             if job is None or job.state in TERMINAL:
                 return
-            args = (job_id, job.spec, str(self.settings.job_dir(job_id)), job.supervisor_epoch,
-                    repo.metric_stride(job.total_steps, self.settings.metrics_max_points))
+            args = (job_id, job.spec, self.settings.job_storage(job_id).uri, job.supervisor_epoch,
+                    repo.metric_stride(job.total_steps, self.settings.metrics_max_points), client_env())
         if self._leading():
             self.handles[job_id].start.remote(*args)
 
@@ -125,9 +126,9 @@ class Reconciler:
                         if rec["kind"] == "checkpoint":
                             step = rec["data"]["step"]
                             job.last_checkpoint_step = step
-                            path = self.settings.job_dir(job.id) / "checkpoints" / f"step-{step:08d}"
-                            repo.record_checkpoint(s, job.id, step, str(path))
-                            rec["data"] = {**rec["data"], "bytes": _dir_bytes(path)}
+                            where = checkpoint_root(self.settings.job_storage(job.id)) / step_name(step)
+                            repo.record_checkpoint(s, job.id, step, where.uri)
+                            rec["data"] = {**rec["data"], "bytes": _checkpoint_bytes(where)}
                             if isinstance(rec.get("event"), CheckpointEvent):  # what the metrics read
                                 rec["event"] = replace(rec["event"], bytes=rec["data"]["bytes"])
                     elif rec["type"] == "step":
@@ -198,7 +199,7 @@ class Reconciler:
                     job.error = f"supervisor lost and the restart budget is spent ({job.restarts}/{max_restarts})"
                     repo.transition(s, job, JobState.FAILED, job.error)
                     return
-                latest = latest_checkpoint(self.settings.job_dir(job_id))
+                latest = latest_checkpoint(self.settings.job_storage(job_id))
                 resume = latest[0] if latest else 0
                 reason = "supervisor lost (control plane or node restart)"
                 if resume > job.step:  # trained, but its telemetry went down with the supervisor
@@ -243,9 +244,9 @@ class Reconciler:
                 pass
 
 
-def _dir_bytes(path) -> int | None:
-    """Bytes on disk of a checkpoint directory (None if it is not on this machine's filesystem)."""
+def _checkpoint_bytes(checkpoint: Storage) -> int | None:
+    """Bytes of a checkpoint's files on its store (one listing); None if the store does not answer."""
     try:
-        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else None
-    except OSError:
+        return sum(checkpoint.sizes().values()) or None
+    except Exception:  # a store outage must not stop the drain
         return None

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from tests.live import free_port, wait_ready
@@ -49,50 +47,3 @@ class MlflowServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
-
-
-class TcpForward:
-    """127.0.0.1:<port> -> target port, byte for byte. close() refuses new connections and cuts open
-    ones: to a client it is a tracking server that went down."""
-
-    def __init__(self, target_port: int, listen_port: int = 0):
-        self.target_port = target_port
-        self._listener = socket.create_server(("127.0.0.1", listen_port))
-        self.port = self._listener.getsockname()[1]
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self._open: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            self._open += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        # shutdown() first: a plain close() leaves the socket listening while accept() blocks on it.
-        for s in (self._listener, *self._open):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()

@@ -5,6 +5,9 @@ A checkpoint is an entry whose name ends in its step number after `-`, `_` or `.
 a file (write it to a temporary name and rename it, so a half-written file never has the final
 name), or a directory holding a DCP `.metadata` file (torch.distributed.checkpoint writes it
 last) or an empty `COMPLETE` marker the program writes when it is done.
+
+On an object store the directory is a URI (`s3://bucket/jobs/<id>/checkpoints`) and so is each
+checkpoint returned: programs read and write it with fsspec or DCP (`checkpoint_id=` the URI).
 """
 
 from __future__ import annotations
@@ -29,9 +32,12 @@ def is_complete(path: Path) -> bool:
     return path.is_file()
 
 
-def complete_checkpoints_in(directory: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint under `directory`, oldest first."""
-    root = Path(directory)
+def complete_checkpoints_in(directory: str | Path) -> list[tuple[int, Path]] | list[tuple[int, str]]:
+    """(step, path) of every complete checkpoint under `directory`, oldest first; (step, URI) on an
+    object store."""
+    if "://" in str(directory) and not str(directory).startswith("file://"):
+        return _complete_on_store(str(directory))
+    root = Path(str(directory).removeprefix("file://"))
     if not root.is_dir():
         return []
     found = []
@@ -42,6 +48,19 @@ def complete_checkpoints_in(directory: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest_checkpoint_in(directory: str | Path) -> Path | None:
+def _complete_on_store(uri: str) -> list[tuple[int, str]]:
+    from workers.storage import Storage
+
+    root, found = Storage.at(uri), []
+    for name in root.list():
+        step = step_of(Path(name))
+        if step is None or name.startswith(".") or name.endswith((".tmp", ".partial")):
+            continue
+        if not root.is_dir(name) or any(root.exists(f"{name}/{m}") for m in COMPLETE_MARKERS):
+            found.append((step, root.url(name)))
+    return sorted(found)
+
+
+def latest_checkpoint_in(directory: str | Path) -> Path | str | None:
     done = complete_checkpoints_in(directory)
     return done[-1][1] if done else None

@@ -78,14 +78,18 @@ def should_stop() -> bool:
     return _session().should_stop()
 
 
-def checkpoint_dir() -> Path:
-    """Where this job's checkpoints go: the same directory on every attempt (./checkpoints outside Trainyard)."""
-    path = Path(os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints")
+def checkpoint_dir() -> Path | str:
+    """Where this job's checkpoints go: the same directory on every attempt (./checkpoints outside Trainyard).
+    On an object store, a URI (`s3://...`): write to it with fsspec or DCP (checkpoint_id=the URI)."""
+    where = os.environ.get(CHECKPOINT_DIR_ENV) or "checkpoints"
+    if "://" in where:
+        return where
+    path = Path(where)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def latest_checkpoint() -> Path | None:
+def latest_checkpoint() -> Path | str | None:
     """The newest complete checkpoint in checkpoint_dir(), or None (see trainyard/checkpoints.py)."""
     return latest_checkpoint_in(checkpoint_dir())
 

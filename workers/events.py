@@ -56,7 +56,15 @@ class RankShares:
     shares: tuple[int, ...]
 
 
-RankEvent = RankStep | RankCheckpoint | RankShares
+@dataclass(frozen=True)
+class RankNotice:
+    """A run event a rank saw first (the checkpoint store failing, then answering again)."""
+
+    rank: int
+    event: RunEvent
+
+
+RankEvent = RankStep | RankCheckpoint | RankShares | RankNotice
 
 
 # --- causes and decisions that become metric labels -------------------------------------
@@ -72,6 +80,7 @@ class RestartCause(StrEnum):
     CORRUPTION = "corruption"  # replicas disagree: restore the last checkpoint
     ERROR = "error"
     SUPERVISOR_LOST = "supervisor_lost"  # the control plane replaced a lost supervisor
+    STORAGE = "storage"  # the checkpoint store stayed unreachable past its retry limit
 
     @property
     def rolls_back(self) -> bool:
@@ -343,3 +352,61 @@ class TrackingDroppedEvent(RunEvent):
     def data(self) -> Json:
         return {"sink": self.sink, "dropped": self.dropped, "steps": list(self.steps) if self.steps else None,
                 "error": self.error}
+
+
+@dataclass(frozen=True)
+class StoreRetryEvent(RunEvent):
+    """A write to the job's store failed; the rank retries after `delay_s` (bounded backoff)."""
+
+    kind: ClassVar[str] = "store_retry"
+    rank: int
+    what: str  # e.g. "checkpoint step 40"
+    attempt: int
+    delay_s: float
+    error: str
+
+    @property
+    def message(self) -> str:
+        return f"rank {self.rank}: {self.what} failed ({self.error}); retry {self.attempt} in {self.delay_s:.1f}s"
+
+    def data(self) -> Json:
+        return {"rank": self.rank, "what": self.what, "attempt": self.attempt, "delay_s": self.delay_s,
+                "error": self.error}
+
+
+@dataclass(frozen=True)
+class StoreRecoveredEvent(RunEvent):
+    """The store answered again: the write that was retried went through."""
+
+    kind: ClassVar[str] = "store_recovered"
+    rank: int
+    what: str
+    retries: int
+    after_s: float
+
+    @property
+    def message(self) -> str:
+        return f"rank {self.rank}: {self.what} written after {self.retries} retries ({self.after_s:.1f}s)"
+
+    def data(self) -> Json:
+        return {"rank": self.rank, "what": self.what, "retries": self.retries, "after_s": self.after_s}
+
+
+@dataclass(frozen=True)
+class CheckpointIncompleteEvent(RunEvent):
+    """A checkpoint whose metadata names files the store does not hold (a shard lost with a node or
+    deleted): never resumed from; the previous complete one is."""
+
+    kind: ClassVar[str] = "checkpoint_incomplete"
+    step: int
+    missing: tuple[str, ...]
+    resume_step: int
+
+    @property
+    def message(self) -> str:
+        shown = ", ".join(self.missing[:3]) + (f" (+{len(self.missing) - 3} more)" if len(self.missing) > 3 else "")
+        return (f"checkpoint at step {self.step} is incomplete (missing {shown}): "
+                f"resuming from step {self.resume_step} instead")
+
+    def data(self) -> Json:
+        return {"step": self.step, "missing": list(self.missing), "resume_step": self.resume_step}

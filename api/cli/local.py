@@ -15,6 +15,7 @@ from rich.table import Table
 from api.cli.output import err
 from workers.spec import CODE_REF_PREFIX, SPEC_ERRORS, JobSpec, format_validation_error
 from workers.spec_loading import load_spec
+from workers.storage import Storage
 
 
 def read_spec_or_exit(path: Path, allow_fault_injection: bool | None = None) -> JobSpec:
@@ -61,7 +62,7 @@ def run(
     connect(settings)
     pool = _start_warm_pool(warm_workers)
     try:
-        summary = _run_job(spec, settings.job_dir(job_id), job_id, as_json)
+        summary = _run_job(spec, settings.job_storage(job_id), job_id, as_json)
     finally:
         if pool is not None:  # a pool this command started; a cluster's own pool stays
             _stop_warm_pool(pool)
@@ -91,7 +92,7 @@ def _stop_warm_pool(pool) -> None:
         pass
 
 
-def _run_job(spec: JobSpec, job_dir: Path, job_id: str, as_json: bool) -> dict:
+def _run_job(spec: JobSpec, job_dir: Storage, job_id: str, as_json: bool) -> dict:
     from service.supervisor.run import JobRun
 
     if as_json:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from pathlib import Path
 
 import ray
 from ray.actor import ActorHandle
@@ -26,6 +25,7 @@ from service.ray_client import NAMESPACE
 from service.supervisor.run import JobRun
 from workers.events import RunEvent
 from workers.spec import JobSpec
+from workers.storage import Storage, adopt_client_env
 
 MAX_BUFFERED_STEPS = 5000  # a control plane away for long: older steps are thinned, never the newest
 SUPERVISOR_PREFIX = "trainyard-supervisor-"
@@ -50,15 +50,18 @@ class JobSupervisor:
     def ready(self) -> bool:
         return True
 
-    def start(self, job_id: str, spec_json: dict, job_dir: str, epoch: int, metric_stride: int = 1) -> bool:
-        """Take on a job. Idempotent: False (and no change) if this supervisor already runs one."""
+    def start(self, job_id: str, spec_json: dict, job_uri: str, epoch: int, metric_stride: int = 1,
+              store_env: dict[str, str] | None = None) -> bool:
+        """Take on a job whose files live at `job_uri` (a local directory or an object store, reached
+        with the forwarded `store_env`). Idempotent: False (and no change) if this supervisor already runs one."""
         with self._lock:
             if self._run is not None:
                 return False
+            adopt_client_env(store_env)
             # The spec was validated at submit (fault injection included), so no policy is re-applied here.
             spec = JobSpec.model_validate(spec_json)
             self.job_id, self.epoch, self.metric_stride = job_id, epoch, max(1, metric_stride)
-            self._run = JobRun(spec, Path(job_dir), job_id, listener=self)
+            self._run = JobRun(spec, Storage.at(job_uri), job_id, listener=self)
         threading.Thread(target=self._main, name=f"jobrun-{job_id}", daemon=True).start()
         return True
 

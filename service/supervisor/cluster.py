@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Protocol
 
 from workers.events import RankEvent
 from workers.spec import JobSpec
+from workers.storage import Storage
 
 
 class Group(Protocol):
@@ -30,8 +30,8 @@ class Group(Protocol):
     def shutdown(self) -> None: ...
 
 
-# (spec, job_dir, attempt, namespace tag, nodes to avoid) -> a group, not started yet
-GroupFactory = Callable[[JobSpec, Path, int, str, frozenset[str]], Group]
+# (spec, the job's storage, attempt, namespace tag, nodes to avoid) -> a group, not started yet
+GroupFactory = Callable[[JobSpec, Storage, int, str, frozenset[str]], Group]
 
 
 class Cluster(Protocol):

@@ -1,22 +1,23 @@
 """Degraded nodes a job's ranks are never placed on again (the `replace` straggler policy),
-kept in the job directory so that a new supervisor of the same job (after a control-plane or
+kept in the job's storage so that a new supervisor of the same job (after a control-plane or
 node restart, or a preemption) keeps avoiding them instead of starting on them afresh."""
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+
+from workers.storage import Storage
 
 LEDGER = "excluded_nodes.json"
 
 
-def load(job_dir: Path) -> set[str]:
-    path = job_dir / LEDGER
-    return set(json.loads(path.read_text())["nodes"]) if path.exists() else set()
+def load(job: Storage | str | os.PathLike) -> set[str]:
+    try:
+        return set(json.loads(Storage.of(job).read_text(LEDGER))["nodes"])
+    except FileNotFoundError:
+        return set()
 
 
-def save(job_dir: Path, nodes: set[str]) -> None:
-    tmp = job_dir / f".{LEDGER}.tmp"
-    tmp.write_text(json.dumps({"nodes": sorted(nodes)}))
-    os.replace(tmp, job_dir / LEDGER)  # readers never see half a file
+def save(job: Storage | str | os.PathLike, nodes: set[str]) -> None:
+    Storage.of(job).write_text(LEDGER, json.dumps({"nodes": sorted(nodes)}))  # atomic: never half a file

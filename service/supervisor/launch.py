@@ -16,6 +16,7 @@ from service.db.repository import metric_stride
 from service.settings import Settings
 from service.supervisor.actor import create_supervisor, supervisor_name
 from service.supervisor.standby import StandbyPool
+from workers.storage import client_env
 
 
 @dataclass
@@ -46,6 +47,6 @@ class Launcher:
     def launch(self, reservation: Reservation, job_id: str, spec: dict, epoch: int, total_steps: int) -> ActorHandle:
         assert reservation.name is not None, "name() named the supervisor in the transaction that admitted the job"
         handle = reservation.handle or create_supervisor(reservation.name)
-        handle.start.remote(job_id, spec, str(self.settings.job_dir(job_id)), epoch,
-                            metric_stride(total_steps, self.settings.metrics_max_points))
+        handle.start.remote(job_id, spec, self.settings.job_storage(job_id).uri, epoch,
+                            metric_stride(total_steps, self.settings.metrics_max_points), client_env())
         return handle

@@ -10,9 +10,9 @@ policies/; waiting and sleeping happen only here.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from service.lifecycle import JobState, check_transition
@@ -43,6 +43,7 @@ from workers.events import (
     PreemptedEvent,
     RankCheckpoint,
     RankEvent,
+    RankNotice,
     RankShares,
     RankStep,
     ResizeEvent,
@@ -53,6 +54,7 @@ from workers.events import (
 from workers.program.environment import checkpoint_dir
 from workers.runtime.group import GroupFailure, WorkerGroup
 from workers.spec import JobSpec
+from workers.storage import Storage, local_dir
 from workers.training.recovery import RecoveryState
 
 log = logging.getLogger("trainyard.supervisor")
@@ -64,14 +66,16 @@ class JobRun:
     capacity_poll_s = 0.5
     growth_check_s = 2.0
 
-    def __init__(self, spec: JobSpec, job_dir: Path, job_id: str, listener: RunListener | None = None,
-                 poll_interval_s: float = 0.25, start_timeout_s: float = 120.0,
+    def __init__(self, spec: JobSpec, job: Storage | str | os.PathLike, job_id: str,
+                 listener: RunListener | None = None, poll_interval_s: float = 0.25, start_timeout_s: float = 120.0,
                  group_factory: GroupFactory | None = None, cluster: Cluster | None = None):
-        self.spec, self.job_dir, self.job_id = spec, Path(job_dir), job_id
+        # The job's files: a local directory or an object store (checkpoints, ledgers, the export).
+        self.spec, self.storage, self.job_id = spec, Storage.of(job), job_id
+        self.scratch = local_dir(self.storage)  # this node's directory for the logs and tracking files
         self.current = spec  # the layout running now; differs from `spec` after an elastic resize
         reports = listener or SilentListener()
         # With `tracking`, what the run reports also goes to MLflow / TensorBoard (off this thread).
-        self.tracking = tracked(reports, spec, self.job_dir, job_id)
+        self.tracking = tracked(reports, spec, self.storage, job_id)
         self.listener: RunListener = self.tracking or reports
         self.poll_interval_s, self.start_timeout_s = poll_interval_s, start_timeout_s
         self.group_factory: GroupFactory = group_factory or WorkerGroup
@@ -91,7 +95,7 @@ class JobRun:
         self._pipeline_balance = PipelineRebalancer(spec)  # re-split unbalanced pipeline stages (opt-in)
         self.stragglers = StragglerResponse(spec, self.listener, self.cluster)  # its data split, rank moves
         # degraded nodes no rank is placed on again (straggler replace), also by this job's next supervisors
-        self.avoid_nodes: set[str] = excluded_nodes.load(self.job_dir)
+        self.avoid_nodes: set[str] = excluded_nodes.load(self.storage)
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -104,10 +108,10 @@ class JobRun:
             self._preempt.set()
 
     def run(self) -> dict:
-        self.job_dir.mkdir(parents=True, exist_ok=True)
-        with supervisor_log(self.job_dir):
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        with supervisor_log(self.storage):
             self.listener.on_state(self.state, "forming the worker group")
-            if (recovery := RecoveryState.load(self.job_dir)) is not None:  # a job resumed after rollbacks
+            if (recovery := RecoveryState.load(self.storage)) is not None:  # a job resumed after rollbacks
                 self.lr_scale = recovery.lr_scale
             if self.avoid_nodes:  # an earlier supervisor of this job moved ranks off these nodes
                 self.listener.on_event(ExcludedNodesEvent(tuple(sorted(self.avoid_nodes))))
@@ -123,7 +127,7 @@ class JobRun:
     # --- the loop: one attempt per worker group, then its outcome applied ---------------------
 
     def _attempt(self, attempt: int) -> Outcome:
-        group = self.group_factory(self.current, self.job_dir, attempt, f"ty-{self.job_id}",
+        group = self.group_factory(self.current, self.storage, attempt, f"ty-{self.job_id}",
                                    frozenset(self.avoid_nodes))
         self._live = None
         try:
@@ -222,7 +226,7 @@ class JobRun:
                 self._resize(outcome.spec, outcome.reason)
             if outcome.move is not None:
                 self.avoid_nodes.add(outcome.move[1])
-                excluded_nodes.save(self.job_dir, self.avoid_nodes)
+                excluded_nodes.save(self.storage, self.avoid_nodes)
                 self.stragglers.moved = (*outcome.move, self.last_checkpoint_step or 0)
             return True
         return self._restart(outcome)
@@ -239,7 +243,7 @@ class JobRun:
         resume = self._checkpoint_step()
         self._set_state(JobState.RECOVERING, decision.reason)
         self.listener.on_event(RestartEvent(self.restarts, resume, failed.reason, decision.cause, decision.reason))
-        ledger = RecoveryState.load(self.job_dir) if decision.cause.rolls_back else None
+        ledger = RecoveryState.load(self.storage) if decision.cause.rolls_back else None
         rollback = on_restart(RollbackStatus(decision.cause, resume, tuple(ledger.rollbacks) if ledger else ()))
         if rollback is not None:  # the rollback the ranks recorded (workers/training/recovery.py)
             self.rollbacks, self.lr_scale = self.rollbacks + 1, rollback.lr_scale
@@ -282,6 +286,8 @@ class JobRun:
                     self.stragglers.on_change(live, change, self.current, self.avoid_nodes)
                 self._pipeline_balance.observe(self.current, joined)
                 self._append_step(joined)
+        elif isinstance(event, RankNotice):  # each rank's own (its store retries)
+            self.listener.on_event(event.event)
         elif event.rank != 0:  # every rank reports the same checkpoint or split: take rank 0's
             return
         elif isinstance(event, RankCheckpoint):
@@ -317,9 +323,9 @@ class JobRun:
     def _checkpoint_step(self) -> int:
         """The step the next attempt resumes from: the newest complete checkpoint (a program's own)."""
         if self.spec.program is not None:
-            done = complete_checkpoints_in(checkpoint_dir(self.job_dir))
+            done = complete_checkpoints_in(checkpoint_dir(self.storage).uri)
             return done[-1][0] if done else 0
-        latest = latest_checkpoint(self.job_dir)
+        latest = latest_checkpoint(self.storage)  # an incomplete newer one: rank 0 reports it when it loads
         return latest[0] if latest else 0
 
     def _free_slots(self) -> int:

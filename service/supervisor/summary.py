@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 from typing import Any
 
 from workers.parallel import strategy_name
@@ -92,7 +91,7 @@ def run_summary(run: Any) -> dict[str, Any]:
         "sdp": result.get("sdp"),  # parallel.sdp: mode, masking, coverage, spectral_gap, held fractions
         "export_path": result.get("export_path"),
         "hf_export_path": result.get("hf_export_path"),  # an hf job: its save_pretrained directory
-        "job_dir": str(Path(run.job_dir)),
+        "job_dir": run.storage.uri,  # the job's storage: a local path, or a URI on an object store
         "tracking": run.tracking_info(),  # the MLflow run and TensorBoard directory, when the job tracks
         "error": run.error,
     }

@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tests.helpers import tiny_spec
 from tests.live import Server, wait_for
-from tests.mlflow_server import TcpForward
+from tests.tcp_forward import TcpForward
 
 pytestmark = pytest.mark.slow
 

@@ -3,13 +3,16 @@ named nodes with worker slots, and worker groups whose ranks follow a per-attemp
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from workers.checkpointing import checkpoint_root
+from torch.distributed.checkpoint.metadata import Metadata
+
+from workers.checkpointing import checkpoint_root, step_name
 from workers.events import RankCheckpoint, RankEvent, RankShares, RankStep, RestartCause
 from workers.runtime.group import GroupFailure
 from workers.spec import JobSpec
+from workers.storage import Storage
 
 
 class FakeCluster:
@@ -59,9 +62,9 @@ class Script:
 
 
 class ScriptedGroup:
-    def __init__(self, script: Script, cluster: FakeCluster, spec: JobSpec, job_dir: Path, attempt: int):
+    def __init__(self, script: Script, cluster: FakeCluster, spec: JobSpec, job: Storage, attempt: int):
         self.script, self.plan, self.cluster = script, script.attempts[attempt], cluster
-        self.spec, self.job_dir, self.ws = spec, job_dir, spec.world_size
+        self.spec, self.job, self.ws = spec, Storage.of(job), spec.world_size
         self.nodes: list[str] = []
         self.results: list[dict | None] = []
         self.warm_workers, self.master = 0, ("127.0.0.1", 29500 + attempt)
@@ -73,7 +76,7 @@ class ScriptedGroup:
     def start(self, timeout_s: float, shares: list[int] | None = None) -> list[dict]:
         self.nodes = self.cluster.place(self.ws)
         self.shares = shares
-        done = sorted(int(p.name.split("-")[1]) for p in checkpoint_root(self.job_dir).glob("step-*"))
+        done = sorted(int(name.split("-")[1]) for name in checkpoint_root(self.job).list() if name.startswith("step-"))
         self.step = done[-1] if done else 0  # resume from the latest durable checkpoint
         self.script.started.append(self)
         return [{"rank": r, "start_step": self.step} for r in range(self.ws)]
@@ -87,8 +90,8 @@ class ScriptedGroup:
             self.shares, self.asked_shares = self.asked_shares, None
             events += [RankShares(r, self.step, tuple(self.shares)) for r in range(self.ws)]
         if self.step % self.script.checkpoint_every == 0 and self.step < self.script.total_steps:
-            (checkpoint_root(self.job_dir) / f"step-{self.step:08d}").mkdir(parents=True, exist_ok=True)
-            (checkpoint_root(self.job_dir) / f"step-{self.step:08d}" / ".metadata").touch()
+            # a complete checkpoint of nothing: metadata that names no shard files
+            (checkpoint_root(self.job) / step_name(self.step)).write_bytes(".metadata", pickle.dumps(Metadata({})))
             events += [RankCheckpoint(r, self.step, 0.01) for r in range(self.ws)]
             self.stopped = self.stop_asked and not self.plan.ignores_stop  # preempted ranks stop at a checkpoint
         return events

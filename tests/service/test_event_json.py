@@ -9,6 +9,7 @@ import pytest
 
 from workers.events import (
     CheckpointEvent,
+    CheckpointIncompleteEvent,
     ExcludedNodesEvent,
     PipelineRebalanceEvent,
     PreemptedEvent,
@@ -19,6 +20,8 @@ from workers.events import (
     RestartEvent,
     RollbackEvent,
     SkippedStepEvent,
+    StoreRecoveredEvent,
+    StoreRetryEvent,
     StragglerAction,
     StragglerEvent,
     StragglerRecoveredEvent,
@@ -93,6 +96,18 @@ CASES = [
      {"kind": "tracking_dropped",
       "message": "mlflow logging dropped 12 record(s) (steps 4..7) after retries: ConnectionError: refused",
       "data": {"sink": "mlflow", "dropped": 12, "steps": [4, 7], "error": "ConnectionError: refused"}}),
+    (StoreRetryEvent(1, "checkpoint step-40 (rank 1's shards)", 2, 1.0, "ConnectionError: refused"),
+     {"kind": "store_retry",
+      "message": "rank 1: checkpoint step-40 (rank 1's shards) failed (ConnectionError: refused); retry 2 in 1.0s",
+      "data": {"rank": 1, "what": "checkpoint step-40 (rank 1's shards)", "attempt": 2, "delay_s": 1.0,
+               "error": "ConnectionError: refused"}}),
+    (StoreRecoveredEvent(0, "checkpoint step-40 (metadata)", 3, 4.5),
+     {"kind": "store_recovered", "message": "rank 0: checkpoint step-40 (metadata) written after 3 retries (4.5s)",
+      "data": {"rank": 0, "what": "checkpoint step-40 (metadata)", "retries": 3, "after_s": 4.5}}),
+    (CheckpointIncompleteEvent(20, ("__1_0.distcp",), 10),
+     {"kind": "checkpoint_incomplete",
+      "message": "checkpoint at step 20 is incomplete (missing __1_0.distcp): resuming from step 10 instead",
+      "data": {"step": 20, "missing": ["__1_0.distcp"], "resume_step": 10}}),
 ]
 
 

@@ -13,7 +13,7 @@ from service.tracking.background import BackgroundLogger, QueueLimits, RetryPoli
 from service.tracking.mlflow_sink import MlflowSink
 from service.tracking.records import RunEnd, StepMetrics
 from tests.live import free_port
-from tests.mlflow_server import TcpForward
+from tests.tcp_forward import TcpForward
 from workers.events import TrackingDroppedEvent
 from workers.spec import MlflowTrackingSpec
 

@@ -4,11 +4,12 @@ runs, plus Trainyard's own (the job, its checkpoint directory, the attempt, the 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from trainyard.session import CHECKPOINT_DIR_ENV, MESH_ENV, SOCKET_ENV
 from workers.spec import JobSpec
+from workers.storage import Storage
 
 
 @dataclass(frozen=True)
@@ -35,24 +36,26 @@ class RankPlace:
         return RankPlace(rank, len(nodes), nodes[:rank].count(mine), nodes.count(mine), order.index(mine), devices)
 
 
-def checkpoint_dir(job_dir: Path) -> Path:
-    return job_dir / "checkpoints"
+def checkpoint_dir(job: Storage | str | os.PathLike) -> Storage:
+    return Storage.of(job) / "checkpoints"
 
 
 def mesh_degrees(spec: JobSpec) -> dict[str, int]:
     return {"dp": spec.dp, "tp": spec.parallel.tp} if spec.parallel.tp > 1 else {"dp": spec.dp}
 
 
-def rank_environment(spec: JobSpec, job_dir: Path, place: RankPlace, master: tuple[str, int], attempt: int,
-                     socket_path: str | None) -> dict[str, str]:
+def rank_environment(spec: JobSpec, job: Storage | str | os.PathLike, place: RankPlace, master: tuple[str, int],
+                     attempt: int, socket_path: str | None) -> dict[str, str]:
     assert spec.program is not None
+    job = Storage.of(job)
     env = {
         "RANK": place.rank, "LOCAL_RANK": place.local_rank, "WORLD_SIZE": place.world_size,
         "LOCAL_WORLD_SIZE": place.local_world_size, "GROUP_RANK": place.group_rank,
         "MASTER_ADDR": master[0], "MASTER_PORT": master[1],
         "TORCHELASTIC_RESTART_COUNT": attempt, "TORCHELASTIC_MAX_RESTARTS": spec.fault_tolerance.max_restarts,
-        "TORCHELASTIC_RUN_ID": job_dir.name,
-        "TRAINYARD_JOB_ID": job_dir.name, CHECKPOINT_DIR_ENV: checkpoint_dir(job_dir), "TRAINYARD_TRIAL": attempt,
+        "TORCHELASTIC_RUN_ID": job.name,
+        # a path on local storage, else the URI: user code writes it with fsspec or DCP
+        "TRAINYARD_JOB_ID": job.name, CHECKPOINT_DIR_ENV: checkpoint_dir(job).uri, "TRAINYARD_TRIAL": attempt,
         MESH_ENV: json.dumps(mesh_degrees(spec)),
         "PYTHONUNBUFFERED": "1",  # the rank's log follows the program as it runs
     }

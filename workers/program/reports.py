@@ -13,10 +13,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from workers.events import RankEvent, RankStep
 from workers.spec import JobSpec
+from workers.storage import Storage
 from workers.training.faults import FaultInjector
 
 # Reported keys with a column of their own in the job's series; the rest travel under "metrics".
@@ -24,10 +24,10 @@ OWN_KEYS = ("loss", "samples_per_s", "tokens_per_s", "step_time_s", "compute_tim
 
 
 class ReportSink:
-    def __init__(self, spec: JobSpec, rank: int, job_dir: Path, emit: Callable[[RankEvent], None],
+    def __init__(self, spec: JobSpec, rank: int, job: Storage, emit: Callable[[RankEvent], None],
                  stop: threading.Event, crash: Callable[[], None]):
         self.rank, self.emit, self.stop, self.crash = rank, emit, stop, crash
-        self.faults = FaultInjector(spec.fault_injection, rank, job_dir)
+        self.faults = FaultInjector(spec.fault_injection, rank, job)
         self.last_step = 0
         self._last_report = self._last_return = time.perf_counter()
         self._lock = threading.Lock()

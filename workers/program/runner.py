@@ -26,6 +26,7 @@ from workers.program.reports import ReportSink
 from workers.program.session_server import SessionServer
 from workers.program.working_dir import materialize
 from workers.spec import JobSpec
+from workers.storage import Storage, local_dir
 from workers.training.control import RankControl
 
 KILL_AFTER_S = 5.0  # SIGTERM to SIGKILL, once the grace period (program.grace_period_s) is over
@@ -33,19 +34,23 @@ _PR_SET_PDEATHSIG = 1
 
 
 class ProgramRunner:
-    def __init__(self, spec: JobSpec, place: RankPlace, job_dir: Path, attempt: int, master: tuple[str, int],
+    def __init__(self, spec: JobSpec, place: RankPlace, job: Storage, attempt: int, master: tuple[str, int],
                  log_path: Path, timeout_s: float):
         assert spec.program is not None
-        self.spec, self.program, self.place, self.job_dir = spec, spec.program, place, job_dir
+        self.spec, self.program, self.place, self.job = spec, spec.program, place, job
         self.attempt, self.master, self.log_path, self.timeout_s = attempt, master, log_path, timeout_s
-        # Storage root = <root>/jobs/<id>: uploaded code lives in <root>/code/.
-        self.workdir = materialize(self.program.working_dir, job_dir.parents[1]) or job_dir
-        checkpoint_dir(job_dir).mkdir(parents=True, exist_ok=True)
+        # Storage root = <root>/jobs/<id>: uploaded code lives in <root>/code/ (working_dir.py reads a local root).
+        root = job.parent.parent
+        self.workdir = materialize(self.program.working_dir, root) \
+            or local_dir(job)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if job.is_local:  # an object store has no directories to make
+            checkpoint_dir(job).local_path.mkdir(parents=True, exist_ok=True)
 
     def run(self, emit: Callable[[RankEvent], None], control: RankControl) -> dict[str, Any]:
-        watch = CheckpointWatch(checkpoint_dir(self.job_dir), self.spec.checkpoint.keep, emit) \
+        watch = CheckpointWatch(checkpoint_dir(self.job), self.spec.checkpoint.keep, emit) \
             if self.place.rank == 0 else None
-        sink = ReportSink(self.spec, self.place.rank, self.job_dir, emit, control.stop_event, self.crash)
+        sink = ReportSink(self.spec, self.place.rank, self.job, emit, control.stop_event, self.crash)
         try:
             self._run(sink, control.stop_event)
         finally:
@@ -72,7 +77,7 @@ class CommandRunner(ProgramRunner):
     def _run(self, sink: ReportSink, stop: threading.Event) -> None:
         assert self.program.command is not None
         server = SessionServer(sink, stop)
-        env = {**os.environ, **rank_environment(self.spec, self.job_dir, self.place, self.master, self.attempt,
+        env = {**os.environ, **rank_environment(self.spec, self.job, self.place, self.master, self.attempt,
                                                 server.path)}
         # `python` in a command is this environment's (as under torchrun in the same venv).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -115,7 +120,7 @@ class FunctionRunner(ProgramRunner):
         import torch.distributed as dist
 
         assert self.program.function is not None
-        env = rank_environment(self.spec, self.job_dir, self.place, self.master, self.attempt, None)
+        env = rank_environment(self.spec, self.job, self.place, self.master, self.attempt, None)
         env.pop("CUDA_VISIBLE_DEVICES", None)  # this process keeps the one GPU Ray gave it: cuda:0
         os.environ.update(env)
         use_cuda = self.spec.resources.gpus_per_worker > 0 and torch.cuda.is_available()
@@ -153,11 +158,11 @@ class _InProcess:
         return self.stop.is_set()
 
 
-def program_runner(spec: JobSpec, place: RankPlace, job_dir: Path, attempt: int, master: tuple[str, int],
+def program_runner(spec: JobSpec, place: RankPlace, job: Storage, attempt: int, master: tuple[str, int],
                    log_path: Path, timeout_s: float) -> ProgramRunner:
     assert spec.program is not None
     kind = CommandRunner if spec.program.command is not None else FunctionRunner
-    return kind(spec, place, job_dir, attempt, master, log_path, timeout_s)
+    return kind(spec, place, job, attempt, master, log_path, timeout_s)
 
 
 def _import(target: str, workdir: Path, rank: int) -> Callable[[dict], Any]:

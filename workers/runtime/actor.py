@@ -14,13 +14,13 @@ import threading
 import time
 import traceback
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import ray
 from ray.util.placement_group import placement_group_table
 
 from workers.events import RankEvent
+from workers.storage import Storage, adopt_client_env
 from workers.storage.log_output import capture_output, flush_output
 from workers.training.control import RankControl
 
@@ -59,10 +59,14 @@ class TrainWorker:
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    def assign(self, rank: int, world_size: int, job_dir: str, log_name: str, pg=None) -> int:
-        """Bind this process to one rank of one job. With `pg`, exit once that placement group is gone."""
-        self.rank, self.world_size, self.job_dir = rank, world_size, Path(job_dir)
-        self.log_path = capture_output(job_dir, log_name)  # on an object store: a local file, shipped
+    def assign(self, rank: int, world_size: int, job_uri: str, log_name: str, pg=None,
+               store_env: dict[str, str] | None = None) -> int:
+        """Bind this process to one rank of one job, whose files live at `job_uri` (a local directory or
+        an object store, reached with the forwarded `store_env`). With `pg`, exit once that placement
+        group is gone."""
+        adopt_client_env(store_env)
+        self.rank, self.world_size, self.storage = rank, world_size, Storage.at(job_uri)
+        self.log_path = capture_output(self.storage, log_name)  # on an object store: a local file, shipped
         if pg is not None:
             threading.Thread(target=_exit_when_removed, args=(pg,), daemon=True).start()
         return os.getpid()
@@ -101,7 +105,7 @@ class TrainWorker:
             "nccl" if use_cuda else "gloo", init_method=f"tcp://{master_addr}:{master_port}",
             rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
         )
-        self.trainer = trainer = Trainer(spec, self.rank, self.world_size, device, self.job_dir, shares)
+        self.trainer = trainer = Trainer(spec, self.rank, self.world_size, device, self.storage, shares)
         start = trainer.resume_from_latest()
         print(f"[rank {self.rank}] ready at step {start}", flush=True)
         return {"rank": self.rank, "start_step": start, "device": str(device)}
@@ -112,7 +116,7 @@ class TrainWorker:
         from workers.program.runner import program_runner
 
         place = RankPlace.of(self.rank, nodes or ["local"] * self.world_size, gpus)
-        self.trainer = program_runner(spec, place, self.job_dir, attempt, master, self.log_path, timeout_s)
+        self.trainer = program_runner(spec, place, self.storage, attempt, master, self.log_path, timeout_s)
         return {"rank": self.rank, "start_step": 0, "device": "program"}
 
     def terminate(self) -> None:
@@ -132,6 +136,8 @@ class TrainWorker:
             traceback.print_exc()
             sys.stderr.flush()
             raise
+        finally:
+            flush_output()  # shipped before the supervisor hears the end (it kills this actor next)
 
     def _emit(self, event: RankEvent) -> None:
         with self._lock:

@@ -7,7 +7,6 @@ group is in, so a failed or cancelled run leaves nothing behind in Ray.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import ray
 from ray.util.placement_group import (
@@ -24,6 +23,7 @@ from workers.program.errors import ProgramFailed
 from workers.runtime.actor import TrainWorker
 from workers.runtime.pool import find_pool
 from workers.spec import JobSpec
+from workers.storage import Storage, client_env
 
 
 class GroupFailure(RuntimeError):
@@ -54,9 +54,10 @@ CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, K
 
 
 class WorkerGroup:
-    def __init__(self, spec: JobSpec, job_dir: Path, attempt: int, namespace_tag: str,
+    def __init__(self, spec: JobSpec, storage: Storage, attempt: int, namespace_tag: str,
                  avoid_nodes: frozenset[str] = frozenset()):
-        self.spec, self.job_dir, self.attempt, self.tag = spec, job_dir, attempt, namespace_tag
+        self.spec, self.storage, self.attempt, self.tag = spec, Storage.of(storage), attempt, namespace_tag
+        self.store_env = client_env()  # the supervisor's store variables, forwarded to every rank
         self.avoid_nodes = avoid_nodes  # degraded nodes no rank may be placed on (straggler `replace`)
         self.nodes: list[str] = []  # the node of each rank, once placed
         self.pg: PlacementGroup | None = None
@@ -131,8 +132,8 @@ class WorkerGroup:
                     scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
                 ).remote(preload=self._needs_training_stack())
             actors.append(actor)
-            assigned.append(actor.assign.remote(i, n, str(self.job_dir), f"rank-{i}.log",
-                                                self.pg if name is not None else None))
+            assigned.append(actor.assign.remote(i, n, self.storage.uri, f"rank-{i}.log",
+                                                self.pg if name is not None else None, self.store_env))
         self.actors = actors
         ray.get(assigned, timeout=timeout_s)
 

@@ -69,6 +69,20 @@ class Storage:
             raise ValueError(f"{text}: names no bucket ({scheme}://bucket/prefix)")
         return cls(f"{scheme}://{rest.strip('/')}")
 
+    @classmethod
+    def of(cls, location: Storage | str | os.PathLike) -> Storage:
+        """`location` as a Storage: a Storage as it is, else `Storage.at` (what crosses Ray is the URI)."""
+        return location if isinstance(location, Storage) else cls.at(location)
+
+    @property
+    def parent(self) -> Storage:
+        """The directory above this one (within the same bucket)."""
+        return Storage(posixpath.dirname(self.uri.rstrip("/")))
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.uri.rstrip("/"))
+
     @property
     def scheme(self) -> str:
         return self.uri.split("://", 1)[0] if "://" in self.uri else "file"
@@ -140,6 +154,15 @@ class Storage:
             return []
         base = self._path(rel).rstrip("/")
         return sorted(posixpath.basename(str(e).rstrip("/")) for e in entries if str(e).rstrip("/") != base)
+
+    def sizes(self, rel: str = "") -> dict[str, int]:
+        """Size of each file directly under `rel`, by name (one listing call); {} when absent."""
+        try:
+            entries = self.fs.ls(self._path(rel), detail=True)
+        except FileNotFoundError:
+            return {}
+        return {posixpath.basename(str(e["name"]).rstrip("/")): int(e.get("size") or 0)
+                for e in entries if e.get("type") == "file"}
 
     def open(self, rel: str, mode: str = "rb") -> IO[Any]:
         return self.fs.open(self._path(rel), mode)

@@ -1,7 +1,7 @@
 """Injected faults for testing recovery: crash, hang, slow, nan (poisoned loss), spike (scaled loss), bitflip.
 
-Each fault but `slow` fires once per job and step: it leaves a marker file under the
-job directory before it fires, so a restarted group does not fire it again (nan and
+Each fault but `slow` fires once per job and step: it leaves a marker object under the
+job's storage (`faults/`) before it fires, so a restarted group does not fire it again (nan and
 spike may last `steps` consecutive steps, each step firing once).
 
 A slow fault models a degraded node: from its step on, rank `rank` is slow while it
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workers.spec import FaultSpec
+from workers.storage import Storage
 
 if TYPE_CHECKING:  # a program's rank injects faults without importing torch
     from torch import nn
@@ -36,18 +36,20 @@ def this_node() -> str:
 
 
 class FaultInjector:
-    def __init__(self, faults: list[FaultSpec], rank: int, job_dir: Path, node: str | None = None):
-        self.rank, self.marker_dir = rank, job_dir / "faults"
+    def __init__(self, faults: list[FaultSpec], rank: int, job: Storage | str | os.PathLike,
+                 node: str | None = None):
+        self.rank, self.markers = rank, Storage.of(job) / "faults"
         self.faults = [(i, f) for i, f in enumerate(faults) if f.rank == rank]
+        self._slow_node: dict[int, str] = {}  # slow fault -> the node it degraded
         self.node = node if node is not None else (this_node() if any(f.kind == "slow" for _, f in self.faults)
                                                    else "local")
 
-    def _marker(self, index: int, step: int | None = None) -> Path:
-        return self.marker_dir / (f"fired-{index}" if step is None else f"fired-{index}-{step}")
+    @staticmethod
+    def _marker(index: int, step: int | None = None) -> str:
+        return f"fired-{index}" if step is None else f"fired-{index}-{step}"
 
-    def _write_marker(self, path: Path, text: str) -> None:
-        self.marker_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    def _write_marker(self, name: str, text: str) -> None:
+        self.markers.write_text(name, text)
 
     def fires(self, step: int, kind: str) -> bool:
         """True (once) when a fault of `kind` is due at this 1-based step on this rank."""
@@ -55,7 +57,7 @@ class FaultInjector:
             if fault.kind != kind or not fault.at_step <= step < fault.at_step + fault.steps:
                 continue
             marker = self._marker(index) if fault.steps == 1 else self._marker(index, step)
-            if not marker.exists():
+            if not self.markers.exists(marker):
                 self._write_marker(marker, f"{kind} at step {step} on rank {self.rank}\n")
                 print(f"[fault-injection] {kind} at step {step} on rank {self.rank}", flush=True)
                 return True
@@ -79,14 +81,19 @@ class FaultInjector:
         for index, fault in self.faults:
             if fault.kind != "slow" or step < fault.at_step:
                 continue
-            marker = self._marker(index)
-            if not marker.exists():  # the node this rank runs on now is the one that degrades
-                self._write_marker(marker, self.node)
-                print(f"[fault-injection] slow x{fault.factor} from step {step} on rank {self.rank} "
-                      f"(node {self.node})", flush=True)
-            if marker.read_text().strip() == self.node:
+            if index not in self._slow_node:  # read once: the marker never changes after it is written
+                self._slow_node[index] = self._slow_marker(index, step, fault.factor)
+            if self._slow_node[index] == self.node:
                 factors.append(fault.factor)
         return max(factors)
+
+    def _slow_marker(self, index: int, step: int, factor: float) -> str:
+        marker = self._marker(index)
+        if not self.markers.exists(marker):  # the node this rank runs on now is the one that degrades
+            self._write_marker(marker, self.node)
+            print(f"[fault-injection] slow x{factor} from step {step} on rank {self.rank} "
+                  f"(node {self.node})", flush=True)
+        return self.markers.read_text(marker).strip()
 
     def flip_a_bit(self, step: int, model: nn.Module) -> None:
         import torch

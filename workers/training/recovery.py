@@ -1,6 +1,6 @@
 """What rollbacks changed for the rest of a job: skipped data windows and the learning-rate factor.
 
-The ledger `recovery.json` in the job directory is written by rank 0 when bad steps
+The ledger `recovery.json` in the job's storage is written by rank 0 when bad steps
 (non-finite gradients or loss spikes) exceed `fault_tolerance.max_skipped_steps`,
 just before every rank raises NonFiniteTraining and the supervisor rolls the job back.
 Resumed groups read it, and every checkpoint records it in its progress, so the data
@@ -14,9 +14,9 @@ import os
 import statistics
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from workers.spec import LossSpikeSpec
+from workers.storage import Storage
 
 LEDGER = "recovery.json"
 
@@ -28,14 +28,14 @@ class RecoveryState:
     rollbacks: list[dict] = field(default_factory=list)  # one entry per rollback, newest last
 
     @classmethod
-    def load(cls, job_dir: Path) -> "RecoveryState | None":
-        path = job_dir / LEDGER
-        return cls(**json.loads(path.read_text())) if path.exists() else None
+    def load(cls, job: Storage | str | os.PathLike) -> "RecoveryState | None":
+        try:
+            return cls(**json.loads(Storage.of(job).read_text(LEDGER)))
+        except FileNotFoundError:
+            return None
 
-    def save(self, job_dir: Path) -> None:
-        tmp = job_dir / f".{LEDGER}.tmp"
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(tmp, job_dir / LEDGER)  # readers never see half a file
+    def save(self, job: Storage | str | os.PathLike) -> None:
+        Storage.of(job).write_text(LEDGER, json.dumps(asdict(self), indent=1))  # atomic: never half a file
 
     def progress(self) -> dict:
         """What a checkpoint records (beside the step)."""

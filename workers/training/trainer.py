@@ -10,8 +10,8 @@ the uninterrupted run, which `params_sha256` proves.
 from __future__ import annotations
 
 import math
+import os
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -19,11 +19,21 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
 from workers import checkpointing
+from workers.checkpointing.retry import with_retries
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
 from workers.data.loader import MapFeed
 from workers.data.stream import StreamFeed
-from workers.events import RankCheckpoint, RankEvent, RankShares, RankStep, RestartCause
+from workers.events import (
+    CheckpointIncompleteEvent,
+    RankCheckpoint,
+    RankEvent,
+    RankNotice,
+    RankShares,
+    RankStep,
+    RestartCause,
+    RunEvent,
+)
 from workers.model_io import UserModelError, logits_of
 from workers.models import build_model, hf_source
 from workers.models.hf import save_pretrained
@@ -33,6 +43,7 @@ from workers.parallel.layout import Layout
 from workers.peak_flops import peak_flops
 from workers.spec import HFModelSpec, JobSpec
 from workers.step_memory import StepMemory
+from workers.storage import Storage
 from workers.telemetry import CommMeter, StepRecord, model_state_bytes
 from workers.training.control import RankControl, agreement_due
 from workers.training.faults import FaultInjector
@@ -46,10 +57,11 @@ from workers.training.validation import eval_batches_of, validation_loss
 
 
 class Trainer:
-    def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device, job_dir: Path,
-                 shares: list[int] | None = None):
+    def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device,
+                 job: Storage | str | os.PathLike, shares: list[int] | None = None):
         self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
-        self.job_dir = job_dir
+        self.storage = Storage.of(job)  # the job's directory: a local one or on an object store
+        self.notices: list[RunEvent] = []  # what this rank saw before run() could emit it
         self.layout = Layout.of(spec)
         self.mesh = self.layout.build_mesh(device)
         self.control_groups = ControlGroups()  # host-side collectives: gloo, on GPU too
@@ -62,12 +74,12 @@ class Trainer:
         self.peak = peak_flops(device, half=spec.parallel.mixed_precision != "fp32")  # for MFU
         self.comm = CommMeter(self.clock if device.type == "cuda" else None)
         self.loss_fn = LOSSES[spec.train.loss]
-        self.faults = FaultInjector(spec.fault_injection, rank, job_dir)
+        self.faults = FaultInjector(spec.fault_injection, rank, self.storage)
         self.step = 0  # optimizer steps completed
         self.skipped_in_a_row = 0
         self.skip_reason: str | None = None  # why the last step's update was skipped
         # Rollbacks so far: data windows never to draw again and the LR factor (workers/training/recovery.py).
-        self.recovery = RecoveryState.load(job_dir)
+        self.recovery = RecoveryState.load(self.storage)
         self.spikes = LossSpikeDetector(spec.fault_tolerance.loss_spike)
         self.scaler = LossScaler(enabled=spec.parallel.mixed_precision == "fp16")
         self.shares = shares  # uneven data-parallel slices (straggler rebalance); None = even
@@ -89,19 +101,23 @@ class Trainer:
 
         model = build_model(spec)
         if spec.train.init_from:
-            checkpointing.load_weights(Path(spec.train.init_from), model)
+            checkpointing.load_weights(init_source(spec.train.init_from, self.storage), model)
         self.strategy = build_strategy(spec)
         self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups)
         self.model = self.strategy.wrap(model, self.ctx)
         self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
         self.memory = StepMemory(self.model, self.optimizer, device)  # peak bytes during a step, per rank
-        self.checkpointer = checkpointing.Checkpointer(job_dir, spec.checkpoint.keep, rank)
+        self.checkpointer = checkpointing.Checkpointer(self.storage, spec.checkpoint.keep, rank)
         self.checkpointer.progress = (self.recovery or RecoveryState()).progress()
 
     # --- resume ----------------------------------------------------------
 
     def resume_from_latest(self) -> int:
-        latest = checkpointing.latest_checkpoint(self.job_dir)
+        skipped: list[tuple[int, list[str]]] = []
+        latest = checkpointing.latest_checkpoint(self.storage, lambda step, missing: skipped.append((step, missing)))
+        if self.rank == 0:  # every rank skips the same ones: one report
+            self.notices += [CheckpointIncompleteEvent(step, tuple(missing), latest[0] if latest else 0)
+                             for step, missing in skipped]
         if latest is not None:
             progress = checkpointing.load_state(latest[1], self.model, self.optimizer)
             self.step = int(progress["step"])
@@ -238,7 +254,7 @@ class Trainer:
                                 "data_window": window if ft.skip_data_on_rollback else None,
                                 "lr_scale": state.lr_scale})
         if self.rank == 0:
-            state.save(self.job_dir)
+            state.save(self.storage)
         what = "non-finite" if self.skip_reason == "non_finite" else "loss-spike"
         return NonFiniteTraining(f"{bad} bad steps in a row ({what} at step {step}): "
                                  f"rolling back to the last checkpoint")
@@ -296,6 +312,9 @@ class Trainer:
     def run(self, emit: Callable[[RankEvent], None], control: RankControl) -> dict:
         spec = self.spec
         every = spec.checkpoint.every_steps
+        self.checkpointer.notify = lambda event: emit(RankNotice(self.rank, event))  # store retries, from its thread
+        for notice in self.notices:
+            emit(RankNotice(self.rank, notice))
         while self.step < spec.train.steps:
             try:
                 record = self.train_step().to_dict()
@@ -349,19 +368,33 @@ class Trainer:
             result["sdp"] = self.strategy.report()
         if self.rank == 0:
             result["params_sha256"] = checkpointing.state_sha256(state)
-            result["export_path"] = str(checkpointing.export_model(
-                self.job_dir, state, {"job": self.spec.name, "step": self.step,
-                                      "spec": self.spec.model_dump(mode="json")}))
+            meta = {"job": self.spec.name, "step": self.step, "spec": self.spec.model_dump(mode="json")}
+            result["export_path"] = self._with_store_retries(
+                "model export", lambda: checkpointing.export_model(self.storage, state, meta))
             if isinstance(self.spec.model, HFModelSpec):  # also as transformers loads it: hf/ beside it
-                result["hf_export_path"] = str(save_pretrained(*hf_source(self.spec.model), state, self.job_dir / "hf"))
+                source = hf_source(self.spec.model)
+                result["hf_export_path"] = self._with_store_retries("hf export", lambda: checkpointing.export_hf(
+                    self.storage, lambda out: save_pretrained(*source, state, out)))
         self.control_groups.barrier()
         return result
+
+
+    def _with_store_retries(self, what: str, write: Callable[[], str]) -> str:
+        return with_retries(write, what, self.rank, self.checkpointer.policy, self.checkpointer.notify)
 
 
 class NonFiniteTraining(RuntimeError):
     """Too many non-finite steps in a row: the supervisor rolls back to the last checkpoint."""
 
     restart_cause = RestartCause.NON_FINITE
+
+
+def init_source(init_from: str, job: Storage) -> Storage:
+    """`train.init_from` as a location: a URI or an absolute path as given; a relative path from the
+    storage root (the directory above `jobs/`), as the control plane's admission reads it."""
+    if "://" in init_from or os.path.isabs(init_from):
+        return Storage.at(init_from)
+    return job.parent.parent / init_from
 
 
 def _shapes(batch) -> str:

@@ -33,8 +33,9 @@ class FailureDecision:
 def on_failure(status: FailureStatus) -> FailureDecision:
     """Restart while the restart budget lasts; never for bad configuration."""
     if not status.retryable:
-        return FailureDecision(FailureAction.FAIL, f"{status.reason}; not retryable (configuration or user code "
-                                                   "error)", status.cause)
+        why = ("the storage stayed unreachable" if status.cause == RestartCause.STORAGE
+               else "configuration or user code error")
+        return FailureDecision(FailureAction.FAIL, f"{status.reason}; not retryable ({why})", status.cause)
     if status.restarts_done >= status.max_restarts:
         return FailureDecision(FailureAction.FAIL, f"{status.reason}; restart budget exhausted "
                                                    f"({status.restarts_done}/{status.max_restarts})", status.cause)
