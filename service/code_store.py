@@ -1,11 +1,12 @@
 """The code store: programs' working_dirs, uploaded as zips (POST /v1/code), kept by content hash.
 
-One file per content, `<storage root>/code/<sha256>.zip`, which the workers unpack
-(workers/program/working_dir.py) and a spec names as `code:<sha256>`. An upload is written to a
-temporary file in the same directory while it is hashed, checked as a whole (a readable zip, every
-entry relative, no `..`, no symlinks: workers.program.working_dir.archive_problem), then renamed
-into place in one step: a reader sees a complete zip or none, and the same content uploaded twice,
-even at once, is one file.
+One object per content, `code/<sha256>.zip` in the storage (a local directory or an object store),
+which the workers fetch and unpack (workers/program/working_dir.py) and a spec names as `code:<sha256>`.
+An upload is written to a temporary local file while it is hashed (in the code directory itself on
+local storage, the service's temporary directory otherwise), checked as a whole (a readable zip, every
+entry relative, no `..`, no symlinks: workers.program.working_dir.archive_problem), then put in place
+in one step (a rename, or one PUT to the object store): a reader sees a complete zip or none, and the
+same content uploaded twice, even at once, is one object.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from service.refusals import InvalidRequest, TooLarge
 from workers.program.working_dir import CODE_DIR, archive_problem, code_sha, stored_zip
 from workers.spec.program import CODE_REF_PREFIX
+from workers.storage import Storage
 
 # A zip may unpack to this many times the upload limit (code and text compress 3-10x; a zip bomb far more).
 UNPACKED_RATIO = 16
@@ -37,17 +39,14 @@ class StoredCode:
         return f"{CODE_REF_PREFIX}{self.sha256}"
 
 
-def is_stored(storage_root: Path, ref: str) -> bool:
+def is_stored(storage: Storage, ref: str) -> bool:
     """Whether a `code:<sha256>` reference names stored code (ValueError for a malformed one)."""
-    return stored_zip(storage_root, code_sha(ref)).is_file()
+    return storage.exists(stored_zip(code_sha(ref)))
 
 
 class CodeStore:
-    def __init__(self, storage_root: Path, max_bytes: int):
-        self.root, self.max_bytes = Path(storage_root), max_bytes
-
-    def path_of(self, sha: str) -> Path:
-        return stored_zip(self.root, sha)
+    def __init__(self, storage: Storage, max_bytes: int):
+        self.storage, self.max_bytes = storage, max_bytes
 
     def begin(self) -> CodeUpload:
         return CodeUpload(self)
@@ -59,7 +58,8 @@ class CodeUpload:
 
     def __init__(self, store: CodeStore):
         self.store = store
-        directory = store.root / CODE_DIR
+        # On local storage beside its final name, so that storing it is a rename.
+        directory = store.storage.local_path / CODE_DIR if store.storage.is_local else Path(tempfile.gettempdir())
         directory.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=".upload-", suffix=".part", dir=directory)
         self._file, self._path = os.fdopen(fd, "wb"), Path(name)
@@ -79,11 +79,16 @@ class CodeUpload:
         self._file.close()
         _check_zip(self._path, self.store.max_bytes * UNPACKED_RATIO)
         sha = self._hash.hexdigest()
-        final = self.store.path_of(sha)
-        if final.is_file():  # the same content, stored before (idempotent)
+        storage, name = self.store.storage, stored_zip(sha)
+        if storage.exists(name):  # the same content, stored before (idempotent)
             self._path.unlink()
             return StoredCode(sha, self._size, created=False)
-        os.replace(self._path, final)  # atomic; a concurrent upload of the same bytes writes the same file
+        # Atomic either way; a concurrent upload of the same bytes writes the same content.
+        if storage.is_local:
+            os.replace(self._path, storage.local_path / name)
+        else:
+            storage.upload(self._path, name)  # one PUT (multipart for a large zip): whole or absent
+            self._path.unlink()
         return StoredCode(sha, self._size, created=True)
 
     def discard(self) -> None:

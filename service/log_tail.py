@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import BinaryIO
+from typing import Protocol
 
 BLOCK_BYTES = 64 * 1024
 
 
-def tail_lines(f: BinaryIO, lines: int, size: int, block: int = BLOCK_BYTES) -> bytes:
+class ReadsAt(Protocol):
+    """A file, or a log on an object store read by ranges (workers/storage/log_chunks.ChunkedLogFile)."""
+
+    def seek(self, pos: int, whence: int = ..., /) -> int: ...
+
+    def read(self, n: int = ..., /) -> bytes: ...
+
+
+def tail_lines(f: ReadsAt, lines: int, size: int, block: int = BLOCK_BYTES) -> bytes:
     """The last `lines` lines of the first `size` bytes of `f` (a final line without a newline counts)."""
     if lines <= 0 or size <= 0:
         return b""
@@ -25,7 +33,7 @@ def tail_lines(f: BinaryIO, lines: int, size: int, block: int = BLOCK_BYTES) -> 
     return b"".join(buf.splitlines(keepends=True)[-lines:])
 
 
-def _ends_with_newline(f: BinaryIO, size: int) -> bool:
+def _ends_with_newline(f: ReadsAt, size: int) -> bool:
     f.seek(size - 1)
     return f.read(1) == b"\n"
 

@@ -37,9 +37,12 @@ def serve(
 
     from api.cli.processes import LOG_FORMAT, run_uvicorn, serve_processes, uvicorn_options
     from api.http.app import create_app
-    from service.settings import get_settings
+    from service.settings import InvalidSettings, get_settings
+    from service.storage_check import storage_problem
 
     settings = get_settings()  # invalid: api/cli/commands.py main() says which variable and exits 2
+    if problem := storage_problem(settings.storage):  # before anything is created or accepted
+        raise InvalidSettings([f"TRAINYARD_STORAGE_URI: {problem}"])
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     host, port, workers = host or settings.host, port or settings.port, workers or settings.api_workers
     if workers > 1:

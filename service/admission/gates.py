@@ -4,10 +4,11 @@
   POST /v1/code) runs arbitrary Python in the workers: only for tenants with allow_user_code (NotAllowed: 403);
 - fault injection needs the server setting (the spec's own rule, 422) and an admin-scoped
   token (NotAllowed: 403), so a tenant cannot crash its own workers on a shared cluster at will;
-- storage paths (`train.init_from`, `model.hf.pretrained`, `program.working_dir`) stay under the storage root:
-  no `..`, no absolute path outside it, and a path into `jobs/<id>/` must name one of the caller's own jobs
-  (InvalidRequest: 422). A relative path is taken from the storage root and stored absolute, as the workers
-  read it. A `program.working_dir` may instead be `code:<sha256>`, uploaded code that must be in the store
+- storage paths (`train.init_from`, `model.hf.pretrained`, `program.working_dir`) stay under the storage root,
+  a local directory or an object store alike: no `..`, no absolute path or URI outside it, and a path into
+  `jobs/<id>/` must name one of the caller's own jobs (InvalidRequest: 422). A relative path is taken from
+  the storage root and stored absolute (a path, or the full URI on an object store), as the workers read it.
+  A `program.working_dir` may instead be `code:<sha256>`, uploaded code that must be in the store
   (service/code_store.py; else 422); it is stored as it is.
 """
 
@@ -22,6 +23,7 @@ from service.db.models import Tenant
 from service.records import TenantRecord
 from service.refusals import InvalidRequest, NotAllowed
 from workers.spec import CODE_REF_PREFIX, EntrypointSpec, JobSpec
+from workers.storage import Storage
 
 PATH_FIELDS = (("train", "init_from"), ("model", "hf", "pretrained"), ("program", "working_dir"))
 CODE_REF_FIELDS = (("program", "working_dir"),)  # may name uploaded code instead of a path
@@ -50,10 +52,9 @@ def check_code_upload(tenant: Tenant | TenantRecord) -> None:
         raise NotAllowed(f"body: tenant {tenant.name!r} may not upload user code {_USER_CODE}", "body")
 
 
-def confine_paths(spec: JobSpec, root: Path, owns_job: Callable[[str], bool]) -> JobSpec:
+def confine_paths(spec: JobSpec, root: Storage, owns_job: Callable[[str], bool]) -> JobSpec:
     """The spec with every storage path made absolute under `root`; InvalidRequest for one outside it,
     or for a code reference that names no stored code."""
-    root = Path(os.path.realpath(root))
     for path_of_field in PATH_FIELDS:
         value = _get(spec, path_of_field)
         if not isinstance(value, str):
@@ -64,18 +65,49 @@ def confine_paths(spec: JobSpec, root: Path, owns_job: Callable[[str], bool]) ->
             continue
         if ".." in PurePosixPath(value).parts:
             raise InvalidRequest(f"{name}: may not contain '..' (paths stay under the storage root)", name)
-        path = Path(os.path.realpath(root / value))  # an absolute value replaces root; symlinks are followed
-        if not path.is_relative_to(root):
-            raise InvalidRequest(f"{name}: must be a path under the storage root {root} "
-                                 "(relative to it, or absolute inside it)", name)
-        parts = path.relative_to(root).parts
+        absolute, parts = _local_under(root, value, name) if root.is_local else _uri_under(root, value, name)
         if len(parts) >= 2 and parts[0] == "jobs" and not owns_job(parts[1]):
             raise InvalidRequest(f"{name}: jobs/{parts[1]} is not one of this tenant's jobs", name)
-        spec = _replaced(spec, path_of_field, str(path))
+        spec = _replaced(spec, path_of_field, absolute)
     return spec
 
 
-def _check_code_ref(ref: str, root: Path, name: str) -> None:
+def _outside(name: str, root: Storage) -> InvalidRequest:
+    return InvalidRequest(f"{name}: must be a path under the storage root {root.uri} "
+                          "(relative to it, or absolute inside it)", name)
+
+
+def _local_under(root: Storage, value: str, name: str) -> tuple[str, tuple[str, ...]]:
+    """The absolute path and its parts under a local root (symlinks followed: no way out through one)."""
+    if "://" in value:
+        if not value.startswith("file://"):
+            raise _outside(name, root)
+        value = value.removeprefix("file://")
+    base = Path(os.path.realpath(root.local_path))
+    path = Path(os.path.realpath(base / value))  # an absolute value replaces base
+    if not path.is_relative_to(base):
+        raise _outside(name, root)
+    return str(path), path.relative_to(base).parts
+
+
+def _uri_under(root: Storage, value: str, name: str) -> tuple[str, tuple[str, ...]]:
+    """The full URI and its parts under an object-store root (a store has no symlinks to follow)."""
+    if "://" in value:
+        try:
+            uri = Storage.at(value).uri
+        except ValueError as exc:
+            raise InvalidRequest(f"{name}: {exc}", name) from None
+    elif value.startswith("/"):  # a local path: no node has it
+        raise _outside(name, root)
+    else:
+        uri = root.url(value)
+    if uri != root.uri and not uri.startswith(root.uri + "/"):
+        raise _outside(name, root)
+    rel = uri[len(root.uri):].strip("/")
+    return uri, tuple(p for p in rel.split("/") if p and p != ".")
+
+
+def _check_code_ref(ref: str, root: Storage, name: str) -> None:
     try:
         stored = code_store.is_stored(root, ref)
     except ValueError as exc:  # not 'code:' and 64 hex digits; the message names the field

@@ -15,7 +15,6 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from sqlalchemy.exc import IntegrityError
@@ -33,6 +32,7 @@ from service.scheduler import demand_of, never_fits
 from service.settings import Settings
 from workers.spec import JobSpec
 from workers.spec_loading import parse_spec
+from workers.storage import Storage
 
 
 class Wake(Protocol):
@@ -66,7 +66,7 @@ class Admission:
     async def submit(self, sub: Submission) -> Admitted:
         spec = self.checked_spec(sub)
         canonical = json.dumps({"spec": spec.model_dump(mode="json"), "priority": sub.priority}, sort_keys=True)
-        write = _store(sub, spec, hashlib.sha256(canonical.encode()).hexdigest(), self.settings.storage_root,
+        write = _store(sub, spec, hashlib.sha256(canonical.encode()).hexdigest(), self.settings.storage,
                        self.settings.max_active_jobs_per_tenant)
         tenant = sub.caller.tenant_id
         for _ in range(2):
@@ -93,7 +93,7 @@ class Admission:
         return spec
 
 
-def _store(sub: Submission, spec: JobSpec, body_sha: str, storage_root: Path,
+def _store(sub: Submission, spec: JobSpec, body_sha: str, storage: Storage,
            max_open_jobs: int) -> Callable[[Session], tuple[Job, bool]]:
     """The submit's write, run with other submits in one transaction (service/db/group_commit.py)."""
     caller, key = sub.caller, sub.idempotency_key
@@ -109,7 +109,7 @@ def _store(sub: Submission, spec: JobSpec, body_sha: str, storage_root: Path,
             return existing, False
         tenant, usage = quotas.locked_usage(s, caller.tenant_id)
         gates.check_user_code(spec, tenant)
-        confined = gates.confine_paths(spec, storage_root,
+        confined = gates.confine_paths(spec, storage,
                                        lambda job_id: repo.get_job(s, job_id, tenant_id=tenant.id) is not None)
         quotas.check_submit(tenant, usage, confined.world_size, max_open_jobs)
         job = repo.create_job(s, tenant.id, confined, sub.priority, body_sha, key, max_open_jobs=None)

@@ -75,7 +75,7 @@ class JobRun:
         self.current = spec  # the layout running now; differs from `spec` after an elastic resize
         reports = listener or SilentListener()
         # With `tracking`, what the run reports also goes to MLflow / TensorBoard (off this thread).
-        self.tracking = tracked(reports, spec, self.scratch, job_id)
+        self.tracking = tracked(reports, spec, self.storage, job_id)
         self.listener: RunListener = self.tracking or reports
         self.poll_interval_s, self.start_timeout_s = poll_interval_s, start_timeout_s
         self.group_factory: GroupFactory = group_factory or WorkerGroup
@@ -109,7 +109,7 @@ class JobRun:
 
     def run(self) -> dict:
         self.scratch.mkdir(parents=True, exist_ok=True)
-        with supervisor_log(self.scratch):
+        with supervisor_log(self.storage):
             self.listener.on_state(self.state, "forming the worker group")
             if (recovery := RecoveryState.load(self.storage)) is not None:  # a job resumed after rollbacks
                 self.lr_scale = recovery.lr_scale

@@ -12,12 +12,12 @@ import logging
 import os
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from service.tracking import run_file
 from service.tracking.records import RunEnd, RunTags, StepMetrics, TrackingItem
 from workers.spec import MlflowTrackingSpec
+from workers.storage import Storage
 
 log = logging.getLogger("trainyard.tracking")
 
@@ -35,10 +35,11 @@ def _chunks(items: list, n: int) -> list[list]:
 class MlflowSink:
     name = "mlflow"
 
-    def __init__(self, spec: MlflowTrackingSpec, job_dir: Path, job_id: str, job_name: str, params: dict[str, str]):
-        self.spec, self.job_dir, self.job_id, self.params = spec, job_dir, job_id, params
+    def __init__(self, spec: MlflowTrackingSpec, job: Storage | str | os.PathLike, job_id: str, job_name: str,
+                 params: dict[str, str]):
+        self.spec, self.job, self.job_id, self.params = spec, run_file.job_storage(job), job_id, params
         self.run_name = spec.run_name or f"{job_name}-{job_id[:8]}"
-        self.ref = run_file.load(job_dir, spec.tracking_uri)  # a run an earlier supervisor started
+        self.ref = run_file.load(self.job, spec.tracking_uri)  # a run an earlier supervisor started
         self._client: Any = None
         self._resumed = False
         for key, value in CLIENT_ENV.items():
@@ -83,7 +84,7 @@ class MlflowSink:
                 client.update_run(self.ref.run_id, status="RUNNING")  # continued by this supervisor
                 self.ref = replace(self.ref, supervisors=self.ref.supervisors + 1)
                 client.set_tag(self.ref.run_id, SUPERVISORS_TAG, str(self.ref.supervisors))
-                run_file.save(self.job_dir, self.ref)
+                run_file.save(self.job, self.ref)
                 self._resumed = True
             except Exception as exc:
                 if getattr(exc, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":
@@ -112,7 +113,7 @@ class MlflowSink:
         tags = {**self.spec.tags, "trainyard.job_id": self.job_id, SUPERVISORS_TAG: "1"}
         run = client.create_run(experiment_id, run_name=self.run_name, tags=tags)
         ref = run_file.MlflowRunRef(self.spec.tracking_uri, experiment_id, run.info.run_id)
-        run_file.save(self.job_dir, ref)  # before anything else: a new supervisor must find this run
+        run_file.save(self.job, ref)  # before anything else: a new supervisor must find this run
         log.info("MLflow run %s in experiment %s", ref.run_id, experiment_id)
         return ref
 
@@ -124,7 +125,7 @@ class MlflowSink:
             client.log_batch(run_id, params=chunk, synchronous=True)
         assert self.ref is not None
         self.ref = replace(self.ref, params_logged=True)
-        run_file.save(self.job_dir, self.ref)
+        run_file.save(self.job, self.ref)
 
     def _end(self, client: Any, run_id: str, end: RunEnd) -> None:
         for path in end.artifacts:

@@ -1,4 +1,5 @@
-"""The job's MLflow run, kept in the job directory so that every supervisor of the job continues it.
+"""The job's MLflow run, kept in the job's storage (a directory or an object store) so that every
+supervisor of the job, on any node, continues it.
 
 A restart inside one supervisor keeps its sink; a new supervisor (the control plane replaced a
 lost one, or a preempted job admitted again) reads this file and resumes the same run.
@@ -9,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
+
+from workers.storage import Storage
 
 RUN_FILE = "tracking.json"
 
@@ -23,19 +25,20 @@ class MlflowRunRef:
     supervisors: int = 1  # supervisors that logged to the run: one more after each supervisor restart or requeue
 
 
-def load(job_dir: Path, tracking_uri: str) -> MlflowRunRef | None:
+def job_storage(job: Storage | str | os.PathLike) -> Storage:
+    return job if isinstance(job, Storage) else Storage.at(job)
+
+
+def load(job: Storage | str | os.PathLike, tracking_uri: str) -> MlflowRunRef | None:
     """The run this job logged to before on the same server, if any."""
     try:
-        saved = json.loads((job_dir / RUN_FILE).read_text())["mlflow"]
+        saved = json.loads(job_storage(job).read_text(RUN_FILE))["mlflow"]
         ref = MlflowRunRef(**saved)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return ref if ref.tracking_uri == tracking_uri else None
 
 
-def save(job_dir: Path, ref: MlflowRunRef) -> None:
-    """Write atomically: a supervisor killed mid-write leaves the old file, never half a new one."""
-    job_dir.mkdir(parents=True, exist_ok=True)
-    tmp = job_dir / f".{RUN_FILE}.tmp"
-    tmp.write_text(json.dumps({"mlflow": asdict(ref)}, indent=1))
-    os.replace(tmp, job_dir / RUN_FILE)
+def save(job: Storage | str | os.PathLike, ref: MlflowRunRef) -> None:
+    """Whole or not at all: a supervisor killed mid-write leaves the old file, never half a new one."""
+    job_storage(job).write_text(RUN_FILE, json.dumps({"mlflow": asdict(ref)}, indent=1))

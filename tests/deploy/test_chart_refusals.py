@@ -67,8 +67,12 @@ def test_schema_refuses_wrong_values(values, expected):
     ({"ray": {"cluster": {"workers": {"minReplicas": 5, "maxReplicas": 4, "replicas": 5}}}},
      "minReplicas=5 is above maxReplicas=4"),
     ({"ray": {"cluster": {"workers": {"replicas": 9}}}}, "replicas=9 must lie between minReplicas=0 and maxReplicas=4"),
-    ({"storage": {"persistence": {"enabled": False}}}, "checkpoints need storage"),
-    ({"storage": {"uri": "s3://bucket/trainyard"}}, "storage.uri=s3://bucket/trainyard: object stores are not supported yet"),
+    ({"storage": {"persistence": {"enabled": False}}}, "job storage is needed: set storage.uri to an object store"),
+    ({"storage": {"uri": "s3://bucket/trainyard"}},
+     "storage.uri=s3://bucket/trainyard needs credentials in the control plane and every Ray pod: "
+     "set storage.existingSecret"),
+    ({"storage": {"uri": "gs://bucket/trainyard"}}, "or storage.credentialsFromPods=true"),
+    ({"storage": {"uri": "ftp://host/trainyard"}}, "storage.uri=ftp://host/trainyard: not a supported store"),
     (merge(POSTGRES, {"database": {"existingSecret": "db"}}), "either database.url or database.existingSecret"),
 ])
 def test_templates_refuse_combinations_that_cannot_work(values, expected):

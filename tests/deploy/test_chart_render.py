@@ -15,6 +15,7 @@ from tests.deploy.chart import (
     SHARED_CRD_DIR,
     by_kind,
     ci_values,
+    merge,
     one,
     render,
 )
@@ -121,3 +122,26 @@ def test_monitoring_renders_servicemonitor_and_rules():
     groups = one(docs, "PrometheusRule")["spec"]["groups"]
     assert groups[0]["rules"][0]["alert"] == "TrainyardControlPlaneDown"
     assert 'job="ty-trainyard"' in groups[0]["rules"][0]["expr"]
+
+
+def _env_from(container: dict) -> list[dict]:
+    return container.get("envFrom", [])
+
+
+def test_an_object_store_needs_no_volume_and_gives_every_pod_the_secret():
+    docs = render(ci_values("object-store"))
+    assert {d["metadata"]["name"] for d in by_kind(docs, "PersistentVolumeClaim")} == {"ty-trainyard-home"}
+    assert one(docs, "ConfigMap")["data"]["TRAINYARD_STORAGE_URI"] == "s3://trainyard-jobs/prod"
+    deployment = one(docs, "Deployment")["spec"]["template"]["spec"]
+    cluster = one(docs, "RayCluster")["spec"]
+    head, worker = cluster["headGroupSpec"]["template"]["spec"], cluster["workerGroupSpecs"][0]["template"]["spec"]
+    pods = [deployment, head, worker]
+    for pod in pods:
+        assert {"secretRef": {"name": "trainyard-store"}} in _env_from(pod["containers"][0])
+        assert "storage" not in {v["name"] for v in pod["volumes"]}
+    elsewhere = render(merge(ci_values("object-store"),
+                             {"storage": {"existingSecret": "", "credentialsFromPods": True}}))
+    cluster = one(elsewhere, "RayCluster")["spec"]
+    assert not any("secretRef" in e for e in _env_from(one(elsewhere, "Deployment")["spec"]["template"]["spec"]
+                                                       ["containers"][0]))
+    assert "envFrom" not in cluster["headGroupSpec"]["template"]["spec"]["containers"][0]

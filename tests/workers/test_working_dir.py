@@ -117,3 +117,22 @@ def test_a_cache_directory_others_can_write_is_refused(tmp_path, node_tmp):
     (node_tmp / CACHE_DIR).chmod(0o777)  # as another local user could have made it
     with pytest.raises(PermissionError, match="writable by it alone"):
         materialize(ref, tmp_path)
+
+
+def test_uploaded_code_and_a_directory_on_an_object_store_are_fetched(s3_server, tmp_path, node_tmp):
+    """No shared disk: the zip (and a plain working_dir under an s3:// root) come from the store."""
+    from workers.storage import Storage
+
+    root = Storage.at(s3_server.create_bucket("working-dir") + "/root")
+    data = make_zip({"train.py": b"print('hi')\n", "pkg/util.py": b"X = 1\n"})
+    sha = hashlib.sha256(data).hexdigest()
+    root.write_bytes(f"code/{sha}.zip", data)
+    out = materialize(f"code:{sha}", root)
+    assert (out / "pkg" / "util.py").read_bytes() == b"X = 1\n" and leftovers(node_tmp) == [sha]
+    root.write_bytes("code/" + "b" * 64 + ".zip", data)  # stored under another hash: refused
+    with pytest.raises(CodeArchiveError, match="was changed after its upload"):
+        materialize("code:" + "b" * 64, root)
+    root.write_text("dirs/w/run.py", "print(1)\n")
+    assert (materialize(root.url("dirs/w"), root) / "run.py").read_text() == "print(1)\n"
+    with pytest.raises(FileNotFoundError, match="program.working_dir.*not a directory in the store"):
+        materialize(root.url("dirs/none"), root)

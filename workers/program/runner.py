@@ -41,7 +41,7 @@ class ProgramRunner:
         self.attempt, self.master, self.log_path, self.timeout_s = attempt, master, log_path, timeout_s
         # Storage root = <root>/jobs/<id>: uploaded code lives in <root>/code/ (working_dir.py reads a local root).
         root = job.parent.parent
-        self.workdir = materialize(self.program.working_dir, root.local_path if root.is_local else Path(root.uri)) \
+        self.workdir = materialize(self.program.working_dir, root) \
             or local_dir(job)
         self.workdir.mkdir(parents=True, exist_ok=True)
         if job.is_local:  # an object store has no directories to make

@@ -1,10 +1,12 @@
 """A program's working_dir on a worker node: a local path as given, or uploaded code.
 
-Uploaded code (POST /v1/code) is a zip in the store, `<storage root>/code/<sha256>.zip`, named in the
-spec as `code:<sha256>`. Each node unpacks it once into `<tmp>/trainyard-code/<sha256>/`, which all of
-the node's ranks share: the zip is hashed and checked, extracted into a private temporary directory,
-and that is renamed into place in one step, so a rank sees either nothing or the complete tree, and of
-ranks racing to unpack it one rename wins and the others use its result.
+Uploaded code (POST /v1/code) is a zip in the store, `code/<sha256>.zip` under the storage root (a
+local directory or an object store), named in the spec as `code:<sha256>`. Each node fetches it and
+unpacks it once into `<tmp>/trainyard-code/<sha256>/`, which all of the node's ranks share: the zip is
+hashed and checked, extracted into a private temporary directory, and that is renamed into place in
+one step, so a rank sees either nothing or the complete tree, and of ranks racing to unpack it one
+rename wins and the others use its result. A working_dir that is a directory on an object store
+(`s3://bucket/root/dir`, admitted under the storage root) is downloaded for each rank.
 
 `archive_problem` is the one statement of what a code zip may contain; the service applies it at
 upload (service/code_store.py) and the workers apply it again here, as the stored file is not theirs.
@@ -22,6 +24,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from workers.spec.program import CODE_REF_PREFIX
+from workers.storage import Storage
 
 FIELD = "program.working_dir"
 CODE_DIR = "code"  # under the storage root
@@ -43,8 +46,9 @@ def code_sha(ref: str) -> str:
     return sha
 
 
-def stored_zip(storage_root: Path, sha: str) -> Path:
-    return Path(storage_root) / CODE_DIR / f"{sha}.zip"
+def stored_zip(sha: str) -> str:
+    """The code's name under the storage root."""
+    return f"{CODE_DIR}/{sha}.zip"
 
 
 def entry_problem(info: zipfile.ZipInfo) -> str | None:
@@ -81,14 +85,18 @@ def archive_problem(zf: zipfile.ZipFile, max_unpacked_bytes: int | None = None) 
     return None
 
 
-def materialize(working_dir: str | None, storage_root: Path) -> Path | None:
-    """The directory a program runs in: None for none; a `code:<sha256>` reference unpacked on this
-    node; a plain path as it is (FileNotFoundError naming program.working_dir if it is missing)."""
+def materialize(working_dir: str | None, storage_root: Storage | str | os.PathLike) -> Path | None:
+    """The directory a program runs in: None for none; a `code:<sha256>` reference fetched and unpacked
+    on this node; a directory on an object store downloaded; a plain path as it is (FileNotFoundError
+    naming program.working_dir if it is missing)."""
     if working_dir is None:
         return None
+    root = storage_root if isinstance(storage_root, Storage) else Storage.at(storage_root)
     if working_dir.startswith(CODE_REF_PREFIX):
         sha = code_sha(working_dir)
-        return _unpacked(sha, stored_zip(storage_root, sha))
+        return _unpacked(sha, root)
+    if "://" in working_dir:
+        return _downloaded(Storage.at(working_dir))
     path = Path(working_dir)
     if not path.exists():
         raise FileNotFoundError(f"{FIELD}: {working_dir} does not exist on this node")
@@ -97,20 +105,24 @@ def materialize(working_dir: str | None, storage_root: Path) -> Path | None:
     return path
 
 
-def _unpacked(sha: str, zip_path: Path) -> Path:
+def _unpacked(sha: str, root: Storage) -> Path:
     cache = _cache_root()
     target = cache / sha
     if target.is_dir():  # complete: only a finished extraction is ever renamed to this name
         return target
-    if not zip_path.is_file():
-        raise FileNotFoundError(f"{FIELD}: {CODE_REF_PREFIX}{sha} is not in the code store ({zip_path}); "
+    name = stored_zip(sha)
+    if not root.exists(name):
+        raise FileNotFoundError(f"{FIELD}: {CODE_REF_PREFIX}{sha} is not in the code store ({root.url(name)}); "
                                 "upload the directory with POST /v1/code")
     staging = Path(tempfile.mkdtemp(prefix=f".{sha[:16]}-", dir=cache))
     try:
+        zip_path = root.local_path / name if root.is_local else staging.with_suffix(".zip")
+        if not root.is_local:
+            root.download(name, zip_path)
         with zip_path.open("rb") as f:  # one open file: hashed, then read, so what is checked is what is unpacked
             digest = hashlib.file_digest(f, "sha256").hexdigest()
             if digest != sha:
-                raise CodeArchiveError(f"{FIELD}: {zip_path} has sha256 {digest}, not {sha}: the stored zip "
+                raise CodeArchiveError(f"{FIELD}: {root.url(name)} has sha256 {digest}, not {sha}: the stored zip "
                                        "was changed after its upload; upload the directory again")
             f.seek(0)
             try:
@@ -119,7 +131,7 @@ def _unpacked(sha: str, zip_path: Path) -> Path:
                         raise CodeArchiveError(f"{FIELD}: {CODE_REF_PREFIX}{sha}: {problem}")
                     _extract(zf, staging)
             except zipfile.BadZipFile as exc:
-                raise CodeArchiveError(f"{FIELD}: {zip_path} is not a valid zip ({exc})") from None
+                raise CodeArchiveError(f"{FIELD}: {root.url(name)} is not a valid zip ({exc})") from None
         try:
             os.rename(staging, target)
         except OSError:
@@ -127,6 +139,17 @@ def _unpacked(sha: str, zip_path: Path) -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if not root.is_local:
+            staging.with_suffix(".zip").unlink(missing_ok=True)
+    return target
+
+
+def _downloaded(directory: Storage) -> Path:
+    """A private copy of a directory on an object store (it may change between attempts: not cached)."""
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{FIELD}: {directory.uri} is not a directory in the store")
+    target = Path(tempfile.mkdtemp(prefix="workdir-", dir=_cache_root())) / "working_dir"
+    directory.download("", target)
     return target
 
 

@@ -14,29 +14,19 @@ import threading
 import time
 import traceback
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import ray
 from ray.util.placement_group import placement_group_table
 
 from workers.events import RankEvent
-from workers.storage import Storage, adopt_client_env, local_dir
+from workers.storage import Storage, adopt_client_env
+from workers.storage.log_output import capture_output, flush_output
 from workers.training.control import RankControl
 
 if TYPE_CHECKING:
     from workers.program.runner import ProgramRunner
     from workers.training.trainer import Trainer
-
-
-def _redirect_output(log_path: Path) -> None:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 def _exit_when_removed(pg, interval_s: float = 2.0) -> None:
@@ -76,8 +66,7 @@ class TrainWorker:
         group is gone."""
         adopt_client_env(store_env)
         self.rank, self.world_size, self.storage = rank, world_size, Storage.at(job_uri)
-        self.log_path = local_dir(self.storage) / "logs" / log_name
-        _redirect_output(self.log_path)
+        self.log_path = capture_output(self.storage, log_name)  # on an object store: a local file, shipped
         if pg is not None:
             threading.Thread(target=_exit_when_removed, args=(pg,), daemon=True).start()
         return os.getpid()
@@ -135,6 +124,7 @@ class TrainWorker:
         terminate = getattr(self.trainer, "terminate", None)
         if terminate is not None:
             terminate()
+        flush_output()  # the actor is killed next, with no chance to ship its last lines
 
     def train(self) -> dict:
         try:
@@ -146,6 +136,8 @@ class TrainWorker:
             traceback.print_exc()
             sys.stderr.flush()
             raise
+        finally:
+            flush_output()  # shipped before the supervisor hears the end (it kills this actor next)
 
     def _emit(self, event: RankEvent) -> None:
         with self._lock:

@@ -11,6 +11,7 @@ Relative names (`rel`) use "/" on every store; "" is the directory itself.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import tempfile
@@ -139,8 +140,14 @@ class Storage:
         return int(self.fs.size(self._path(rel)))
 
     def read_range(self, rel: str, start: int, end: int | None = None) -> bytes:
-        """Bytes [start, end) of `rel`: a log's tail without reading the whole object."""
-        return bytes(self.fs.cat_file(self._path(rel), start=start, end=end))
+        """Bytes [start, end) of `rel`: a log's tail without reading the whole object. b"" from its end
+        on, on every store (S3 answers a range past the end with an error, a local file with nothing)."""
+        try:
+            return bytes(self.fs.cat_file(self._path(rel), start=start, end=end))
+        except OSError as exc:
+            if exc.errno == errno.EINVAL and not isinstance(exc, FileNotFoundError):  # 416: range not satisfiable
+                return b""
+            raise
 
     def list(self, rel: str = "") -> list[str]:
         """Names directly under `rel`, sorted; [] when it does not exist."""

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+import posixpath
+from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from api.http.deps import PlaneDep, Principal, PrincipalDep, SessionDep, job_or_404
 from api.http.errors import ApiError
@@ -16,13 +17,16 @@ from api.http.schemas import checkpoint_out, event_out, metric_out
 from service import job_queries
 from service.control import ControlPlane
 from service.db.repository import metric_stride
-from service.log_tail import tail_file
+from service.job_logs import JobLog, job_log
 from workers.parallel.pipeline.bubble import spec_theoretical_bubble
 from workers.spec import JobSpec
+from workers.storage import Storage
 
 router = APIRouter(prefix="/v1/jobs/{job_id}", tags=["job artefacts"])
 FOLLOW_POLL_S = 0.5
 FOLLOW_MAX_S = 6 * 3600
+CHECKPOINTS, MODEL = "checkpoints", "model.safetensors"  # in the job's storage (workers/checkpointing.py)
+MODEL_CHUNK = 1 << 20  # a download is read from the store in pieces of this size, never whole
 
 
 @router.get("/events")
@@ -47,14 +51,13 @@ def metrics(job_id: str, plane: PlaneDep, s: SessionDep, principal: PrincipalDep
             "stride": metric_stride(job.total_steps, plane.settings.metrics_max_points), "points": points}
 
 
-def _log_path(plane: ControlPlane, job, rank: str) -> Path:
-    logs = plane.settings.job_dir(job.id) / "logs"
+def _log_file(job, rank: str) -> str:
     if rank == "supervisor":
-        return logs / "supervisor.log"
+        return "supervisor.log"
     if not rank.isdigit() or int(rank) >= job.world_size:
         msg = f"rank: must be 'supervisor' or an integer in [0, {job.world_size - 1}] (got {rank!r})"
         raise ApiError(422, msg, [{"field": "rank", "message": msg}])
-    return logs / f"rank-{int(rank)}.log"
+    return f"rank-{int(rank)}.log"
 
 
 @router.get("/logs")
@@ -63,36 +66,29 @@ async def logs(job_id: str, plane: PlaneDep, principal: PrincipalDep,
                tail: Annotated[int, Query(ge=0, le=100_000)] = 200,
                follow: Annotated[bool, Query(description="keep streaming until the job ends")] = False):
     job = await run_in_threadpool(_owned_job, plane, job_id, principal)
-    path = _log_path(plane, job, rank)
-    text, offset = await run_in_threadpool(tail_file, path, tail)
+    log = job_log(plane.settings.job_storage(job.id), _log_file(job, rank))
+    text = await run_in_threadpool(log.tail, tail)
     if not follow:
         return PlainTextResponse(text)
-    return StreamingResponse(_follow(plane, job_id, path, text, offset), media_type="text/plain")
+    return StreamingResponse(_follow(plane, job_id, log, text), media_type="text/plain")
 
 
-async def _follow(plane: ControlPlane, job_id: str, path: Path, first: str, offset: int):
+async def _follow(plane: ControlPlane, job_id: str, log: JobLog, first: str):
     yield first
     loop = asyncio.get_running_loop()
     deadline = loop.time() + FOLLOW_MAX_S
     while loop.time() < deadline:
-        chunk = await run_in_threadpool(_read_from, path, offset)
+        chunk = await run_in_threadpool(log.read_more)
         if chunk:
-            offset += len(chunk)
             yield chunk.decode(errors="replace")
             continue
         if await run_in_threadpool(_ended, plane, job_id):
-            if not await run_in_threadpool(_read_from, path, offset):
+            # Ended: what its processes shipped on their way out is the rest of the log.
+            if not (rest := await run_in_threadpool(log.read_more)):
                 return
+            yield rest.decode(errors="replace")
             continue
         await asyncio.sleep(FOLLOW_POLL_S)
-
-
-def _read_from(path: Path, offset: int) -> bytes:
-    if not path.exists():
-        return b""
-    with path.open("rb") as f:
-        f.seek(offset)
-        return f.read(1 << 20)
 
 
 def _ended(plane: ControlPlane, job_id: str) -> bool:
@@ -108,27 +104,46 @@ def _owned_job(plane: ControlPlane, job_id: str, principal: Principal):
 @router.get("/checkpoints")
 def checkpoints(job_id: str, plane: PlaneDep, s: SessionDep, principal: PrincipalDep) -> dict:
     job = job_or_404(s, job_id, principal)
-    listed = {c.step: checkpoint_out(c, Path(c.path).exists()) for c in job_queries.list_checkpoints(s, job.id)}
-    ckpt_dir = plane.settings.job_dir(job.id) / "checkpoints"
-    for path in sorted(ckpt_dir.glob("step-*")) if ckpt_dir.is_dir() else []:  # on disk but not reported (yet)
-        step = int(path.name.removeprefix("step-")) if path.name.removeprefix("step-").isdigit() else None
+    store = plane.settings.job_storage(job.id)
+    stored = set(store.list(CHECKPOINTS))  # one listing of the store, not a request per checkpoint
+    listed = {c.step: checkpoint_out(c, posixpath.basename(c.path.rstrip("/")) in stored)
+              for c in job_queries.list_checkpoints(s, job.id)}
+    for name in sorted(stored):  # in the store but not reported (yet)
+        step = int(name.removeprefix("step-")) if name.removeprefix("step-").isdigit() else None
         if step is not None and step not in listed:
-            listed[step] = {"step": step, "path": str(path), "created_at": None, "available": True}
-    model = plane.settings.job_dir(job.id) / "model.safetensors"
+            listed[step] = {"step": step, "path": store.url(f"{CHECKPOINTS}/{name}"), "created_at": None,
+                            "available": True}
+    size = _model_size(store)
     return {
         "job_id": job.id,
         "checkpoints": [listed[step] for step in sorted(listed)],
-        "model": {"available": model.exists(), "bytes": model.stat().st_size if model.exists() else None,
-                  "download": f"/v1/jobs/{job.id}/checkpoints/model"},
+        "model": {"available": size is not None, "bytes": size, "download": f"/v1/jobs/{job.id}/checkpoints/model"},
     }
 
 
 @router.get("/checkpoints/model")
-def download_model(job_id: str, plane: PlaneDep, s: SessionDep, principal: PrincipalDep) -> FileResponse:
-    """The exported final model (safetensors), for the job's owner."""
+def download_model(job_id: str, plane: PlaneDep, s: SessionDep, principal: PrincipalDep) -> StreamingResponse:
+    """The exported final model (safetensors), for the job's owner, streamed from the store."""
     job = job_or_404(s, job_id, principal)
-    model = plane.settings.job_dir(job.id) / "model.safetensors"
-    if not model.exists():
+    store = plane.settings.job_storage(job.id)
+    size = _model_size(store)
+    if size is None:
         raise ApiError(404, f"job {job.id!r} has no exported model "
                             f"(state {job.state}; it is written when training succeeds)")
-    return FileResponse(model, media_type="application/octet-stream", filename=f"{job.name}-{job.id}.safetensors")
+    filename = f"{job.name}-{job.id}.safetensors"
+    return StreamingResponse(_stream(store, MODEL), media_type="application/octet-stream", headers={
+        "Content-Length": str(size), "Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+def _model_size(store: Storage) -> int | None:
+    try:
+        return store.size(MODEL)
+    except FileNotFoundError:
+        return None
+
+
+def _stream(store: Storage, rel: str) -> Iterator[bytes]:
+    # A sync generator: Starlette runs each read in its threadpool, so a slow store blocks no request.
+    with store.open(rel) as f:
+        while chunk := f.read(MODEL_CHUNK):
+            yield chunk

@@ -44,7 +44,7 @@ async def upload_code(request: Request, plane: PlaneDep, principal: PrincipalDep
         msg = f"content-type: must be {MEDIA_TYPE} (a zip of the working_dir), got {media_type or 'none'!r}"
         raise ApiError(415, msg, [{"field": "content-type", "message": msg}])
     await run_in_threadpool(_may_upload, plane, principal)  # before reading a body it would refuse
-    stored = await _receive(request, CodeStore(plane.settings.storage_root, plane.settings.max_code_bytes))
+    stored = await _receive(request, CodeStore(plane.settings.storage, plane.settings.max_code_bytes))
     request.state.audit_target, request.state.audit_target_tenant = stored.ref, principal.tenant_id
     out = CodeOut(ref=stored.ref, sha256=stored.sha256, bytes=stored.size, created=stored.created)
     return JSONResponse(out.model_dump(), status_code=201 if stored.created else 200)

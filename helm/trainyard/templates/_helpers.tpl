@@ -73,7 +73,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (printf "%s-storage" (include "trainyard.fullname" .)) .Values.storage.persistence.existingClaim }}
 {{- end }}
 
-{{/* Pods that mount the shared storage PVC (none when storage.uri is an object store). */}}
+{{/* An object store (s3://, gs://) in storage.uri: no volume, credentials from storage.existingSecret. */}}
+{{- define "trainyard.objectStore" -}}
+{{- if regexMatch "^(s3|gs|gcs)://" .Values.storage.uri }}true{{ end }}
+{{- end }}
+
+{{/* The store's client variables (AWS_*, GOOGLE_*) for the control plane and every Ray pod. */}}
+{{- define "trainyard.storageEnvFrom" -}}
+{{- with .Values.storage.existingSecret -}}
+- secretRef:
+    name: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* Pods that mount the shared storage PVC (none when storage.uri is set: an object store or your own volume). */}}
 {{- define "trainyard.storagePvc" -}}
 {{- if and (not .Values.storage.uri) .Values.storage.persistence.enabled }}true{{ end }}
 {{- end }}

@@ -32,9 +32,12 @@ Included once, from configmap.yaml (always rendered).
 {{- fail (printf "ray.cluster.workers.replicas=%d must lie between minReplicas=%d and maxReplicas=%d" (int $w.replicas) (int $w.minReplicas) (int $w.maxReplicas)) }}
 {{- end }}
 {{- if and (not $v.storage.uri) (not $v.storage.persistence.enabled) }}
-{{- fail "checkpoints need storage that the control plane and every Ray pod share: set storage.persistence.enabled=true, or storage.uri to a file:// URI on a volume mounted in every pod" }}
+{{- fail "job storage is needed: set storage.uri to an object store (s3://bucket/prefix, gs://bucket/prefix), storage.persistence.enabled=true for a shared volume, or storage.uri to a file:// URI on a volume mounted in every pod" }}
 {{- end }}
-{{- if and $v.storage.uri (contains "://" $v.storage.uri) (not (hasPrefix "file://" $v.storage.uri)) }}
-{{- fail (printf "storage.uri=%s: object stores are not supported yet; give a file:// URI on a volume that the control plane and every Ray pod mount, or leave it empty for the storage PVC" $v.storage.uri) }}
+{{- if and $v.storage.uri (contains "://" $v.storage.uri) (not (regexMatch "^(file|s3|gs|gcs)://" $v.storage.uri)) }}
+{{- fail (printf "storage.uri=%s: not a supported store; use s3://, gs:// or file://" $v.storage.uri) }}
+{{- end }}
+{{- if and (include "trainyard.objectStore" .) (not $v.storage.existingSecret) (not $v.storage.credentialsFromPods) }}
+{{- fail (printf "storage.uri=%s needs credentials in the control plane and every Ray pod: set storage.existingSecret to a Secret holding the store's variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, and AWS_ENDPOINT_URL, AWS_REGION for MinIO or another S3-compatible store), or storage.credentialsFromPods=true when the pods get them another way (a cloud identity on serviceAccount.annotations, extraEnv)" $v.storage.uri) }}
 {{- end }}
 {{- end }}
