@@ -132,6 +132,8 @@ class TrainWorker:
             traceback.print_exc()
             sys.stderr.flush()
             raise
+        finally:
+            flush_output()  # shipped before the supervisor hears the end (it kills this actor next)
 
     def _emit(self, event: RankEvent) -> None:
         with self._lock:
