@@ -114,3 +114,19 @@ def test_the_tail_of_a_large_shipped_log_reads_only_its_end(s3_bucket, tmp_path,
         f.write(b"one more\n")
     shipper.ship()
     assert log.read_more() == b"one more\n" and log.read_more() == b""  # a follower continues after the tail
+
+
+def test_a_store_that_fails_at_first_gets_the_whole_log_later(s3_server, tmp_path):
+    """The store unusable when the rank starts (here: its bucket not there yet) costs the log nothing."""
+    name = f"late-{uuid.uuid4().hex[:8]}"
+    job = Storage.at(f"s3://{name}/jobs/j")
+    local = tmp_path / "rank-0.log"
+    local.write_bytes(lines(0, 3))
+    shipper = LogShipper(local, job, "logs/rank-0", SMALL)  # starting never touches the store
+    with pytest.raises(FileNotFoundError):
+        shipper.ship()  # the thread logs this and tries again at its next tick
+    s3_server.create_bucket(name)
+    with local.open("ab") as f:
+        f.write(lines(3, 2))
+    shipper.close()
+    assert read_all(job, "logs/rank-0") == lines(0, 5)

@@ -35,7 +35,7 @@ class LogShipper:
 
     def __init__(self, local: Path, storage: Storage, log_name: str, policy: ShippingPolicy = ShippingPolicy()):
         self.local, self.storage, self.log_name, self.policy = Path(local), storage, log_name, policy
-        self.base = log_size(storage, log_name)  # an earlier process of this rank shipped this much: continue after it
+        self.base: int | None = None  # what earlier processes of this rank shipped (read at the first ship)
         self.open_at = 0  # where the open chunk starts in the local file
         self.open_len = 0  # bytes of the open chunk already on the store
         self.opened = time.monotonic()
@@ -69,7 +69,10 @@ class LogShipper:
                 size = self.local.stat().st_size
             except FileNotFoundError:
                 return
+            if self.base is None and size > 0:  # continue after an earlier process's log (a restarted rank)
+                self.base = log_size(self.storage, self.log_name)
             while size > self.open_at + self.open_len:
+                assert self.base is not None
                 if self.open_len and time.monotonic() - self.opened >= self.policy.seal_s:
                     self._seal()  # old: the new bytes start a chunk, this one stays as it is
                 with self.local.open("rb") as f:
