@@ -32,7 +32,8 @@ HEAD = "head"
 
 
 class ShareNothingCluster:
-    def __init__(self, workdir: Path, workers: int = 2, num_cpus: int = 4, storage_path: str | None = None):
+    def __init__(self, workdir: Path, workers: int = 2, num_cpus: int = 4, storage_path: str | None = None,
+                 head_cpus: int | None = None):
         require_netns()
         self.workdir = Path(workdir)
         # The path jobs store under (TRAINYARD_STORAGE_URI): the host's directory for the control plane,
@@ -40,6 +41,7 @@ class ShareNothingCluster:
         self.storage_path = storage_path or str(self.workdir / "storage")
         self.network = Network(tag="ty" + secrets.token_hex(2))
         self.num_cpus = num_cpus
+        self.head_cpus = num_cpus if head_cpus is None else head_cpus  # 0: no rank ever lands on the head
         self.names = [HEAD] + [f"w{i}" for i in range(1, workers + 1)]
         self.nodes: dict[str, Node] = {}
         self._before_stop: list[Callable[[], None]] = []
@@ -89,7 +91,7 @@ class ShareNothingCluster:
 
     def _spec(self, name: str) -> NodeSpec:
         return NodeSpec(name=name, namespace=self.network.namespaces[name], address=self.node_ip(name),
-                        head_address=self.head_ip, num_cpus=self.num_cpus,
+                        head_address=self.head_ip, num_cpus=self.head_cpus if name == HEAD else self.num_cpus,
                         private_paths=("/tmp", "/dev/shm", self.storage_path),
                         log=self.workdir / "logs" / f"{name}.log", resources={self.node_resource(name): 1})
 

@@ -21,7 +21,7 @@ from ray.util.placement_group import placement_group_table
 
 from workers.events import RankEvent
 from workers.storage import Storage, adopt_client_env
-from workers.storage.log_output import capture_output, flush_output
+from workers.storage.log_output import capture_output, end_output
 from workers.training.control import RankControl
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class TrainWorker:
         terminate = getattr(self.trainer, "terminate", None)
         if terminate is not None:
             terminate()
-        flush_output()  # the actor is killed next, with no chance to ship its last lines
+        end_output()  # the actor is killed next, with no chance to ship its last lines
 
     def train(self) -> dict:
         try:
@@ -137,7 +137,7 @@ class TrainWorker:
             sys.stderr.flush()
             raise
         finally:
-            flush_output()  # shipped before the supervisor hears the end (it kills this actor next)
+            end_output()  # shipped before the supervisor hears the end (it kills this actor next)
 
     def _emit(self, event: RankEvent) -> None:
         with self._lock:

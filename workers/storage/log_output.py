@@ -31,10 +31,6 @@ class LogOutput:
     path: Path  # what the process writes to
     shipper: LogShipper | None  # None on local storage: the path is already the job's log
 
-    def flush(self) -> None:
-        if self.shipper is not None:
-            self.shipper.ship()
-
     def close(self) -> None:
         if self.shipper is not None:
             self.shipper.close()
@@ -71,9 +67,17 @@ def capture_output(job: Storage | str, file_name: str) -> Path:
     return out.path
 
 
-def flush_output() -> None:
-    """Ship what this process printed so far, now: before its actor is killed (no atexit runs then)."""
+def end_output() -> None:
+    """This process's part of the job is over (its actor is killed next, with no atexit): ship the rest,
+    and on an object store leave nothing of the job on this node (later output goes nowhere)."""
+    global _captured
     sys.stdout.flush()
     sys.stderr.flush()
-    if _captured is not None:
-        _captured.flush()
+    if _captured is None or _captured.shipper is None:  # local storage: the file is the job's log
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    _captured.close()
+    _captured = None
