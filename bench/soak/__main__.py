@@ -14,8 +14,9 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=30.0, help="stream + chaos + drain, after start-up")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write every record here")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory and its logs")
     args = parser.parse_args()
-    ledger = soak(SoakConfig(minutes=args.minutes, seed=args.seed, json_out=args.json))
+    ledger = soak(SoakConfig(minutes=args.minutes, seed=args.seed, json_out=args.json, keep=args.keep))
     problems = ledger.problems()
     for problem in problems:
         print("MISSED:", problem)

@@ -53,7 +53,7 @@ class Chaos:
 
     def _node(self) -> FaultRecord:
         progress.wait_running(self.api, 60)
-        touched = progress.running(self.api, 0)  # every job training now, however far
+        touched = progress.running(self.api, 1)  # every job that is training now
         index = self.rng.randrange(len(self.nodes.workers))
         at = time.time()
         self.nodes.remove_one(index)
@@ -73,7 +73,7 @@ class Chaos:
 
     def _leader(self) -> FaultRecord:
         progress.wait_running(self.api, 60)
-        touched = progress.running(self.api, 0)  # every job training now, however far
+        touched = progress.running(self.api, 1)  # every job that is training now
         leader = self.replicas.leader()
         if leader is None:
             return FaultRecord("leader", time.time(), None, [], "no replica held the lease")
@@ -85,7 +85,7 @@ class Chaos:
 
     def _postgres(self) -> FaultRecord:
         progress.wait_running(self.api, 60)
-        touched = progress.running(self.api, 0)  # every job training now, however far
+        touched = progress.running(self.api, 1)  # every job that is training now
         at = time.time()
         took = self.pg.restart()
         return self._recovered("postgres", touched, f"pg_ctl restart ({took:.1f} s)", at)

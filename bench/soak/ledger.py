@@ -104,7 +104,8 @@ class Ledger:
     def as_json(self) -> dict:
         return {"jobs": [asdict(j) for j in self.jobs], "faults": [asdict(f) | {"ttr_s": f.ttr_s} for f in self.faults],
                 "twins": [asdict(t) for t in self.twins], "server_errors": self.server_errors,
-                "server_error_examples": self.server_error_examples, "refused_submits": self.refused_submits}
+                "server_error_examples": self.server_error_examples, "refused_submits": self.refused_submits,
+                "problems": self.problems()}
 
     # --- the table ---------------------------------------------------------------------
     def rows(self) -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.soak import collect, hostile
-from bench.soak.chaos import Chaos, Submit, schedule
+from bench.soak.chaos import CLUSTER_FAULTS, Chaos, Submit, schedule
 from bench.soak.cluster import RayNodes
 from bench.soak.jobs import JobPlan, install_program, plan_stream, twin_of
 from bench.soak.ledger import TERMINAL, JobRecord, Ledger
@@ -31,14 +31,15 @@ class SoakConfig:
     max_active: int = 3  # jobs training at once: this is a 2-core machine
     fault_share: float = 0.5  # of stream jobs that carry a rank fault
     json_out: Path | None = None
+    keep: bool = False  # keep the work directory (every replica's and the database's log)
 
     @property
     def chaos_s(self) -> float:
-        return 0.55 * self.minutes * 60
+        return 0.75 * self.minutes * 60
 
     @property
     def stream_s(self) -> float:
-        return 0.5 * self.minutes * 60
+        return 0.7 * self.minutes * 60
 
 
 class Stream(threading.Thread):
@@ -113,7 +114,13 @@ def soak(config: SoakConfig) -> Ledger:
         while not ledger.jobs and stream.is_alive():
             time.sleep(0.5)
         chaos = Chaos(rng, api, replicas, nodes, pg, submit, token, victim=ledger.jobs[0].id)
-        for planned in schedule(rng, config.chaos_s):
+        planned_faults = schedule(rng, config.chaos_s)
+        for n, planned in enumerate(planned_faults):
+            # faults run one at a time, so on a loaded machine the schedule can outrun the window:
+            # past it, stop once every kind has been injected (the rest are reported as skipped)
+            if time.monotonic() > t0 + config.chaos_s and {f.kind for f in ledger.faults} >= set(CLUSTER_FAULTS):
+                print(f"soak: chaos window over; {len(planned_faults) - n} planned faults skipped", flush=True)
+                break
             time.sleep(max(0.0, t0 + planned.at_s - time.monotonic()))
             record = chaos.inject(planned.kind)
             ledger.add_fault(record)
@@ -140,7 +147,10 @@ def soak(config: SoakConfig) -> Ledger:
             nodes.shutdown()
         if pg:
             pg.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        if config.keep:
+            print(f"soak: logs kept under {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     print(f"soak: {config.minutes:g} min, seed {config.seed}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f}; wall {time.monotonic() - t_start:.0f} s")
     ledger.print_table()
