@@ -42,6 +42,8 @@ class JobReader:
         self.blocks = dialect.name != "sqlite"  # a network round trip (SQLite reads a local file, WAL: never waits)
 
     def read(self, job_id: str, tenant_id: str) -> JobRow | None:
+        if "\x00" in job_id:  # no job's id; PostgreSQL would refuse the text (a 500 here: found by the soak)
+            return None
         conn = self._engine.raw_connection()  # from the pool
         try:
             driver = conn.driver_connection

@@ -27,3 +27,25 @@ def test_a_failed_read_never_leaves_an_autocommit_connection_in_the_pool(tmp_pat
         if schema:
             from tests.live import drop_pg_schema
             drop_pg_schema(schema)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_an_id_with_a_nul_character_is_no_job_not_a_database_error(tmp_path, backend):
+    """Found by the soak: GET /v1/jobs/%00 was a 500 on PostgreSQL (it refuses NUL in text)."""
+    url, schema = make_db_url(backend, tmp_path)
+    engine = make_engine(url)
+    try:
+        migrate(engine)
+        assert JobReader(engine).read("ab\x00cd", "nobody") is None
+    finally:
+        engine.dispose()
+        if schema:
+            from tests.live import drop_pg_schema
+            drop_pg_schema(schema)
+
+
+def test_the_repository_finds_no_job_for_a_nul_id_either(sessions):
+    from service.db import repository as repo
+
+    with sessions() as s:
+        assert repo.get_job(s, "ab\x00cd") is None
