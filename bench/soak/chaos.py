@@ -68,7 +68,7 @@ class Chaos:
         job_id = self.rng.choice(sorted(candidates))
         name = self.api.request("GET", f"/v1/jobs/{job_id}").json()["supervisor"]
         at = time.time()
-        killed = self.nodes.kill_actor(name)
+        killed = name is not None and self.nodes.kill_actor(name)
         return self._recovered("supervisor", {job_id: candidates[job_id]}, f"ray.kill {name}: {killed}", at)
 
     def _leader(self) -> FaultRecord:
@@ -80,7 +80,11 @@ class Chaos:
         at = time.time()
         leader.kill()
         record = self._recovered("leader", touched, f"SIGKILL of the leader on port {leader.port}", at)
-        leader.start(timeout=180)  # as its pod would be restarted
+        try:
+            leader.start(timeout=240)  # as its pod would be restarted
+        except RuntimeError as exc:  # it did not come back: the soak goes on with one replica, and says so
+            record.recovered_at = None
+            record.detail += f"; the killed replica did not restart: {str(exc)[:300]}"
         return record
 
     def _postgres(self) -> FaultRecord:
