@@ -42,16 +42,17 @@ def bounded_http(timeout_s: float, max_head_bytes: int = MAX_HEAD_BYTES) -> type
         _head_bytes = 0
 
         def data_received(self, data: bytes) -> None:
-            waiting = self._head_timer is not None and self.cycle is self._head_cycle
-            super().data_received(data)
-            # still no new request head after this chunk: it all counts towards the head
-            if waiting and self.cycle is self._head_cycle and not self.transport.is_closing():
-                self._head_bytes += len(data)
+            if self._head_timer is not None and self.cycle is self._head_cycle:  # a request head is due
+                # count only up to the head's end: a busy server may read a head and its body in one chunk
+                end = data.find(b"\r\n\r\n")
+                self._head_bytes += len(data) if end < 0 else end
                 if self._head_bytes > max_head_bytes:
                     self._head_timer.cancel()
                     self._head_timer = None
                     self.transport.write(_too_large(max_head_bytes))
                     self.transport.close()
+                    return
+            super().data_received(data)
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(transport)

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import socket
+import threading
+import time
 
 import httpx
 
@@ -36,4 +38,26 @@ def test_a_head_trickled_past_the_bound_is_cut_before_it_completes(served_app): 
         except (BrokenPipeError, ConnectionResetError):
             pass  # the server closed it under us: what we test
         answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+
+
+def test_a_huge_head_read_in_one_chunk_by_a_busy_server_is_a_431(served_app):  # noqa: F811
+    """Found by the soak: on a loaded server the whole 200 KB head (and its end) arrived in one read,
+    so a bound that only counted heads still incomplete after a read let it through (100 KB: within
+    the socket buffer, so the whole head waits there for one read)."""
+    app, url = served_app
+
+    @app.get("/busy")
+    async def busy() -> dict:  # blocks the event loop: what arrives meanwhile is read at once
+        time.sleep(1.5)
+        return {}
+
+    host, port = url.removeprefix("http://").split(":")
+    blocker = threading.Thread(target=lambda: httpx.get(f"{url}/busy", timeout=30))
+    blocker.start()
+    time.sleep(0.5)  # the loop is inside busy() now
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Huge: " + b"y" * 100_000 + b"\r\n\r\n")
+        answer = sock.recv(4096)
+    blocker.join()
     assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
