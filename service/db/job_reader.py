@@ -73,7 +73,7 @@ class JobReader:
             if self._autocommit:
                 driver.autocommit = False  # as the pool's other users expect it
         except BaseException as exc:
-            dropped = isinstance(exc, Exception) and self._engine.dialect.is_disconnect(exc, driver, None)
+            dropped = isinstance(exc, Exception) and self._engine.dialect.is_disconnect(exc, driver, None)  # type: ignore[arg-type]
             conn.invalidate()  # never back to the pool in an unknown state (a broken link, autocommit on)
             if dropped:
                 raise _Disconnected() from exc
