@@ -22,7 +22,7 @@ from workers.events import RankEvent, RestartCause
 from workers.model_io import UserModelError
 from workers.program.errors import ProgramFailed
 from workers.runtime.actor import TrainWorker
-from workers.runtime.pool import find_pool
+from workers.runtime.pool import take_warm
 from workers.spec import JobSpec
 
 
@@ -117,8 +117,7 @@ class WorkerGroup:
         n, r = self.spec.world_size, self.spec.resources
         bundle_nodes = placement_group_table(self.pg)["bundles_to_node_id"]
         self.nodes = [bundle_nodes[i] for i in range(n)]
-        pool = find_pool() if not r.gpus_per_worker else None
-        warm = ray.get(pool.take.remote([bundle_nodes[i] for i in range(n)])) if pool else [None] * n
+        warm = take_warm(self.nodes) if not r.gpus_per_worker else [None] * n
         self.warm_workers = sum(name is not None for name in warm)
         actors, assigned = [], []
         for i, name in enumerate(warm):
