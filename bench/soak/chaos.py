@@ -43,7 +43,8 @@ class Chaos:
         self.rng, self.api, self.replicas, self.nodes, self.pg = rng, api, replicas, nodes, pg
         self.submit, self.token, self.victim = submit, hostile_token, victim
 
-    def inject(self, kind: str) -> FaultRecord:
+    def inject(self, kind: str) -> FaultRecord | None:
+        """The fault's record; None when there was nothing for it to hit (not a fault injected)."""
         return getattr(self, f"_{kind}")()
 
     def _recovered(self, kind: str, touched: dict[str, int], detail: str, at: float) -> FaultRecord:
@@ -61,15 +62,16 @@ class Chaos:
         self.nodes.add_one()
         return self._recovered("node", touched, f"worker node {index} removed for {time.time() - at:.0f} s", at)
 
-    def _supervisor(self) -> FaultRecord:
+    def _supervisor(self) -> FaultRecord | None:
         candidates = progress.wait_running(self.api, 60)
         if not candidates:
-            return FaultRecord("supervisor", time.time(), None, [], "no running job to hit")
+            return None
         job_id = self.rng.choice(sorted(candidates))
         name = self.api.request("GET", f"/v1/jobs/{job_id}").json()["supervisor"]
         at = time.time()
-        killed = name is not None and self.nodes.kill_actor(name)
-        return self._recovered("supervisor", {job_id: candidates[job_id]}, f"ray.kill {name}: {killed}", at)
+        if name is None or not self.nodes.kill_actor(name):
+            return None  # it finished in between
+        return self._recovered("supervisor", {job_id: candidates[job_id]}, f"ray.kill {name}", at)
 
     def _leader(self) -> FaultRecord:
         progress.wait_running(self.api, 60)

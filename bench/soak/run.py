@@ -123,6 +123,9 @@ def soak(config: SoakConfig) -> Ledger:
                 break
             time.sleep(max(0.0, t0 + planned.at_s - time.monotonic()))
             record = chaos.inject(planned.kind)
+            if record is None:
+                print(f"soak: {planned.kind}: nothing to hit, not injected", flush=True)
+                continue
             ledger.add_fault(record)
             print(f"soak: {record.kind} at +{record.at - wall0:.0f} s: "
                   f"{'recovered in %.1f s' % record.ttr_s if record.ttr_s is not None else 'NOT recovered'}"
