@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -16,6 +17,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write every record here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory and its logs")
     args = parser.parse_args()
+    # SIGTERM (a timeout, a Ctrl-C'd make) unwinds like an exception: every service started is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ledger = soak(SoakConfig(minutes=args.minutes, seed=args.seed, json_out=args.json, keep=args.keep))
     problems = ledger.problems()
     for problem in problems:

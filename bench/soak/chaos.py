@@ -67,7 +67,7 @@ class Chaos:
         if not candidates:
             return None
         job_id = self.rng.choice(sorted(candidates))
-        name = self.api.request("GET", f"/v1/jobs/{job_id}").json()["supervisor"]
+        name = self.api.get_json(f"/v1/jobs/{job_id}")["supervisor"]
         at = time.time()
         if name is None or not self.nodes.kill_actor(name):
             return None  # it finished in between

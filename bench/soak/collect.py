@@ -13,10 +13,10 @@ from bench.soak.replicas import Api
 
 
 def read_jobs(api: Api, ledger: Ledger, storage: Path) -> None:
-    names = Counter(j["name"] for j in api.request("GET", "/v1/jobs", params={"limit": 1000}).json()["jobs"])
+    names = Counter(j["name"] for j in api.get_json("/v1/jobs", params={"limit": 1000})["jobs"])
     for record in ledger.jobs:
-        job = api.request("GET", f"/v1/jobs/{record.id}").json()
-        events = api.request("GET", f"/v1/jobs/{record.id}/events").json()["events"]
+        job = api.get_json(f"/v1/jobs/{record.id}")
+        events = api.get_json(f"/v1/jobs/{record.id}/events")["events"]
         summary = job.get("summary") or {}
         record.state, record.error, record.restarts = job["state"], job["error"], job["restarts"]
         record.stored = names[record.plan.name]
@@ -54,7 +54,7 @@ def rank_fault_record(api: Api, record: JobRecord, events: list[dict], storage: 
         if out.recovered_at is None:
             out.detail += ": no straggler event for the slow rank"
         return out
-    points = api.request("GET", f"/v1/jobs/{record.id}/metrics").json()["points"]
+    points = api.get_json(f"/v1/jobs/{record.id}/metrics")["points"]
     after = [p["ts"] for p in points if p["step"] >= at_step and p["ts"] >= out.at]
     if record.restarts >= 1 and after:
         out.recovered_at = min(after)

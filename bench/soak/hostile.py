@@ -63,7 +63,7 @@ def hand_written(api: Api, token: str, victim: str) -> list[str]:
         r = api.request(method, path.replace("{id}", victim), token=token)
         if r.status_code != 404:  # another tenant's job is as if it did not exist
             bad.append(f"another tenant's {method} {path}: {r.status_code}")
-    listed = api.request("GET", "/v1/jobs", token=token, params={"limit": 1000}).json()["jobs"]
+    listed = api.get_json("/v1/jobs", token=token, params={"limit": 1000})["jobs"]
     if any(j["id"] == victim for j in listed):
         bad.append("another tenant's job listed")
     return bad

@@ -62,6 +62,7 @@ class Ledger:
     server_errors: dict[str, int] = field(default_factory=dict)
     server_error_examples: list[str] = field(default_factory=list)
     refused_submits: list[str] = field(default_factory=list)  # a stream submit answered other than 201
+    soak_errors: list[str] = field(default_factory=list)  # the soak's own failures (none expected)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add_job(self, record: JobRecord) -> None:
@@ -95,6 +96,7 @@ class Ledger:
         out += [f"duplicated: {j.plan.name} admissions {j.admissions}, stored {j.stored}" for j in self.duplicated()]
         out += [f"failed: {j.plan.name} {j.id}: {j.error}" for j in self.failed()]
         out += [f"refused submit: {r}" for r in self.refused_submits]
+        out += [f"soak error: {e}" for e in self.soak_errors]
         out += [f"5xx: {e}" for e in self.server_error_examples] or \
             [f"5xx: {k} x{n}" for k, n in self.server_errors.items()]
         out += [f"not recovered: {f.kind} ({f.detail})" for f in self.unrecovered()]
@@ -105,6 +107,7 @@ class Ledger:
         return {"jobs": [asdict(j) for j in self.jobs], "faults": [asdict(f) | {"ttr_s": f.ttr_s} for f in self.faults],
                 "twins": [asdict(t) for t in self.twins], "server_errors": self.server_errors,
                 "server_error_examples": self.server_error_examples, "refused_submits": self.refused_submits,
+                "soak_errors": self.soak_errors,
                 "problems": self.problems()}
 
     # --- the table ---------------------------------------------------------------------
@@ -118,7 +121,8 @@ class Ledger:
             rows.append(("CANCELLED", str(states["CANCELLED"])))
         rows += [("lost (accepted, never finished)", _ids(self.lost())),
                  ("duplicated (admitted or stored twice)", _ids(self.duplicated())),
-                 ("submits refused (not 201)", str(len(self.refused_submits)))]
+                 ("submits refused (not 201)", str(len(self.refused_submits))),
+                 ("soak's own errors", str(len(self.soak_errors)))]
         for kind in sorted({f.kind for f in self.faults}):
             of_kind = [f for f in self.faults if f.kind == kind]
             ttrs = [f.ttr_s for f in of_kind if f.ttr_s is not None]

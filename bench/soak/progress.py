@@ -12,7 +12,7 @@ from bench.soak.replicas import Api
 
 def running(api: Api, min_step: int = 1) -> dict[str, int]:
     """id -> step of every RUNNING job that has trained at least `min_step` steps."""
-    jobs = api.request("GET", "/v1/jobs", params={"state": "RUNNING", "limit": 1000}).json()["jobs"]
+    jobs = api.get_json("/v1/jobs", params={"state": "RUNNING", "limit": 1000})["jobs"]
     return {j["id"]: j["step"] for j in jobs if j["step"] >= min_step}
 
 def wait_running(api: Api, timeout_s: float, min_step: int = 3) -> dict[str, int]:
@@ -32,9 +32,12 @@ def wait_progress(api: Api, touched: dict[str, int], timeout_s: float) -> float 
     while time.monotonic() < deadline:
         for job_id, step in list(left.items()):
             try:
-                job = api.request("GET", f"/v1/jobs/{job_id}").json()
+                resp = api.request("GET", f"/v1/jobs/{job_id}")
             except RuntimeError:  # no replica answered this moment (a restart in progress)
                 continue
+            if resp.status_code != 200:  # a 5xx is counted by `api`; read again
+                continue
+            job = resp.json()
             if job["state"] == "FAILED":
                 return None
             if job["step"] > step or job["state"] in TERMINAL:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -73,6 +74,18 @@ class Api:
             self.note(method, path, resp)
             return resp
         raise RuntimeError(f"no replica answered {method} {path}: {last}")
+
+    def get_json(self, path: str, token: str | None = None, **kw) -> dict:
+        """A GET's JSON; an error answer (a 5xx, counted) or no replica is tried again for a while."""
+        for _ in range(30):
+            try:
+                resp = self.request("GET", path, token=token, **kw)
+                if resp.status_code == 200:
+                    return resp.json()
+            except RuntimeError:
+                pass
+            time.sleep(1.0)
+        raise RuntimeError(f"GET {path}: no 200 answer in 30 tries")
 
     def note(self, method: str, path: str, resp: httpx.Response) -> None:
         if resp.status_code >= 500:

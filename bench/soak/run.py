@@ -49,30 +49,31 @@ class Stream(threading.Thread):
         super().__init__(name="soak-stream", daemon=True)
         self.api, self.submit, self.plans, self.ledger = api, submit, plans, ledger
         self.max_active, self.until = max_active, until
-        self.error: BaseException | None = None
 
     def run(self) -> None:
-        try:
-            plans = iter(self.plans)
-            while time.monotonic() < self.until:
+        plans = iter(self.plans)
+        while time.monotonic() < self.until:
+            try:
                 refresh(self.api, self.ledger)
                 if sum(j.state not in TERMINAL for j in self.ledger.jobs) < self.max_active:
                     plan = next(plans)
                     job_id = self.submit.one(plan)
                     if job_id:
                         self.ledger.add_job(JobRecord(plan, job_id, time.time()))
-                time.sleep(1.0)
-        except BaseException as exc:  # reported by the main thread, never a silent end of the stream
-            self.error = exc
+            except Exception as exc:  # a soak bug must not end the stream silently: reported in the table
+                self.ledger.soak_errors.append(f"stream: {type(exc).__name__}: {str(exc)[:200]}")
+            time.sleep(1.0)
 
 
 def refresh(api: Api, ledger: Ledger) -> None:
     for record in list(ledger.jobs):
         if record.state not in TERMINAL:
             try:
-                record.state = api.request("GET", f"/v1/jobs/{record.id}").json()["state"]
+                resp = api.request("GET", f"/v1/jobs/{record.id}")
             except RuntimeError:  # no replica answered this moment
                 return
+            if resp.status_code == 200:  # anything else (a 5xx, counted by `api`) is read again next time
+                record.state = resp.json()["state"]
 
 
 def drain(api: Api, ledger: Ledger, deadline: float) -> None:
@@ -122,7 +123,11 @@ def soak(config: SoakConfig) -> Ledger:
                 print(f"soak: chaos window over; {len(planned_faults) - n} planned faults skipped", flush=True)
                 break
             time.sleep(max(0.0, t0 + planned.at_s - time.monotonic()))
-            record = chaos.inject(planned.kind)
+            try:
+                record = chaos.inject(planned.kind)
+            except Exception as exc:  # the soak's own failure, reported in the table rather than losing it
+                ledger.soak_errors.append(f"{planned.kind}: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
             if record is None:
                 print(f"soak: {planned.kind}: nothing to hit, not injected", flush=True)
                 continue
@@ -131,16 +136,17 @@ def soak(config: SoakConfig) -> Ledger:
                   f"{'recovered in %.1f s' % record.ttr_s if record.ttr_s is not None else 'NOT recovered'}"
                   f" ({record.detail})", flush=True)
         stream.join()
-        if stream.error:
-            raise stream.error
-        drain(api, ledger, t0 + config.minutes * 60 + 120)
-        collect.mark_hits(ledger)
-        for i, kind in enumerate(collect.kinds_without_twin(ledger)):
-            plan = twin_of(JobPlan(kind, kind, None), i)
-            accepted(plan, submit.one(plan), None)
-        drain(api, ledger, time.monotonic() + 240)
-        collect.read_jobs(api, ledger, replicas.storage)
-        ledger.twins = collect.twin_checks(ledger)
+        try:
+            drain(api, ledger, t0 + config.minutes * 60 + 120)
+            collect.mark_hits(ledger)
+            for i, kind in enumerate(collect.kinds_without_twin(ledger)):
+                plan = twin_of(JobPlan(kind, kind, None), i)
+                accepted(plan, submit.one(plan), None)
+            drain(api, ledger, time.monotonic() + 240)
+            collect.read_jobs(api, ledger, replicas.storage)
+            ledger.twins = collect.twin_checks(ledger)
+        except Exception as exc:  # the table is still printed, with what was read
+            ledger.soak_errors.append(f"collect: {type(exc).__name__}: {str(exc)[:200]}")
         ledger.server_errors = dict(api.server_errors)
         ledger.server_error_examples = list(api.examples)
     finally:
