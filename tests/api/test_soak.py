@@ -24,6 +24,7 @@ def test_three_minutes_of_chaos_lose_duplicate_and_break_nothing(tmp_path):
     run = subprocess.run([sys.executable, "-m", "bench.soak", "--minutes", "3", "--seed", "7", "--json", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     table = run.stdout[run.stdout.find("| soak"):]
+    (tmp_path / "soak.out").write_text(run.stdout + run.stderr)  # the whole run, kept with the test's tmp_path
     assert out.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     ledger = json.loads(out.read_text())
     assert {f["kind"] for f in ledger["faults"]} >= set(CLUSTER_FAULTS), table
