@@ -7,6 +7,7 @@ group is in, so a failed or cancelled run leaves nothing behind in Ray.
 from __future__ import annotations
 
 import math
+import uuid
 from pathlib import Path
 
 import ray
@@ -53,6 +54,13 @@ def restart_cause(exc: BaseException, default: RestartCause = RestartCause.ERROR
 CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, KeyError)  # incl. UserModelError
 
 
+def pg_name(tag: str, attempt: int) -> str:
+    """The group's placement group name: `{tag}-pg-` (what the scheduler matches a job's groups by), the
+    attempt, and a part of its own: a replacement supervisor starts again at the same attempt while the
+    lost one's group may still exist, and a duplicate name failed the job at once (found by the soak)."""
+    return f"{tag}-pg-{attempt}-{uuid.uuid4().hex[:8]}"
+
+
 class WorkerGroup:
     def __init__(self, spec: JobSpec, job_dir: Path, attempt: int, namespace_tag: str,
                  avoid_nodes: frozenset[str] = frozenset()):
@@ -83,7 +91,7 @@ class WorkerGroup:
         # Every bundle avoids the degraded nodes: Ray's default node-id label, matched with "not in".
         selector = ([{"ray.io/node-id": f"!in({','.join(sorted(self.avoid_nodes))})"}] * n
                     if self.avoid_nodes else None)
-        self.pg = pg = placement_group([self.bundle()] * n, strategy="PACK", name=f"{self.tag}-pg-{self.attempt}",
+        self.pg = pg = placement_group([self.bundle()] * n, strategy="PACK", name=pg_name(self.tag, self.attempt),
                                        bundle_label_selector=selector)
         try:
             ray.get(pg.ready(), timeout=timeout_s)
