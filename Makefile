@@ -91,6 +91,14 @@ dashboards-preview: install prometheus
 	$(PIP) install --quiet -e '.[bench]'
 	$(PY) bench/dashboards_preview.py --out docs/img
 
+# The fault soak (docs/ha.md): a private PostgreSQL, two replicas, a multi-node Ray, a job stream and a
+# seeded chaos schedule for MINUTES; prints one table and fails unless every target is met.
+.PHONY: soak
+MINUTES ?= 30
+SEED ?= 1
+soak: install
+	$(PY) -m bench.soak --minutes $(MINUTES) --seed $(SEED)
+
 clean:
 	rm -rf $(VENV) .trainyard .pytest_cache
 

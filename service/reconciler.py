@@ -84,6 +84,11 @@ class Reconciler:
                 self.apply(job_id, drained)
             except ray.exceptions.GetTimeoutError:
                 log.warning("supervisor of %s did not answer within %.0fs", job_id, DRAIN_TIMEOUT_S)
+            except ray.exceptions.ActorUnavailableError:
+                # Alive but unreachable this moment (a loaded node, a network blip): a RayActorError
+                # too, but recovering would start a second supervisor beside a live one (found by
+                # the soak: the job then FAILED on its group's duplicate name). Ask again next tick.
+                log.warning("supervisor of %s is unavailable for now", job_id)
             except ray.exceptions.RayActorError:
                 self.handles.pop(job_id, None)
                 self.recover(job_id)

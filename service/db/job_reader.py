@@ -19,6 +19,10 @@ from sqlalchemy import Engine, bindparam, select
 from service.db.models import Job
 
 
+class _Disconnected(Exception):
+    """The database closed the connection under a read."""
+
+
 class JobRow(dict):
     """A job's columns, also as attributes (what api.http.schemas.job_out reads)."""
 
@@ -42,7 +46,20 @@ class JobReader:
         self.blocks = dialect.name != "sqlite"  # a network round trip (SQLite reads a local file, WAL: never waits)
 
     def read(self, job_id: str, tenant_id: str) -> JobRow | None:
+        if "\x00" in job_id:  # no job's id; PostgreSQL would refuse the text (a 500 here: found by the soak)
+            return None
+        try:
+            return self._read(job_id, tenant_id)
+        except _Disconnected:
+            # The database dropped our pooled connections (a restart): the driver's own error, which
+            # SQLAlchemy never saw, so nothing invalidated the pool. Replace it and read once more
+            # (before, each replica's first reads after a restart were 500s: found by the soak).
+            self._engine.dispose(close=False)
+            return self._read(job_id, tenant_id)
+
+    def _read(self, job_id: str, tenant_id: str) -> JobRow | None:
         conn = self._engine.raw_connection()  # from the pool
+        driver = None
         try:
             driver = conn.driver_connection
             assert driver is not None, "a connection checked out of the pool has its driver's connection"
@@ -55,8 +72,11 @@ class JobReader:
                     self._columns = self._processors(cursor.description)
             if self._autocommit:
                 driver.autocommit = False  # as the pool's other users expect it
-        except BaseException:
+        except BaseException as exc:
+            dropped = isinstance(exc, Exception) and self._engine.dialect.is_disconnect(exc, driver, None)  # type: ignore[arg-type]
             conn.invalidate()  # never back to the pool in an unknown state (a broken link, autocommit on)
+            if dropped:
+                raise _Disconnected() from exc
             raise
         finally:
             conn.close()  # back to the pool, or discarded if invalidated

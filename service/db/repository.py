@@ -282,6 +282,8 @@ def create_job(s: Session, tenant_id: str, spec: JobSpec, priority: int, body_sh
 
 
 def get_job(s: Session, job_id: str, tenant_id: str | None = None, lock: bool = False) -> Job | None:
+    if "\x00" in job_id:  # no job's id: a 404, not PostgreSQL's refusal of the text
+        return None
     q = select(Job).where(Job.id == job_id)
     if tenant_id is not None:
         q = q.where(Job.tenant_id == tenant_id)

@@ -10,6 +10,8 @@ import time
 import httpx
 import pytest
 import uvicorn
+from fastapi import Request
+from sqlalchemy.exc import OperationalError
 
 from api.cli.processes import listen
 from api.http.app import create_app
@@ -76,3 +78,26 @@ def test_a_handler_fault_is_a_json_500_and_the_connection_serves_the_next_reques
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert [(r.name, r.getMessage()) for r in errors] == [("trainyard.api", "unhandled error on POST /v1/jobs")]
     assert errors[0].exc_info and isinstance(errors[0].exc_info[1], RuntimeError)  # with its traceback
+
+
+def test_a_read_that_met_a_dropped_database_connection_is_read_again_not_a_500(served_app):
+    """Found by the soak: after a PostgreSQL restart each replica answered its first reads 500
+    (the pool has no pre-ping). A read is run once more; a write still is not."""
+    app, url = served_app
+    calls: list[str] = []
+
+    async def dropped_once(request: Request, principal: PrincipalDep):
+        calls.append(request.method)
+        if len(calls) == 1:
+            raise OperationalError("SELECT 1", {}, Exception("terminating connection due to administrator command"),
+                                   connection_invalidated=True)
+        return principal
+
+    app.dependency_overrides[require_by_method] = dropped_once
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30) as client:
+        resp = client.get("/v1/jobs")
+        assert resp.status_code == 200, resp.text
+        assert calls == ["GET", "GET"]
+        calls.clear()
+        assert client.post("/v1/jobs", json=tiny_spec()).status_code == 500  # a write is not repeated here
+        assert calls == ["POST"]

@@ -7,6 +7,7 @@ group is in, so a failed or cancelled run leaves nothing behind in Ray.
 from __future__ import annotations
 
 import math
+import uuid
 
 import ray
 from ray.util.placement_group import (
@@ -21,7 +22,7 @@ from workers.events import RankEvent, RestartCause
 from workers.model_io import UserModelError
 from workers.program.errors import ProgramFailed
 from workers.runtime.actor import TrainWorker
-from workers.runtime.pool import find_pool
+from workers.runtime.pool import take_warm
 from workers.spec import JobSpec
 from workers.storage import Storage, client_env
 
@@ -51,6 +52,13 @@ def restart_cause(exc: BaseException, default: RestartCause = RestartCause.ERROR
 
 # Errors that a restart cannot fix: the spec or the user's code is wrong.
 CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, KeyError)  # incl. UserModelError
+
+
+def pg_name(tag: str, attempt: int) -> str:
+    """The group's placement group name: `{tag}-pg-` (what the scheduler matches a job's groups by), the
+    attempt, and a part of its own: a replacement supervisor starts again at the same attempt while the
+    lost one's group may still exist, and a duplicate name failed the job at once (found by the soak)."""
+    return f"{tag}-pg-{attempt}-{uuid.uuid4().hex[:8]}"
 
 
 class WorkerGroup:
@@ -84,7 +92,7 @@ class WorkerGroup:
         # Every bundle avoids the degraded nodes: Ray's default node-id label, matched with "not in".
         selector = ([{"ray.io/node-id": f"!in({','.join(sorted(self.avoid_nodes))})"}] * n
                     if self.avoid_nodes else None)
-        self.pg = pg = placement_group([self.bundle()] * n, strategy="PACK", name=f"{self.tag}-pg-{self.attempt}",
+        self.pg = pg = placement_group([self.bundle()] * n, strategy="PACK", name=pg_name(self.tag, self.attempt),
                                        bundle_label_selector=selector)
         try:
             ray.get(pg.ready(), timeout=timeout_s)
@@ -118,8 +126,7 @@ class WorkerGroup:
         n, r = self.spec.world_size, self.spec.resources
         bundle_nodes = placement_group_table(self.pg)["bundles_to_node_id"]
         self.nodes = [bundle_nodes[i] for i in range(n)]
-        pool = find_pool() if not r.gpus_per_worker else None
-        warm = ray.get(pool.take.remote([bundle_nodes[i] for i in range(n)])) if pool else [None] * n
+        warm = take_warm(self.nodes) if not r.gpus_per_worker else [None] * n
         self.warm_workers = sum(name is not None for name in warm)
         actors, assigned = [], []
         for i, name in enumerate(warm):

@@ -111,6 +111,26 @@ def start_pool(size: int, refill_delay_s: float = 3.0, busy_fraction: float = 0.
         size, refill_delay_s, busy_fraction)
 
 
+TAKE_TIMEOUT_S = 30.0
+
+
+def take_warm(node_ids: list[str], timeout_s: float = TAKE_TIMEOUT_S) -> list[str | None]:
+    """For each node, an idle warm worker's name there, or None (start a fresh one).
+
+    The pool only saves start-up time, so a pool that cannot answer gives no warm workers rather
+    than failing the group: after its node was lost the detached pool is restarting elsewhere or
+    unreachable for a while, and every group formed meanwhile failed with ActorUnavailableError,
+    using up its job's restarts within a minute (found by the soak: 6 jobs FAILED after a node loss).
+    """
+    pool = find_pool()
+    if pool is None:
+        return [None] * len(node_ids)
+    try:
+        return ray.get(pool.take.remote(node_ids), timeout=timeout_s)
+    except ray.exceptions.RayError:  # restarting, unreachable (RayActorError, ActorUnavailableError) or slow
+        return [None] * len(node_ids)
+
+
 def find_pool():
     try:
         return ray.get_actor(POOL_NAME)

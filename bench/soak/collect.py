@@ -1,0 +1,97 @@
+"""After the run: each job's end state read back over REST, the rank faults' recovery times from
+their marker files and the job's own records, and every chaos-hit job checked against a fault-free
+job of its kind (same spec, same seed: the same final parameters, bit for bit)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+from bench.soak.ledger import FaultRecord, JobRecord, Ledger, TwinCheck
+from bench.soak.replicas import Api
+
+
+def read_jobs(api: Api, ledger: Ledger, storage: Path) -> None:
+    names = Counter(j["name"] for j in api.get_json("/v1/jobs", params={"limit": 1000})["jobs"])
+    for record in ledger.jobs:
+        job = api.get_json(f"/v1/jobs/{record.id}")
+        events = api.get_json(f"/v1/jobs/{record.id}/events")["events"]
+        summary = job.get("summary") or {}
+        record.state, record.error, record.restarts = job["state"], job["error"], job["restarts"]
+        record.stored = names[record.plan.name]
+        record.admissions = sum(e["kind"] == "state" and e["state"] == "STARTING" and
+                                (e["data"] or {}).get("from") == "QUEUED" for e in events)
+        record.world_sizes = sorted({summary.get("world_size") or job["world_size"],
+                                     *((e["data"] or {}).get("to", {}).get("world_size")
+                                       for e in events if e["kind"] == "resize")} - {None})
+        final = storage / "jobs" / record.id / "checkpoints" / "final.sha256"  # a program's own hash
+        record.params_sha256 = summary.get("params_sha256") or (final.read_text().strip() if final.exists() else None)
+        if record.plan.fault:
+            ledger.add_fault(rank_fault_record(api, record, events, storage))
+
+
+def _ts(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def rank_fault_record(api: Api, record: JobRecord, events: list[dict], storage: Path) -> FaultRecord:
+    """crash/hang: fault -> the step it struck trained again (after the restart); slow: -> the
+    straggler event naming that rank (detection: a slow rank is not restarted under policy report)."""
+    fault = record.plan.fault or {}
+    kind, at_step, rank = fault["kind"], fault["at_step"], fault["rank"]
+    markers = sorted((storage / "jobs" / record.id / "faults").glob("fired-*"))
+    out = FaultRecord(kind, 0.0, None, [record.id], f"{record.plan.name} rank {rank} step {at_step}")
+    if not markers:
+        out.detail += f": never fired (job {record.state}, {record.error})"
+        return out
+    out.at = markers[0].stat().st_mtime
+    if record.state == "FAILED":
+        return out
+    if kind == "slow":
+        hits = [_ts(e["ts"]) for e in events if e["kind"] == "straggler" and (e["data"] or {}).get("rank") == rank]
+        out.recovered_at = min((t for t in hits if t >= out.at - 1), default=None)
+        if out.recovered_at is None:
+            out.detail += ": no straggler event for the slow rank"
+        return out
+    points = api.get_json(f"/v1/jobs/{record.id}/metrics")["points"]
+    after = [p["ts"] for p in points if p["step"] >= at_step and p["ts"] >= out.at]
+    if record.restarts >= 1 and after:
+        out.recovered_at = min(after)
+    else:
+        out.detail += f": restarts {record.restarts}, steps after the fault {len(after)}"
+    return out
+
+
+def mark_hits(ledger: Ledger) -> None:
+    by_id = {j.id: j for j in ledger.jobs}
+    for index, fault in enumerate(ledger.faults):
+        for job_id in fault.jobs:
+            if job_id in by_id and fault.kind not in ("crash", "hang", "slow"):
+                by_id[job_id].hit_by.append(index)
+
+
+def twin_checks(ledger: Ledger) -> list[TwinCheck]:
+    clean: dict[str, JobRecord] = {}
+    for job in ledger.jobs:
+        if not job.chaos_hit and job.state == "SUCCEEDED" and job.params_sha256:
+            clean.setdefault(job.plan.kind, job)
+    checks = []
+    for job in ledger.jobs:
+        if not job.chaos_hit or job.state != "SUCCEEDED":
+            continue
+        twin = clean.get(job.plan.kind)
+        if twin is None:
+            checks.append(TwinCheck(job.id, job.plan.kind, None, None, "no fault-free twin finished"))
+            continue
+        same = job.params_sha256 == twin.params_sha256 and job.params_sha256 is not None
+        note = "" if same else (f"{job.params_sha256} vs {twin.params_sha256}; world sizes {job.world_sizes}, "
+                                f"restarts {job.restarts}")
+        checks.append(TwinCheck(job.id, job.plan.kind, twin.id, same, note))
+    return checks
+
+
+def kinds_without_twin(ledger: Ledger) -> list[str]:
+    hit = {j.plan.kind for j in ledger.jobs if j.chaos_hit}
+    have = {j.plan.kind for j in ledger.jobs if not j.chaos_hit and j.state == "SUCCEEDED"}
+    return sorted(hit - have)

@@ -1,0 +1,48 @@
+"""A supervisor that is alive but unreachable for a moment (ActorUnavailableError, a RayActorError)
+is asked again next tick, not replaced: recovering would start a second supervisor beside it (found
+by the soak); a dead one (RayActorError) is still recovered."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from service import reconciler as reconciler_module
+from service.db import repository as repo
+from service.lifecycle import JobState
+from service.live_metrics import LiveMetrics
+from service.reconciler import Reconciler
+from service.settings import Settings
+from tests.helpers import spec_of
+
+
+class _Handle:
+    class drain:  # noqa: N801 - shaped like an actor method
+        @staticmethod
+        def remote(ack):
+            return ("ref", ack)
+
+
+@pytest.mark.parametrize("error, recovered", [
+    (ray.exceptions.ActorUnavailableError("The actor is temporarily unavailable: RpcError", None), False),
+    (ray.exceptions.RayActorError(), True),
+])
+def test_unavailable_is_asked_again_and_dead_is_recovered(sessions, tmp_path, monkeypatch, error, recovered):
+    with sessions.begin() as s:
+        tenant, _ = repo.create_tenant(s, "acme")
+        job = repo.create_job(s, tenant.id, spec_of(**{"train.steps": 10}), 0, "sha", None, max_open_jobs=10)
+        repo.transition(s, job, JobState.STARTING, "admitted")
+        repo.transition(s, job, JobState.RUNNING, "running")
+        job_id = job.id
+    reconciler = Reconciler(sessions, Settings(home=tmp_path), launcher=object(), metrics=LiveMetrics())
+    reconciler.handles[job_id] = _Handle()
+    calls: list[str] = []
+    monkeypatch.setattr(reconciler, "recover", calls.append)
+
+    def get(ref, timeout=None):
+        raise error
+
+    monkeypatch.setattr(reconciler_module.ray, "get", get)
+    reconciler.tick()
+    assert calls == ([job_id] if recovered else [])
+    assert (job_id in reconciler.handles) is not recovered
