@@ -353,7 +353,10 @@ def run_raytrain_crash(work: Path, tag: str, steps: int, fault_step: int) -> dic
 # --- node loss on a multi-node cluster on this machine ----------------------------
 
 
-def run_node_loss(work: Path, reps: int, steps: int, fault_step: int) -> list[dict]:
+def run_node_loss(work: Path, reps: int, steps: int, fault_step: int,
+                  storages: tuple[str, ...] = ("local",)) -> dict[str, list[dict]]:
+    """Per storage ("local": a directory of this machine, which all its Ray nodes share; "s3": a bucket on
+    moto's S3 server), `reps` node losses, the storages interleaved."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -361,19 +364,26 @@ def run_node_loss(work: Path, reps: int, steps: int, fault_step: int) -> list[di
     from service.settings import Settings
     from service.supervisor.run import JobRun
 
-    runs = []
+    runs: dict[str, list[dict]] = {where: [] for where in storages}
+    s3 = None
+    if "s3" in storages:
+        from tests.s3_server import S3Server
+
+        s3 = S3Server(work / "s3").start()
+        os.environ.update(s3.env)  # JobRun runs here: its ranks get the store's variables from this process
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     try:
         cluster.add_node(num_cpus=2)
         doomed = cluster.add_node(num_cpus=2)
         cluster.wait_for_nodes()
         connect(Settings(ray_address=cluster.address, home=work / "cluster-home"))
-        for i in range(reps):
-            tag = f"node-{i}"
+        for i, where in [(i, w) for i in range(reps) for w in (storages if i % 2 == 0 else storages[::-1])]:
+            tag = f"node-{where}-{i}"
             spec = make_spec(f"bench-{tag}", steps,
                              **{"resources.workers": 4, "resources.min_workers": 2, "parallel.dp": 4})
             rec = Recorder()
-            run = JobRun(spec, work / tag, tag, rec)
+            job = work / tag if s3 is None or where == "local" else s3.create_bucket(tag) + f"/jobs/{tag}"
+            run = JobRun(spec, job, tag, rec)
             box: dict = {}
             thread = threading.Thread(target=lambda: box.setdefault("summary", run.run()), daemon=True)
             t0 = time.time()
@@ -388,15 +398,17 @@ def run_node_loss(work: Path, reps: int, steps: int, fault_step: int) -> list[di
             summary = box.get("summary") or {"state": "TIMEOUT", "restarts": None}
             r = {"tag": tag, "state": summary["state"], "restarts": summary["restarts"], "total_s": time.time() - t0,
                  "remove_node_s": None, **recovery_of(rec, fault_ts, done_before)}
-            runs.append(r)
-            print(f"node loss {i}: {_summary_line(r)}", flush=True)
-            if i + 1 < reps:
+            runs[where].append(r)
+            print(f"node loss {i} ({where}): {_summary_line(r)}", flush=True)
+            if sum(map(len, runs.values())) < reps * len(storages):
                 doomed = cluster.add_node(num_cpus=2)  # capacity back for the next repetition
                 cluster.wait_for_nodes()
                 time.sleep(2.0)
     finally:
         ray.shutdown()
         cluster.shutdown()
+        if s3 is not None:
+            s3.stop()
     return runs
 
 
@@ -475,6 +487,8 @@ def main() -> int:
     parser.add_argument("--no-raytrain", action="store_true")
     parser.add_argument("--no-pool", action="store_true")
     parser.add_argument("--no-node-loss", action="store_true")
+    parser.add_argument("--node-storage", default="local",
+                        help="where node-loss jobs keep checkpoints: local, s3 (moto's server) or local,s3")
     parser.add_argument("--no-stragglers", action="store_true")
     parser.add_argument("--num-cpus", type=int, default=8, help="logical CPUs of the local Ray")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
@@ -488,7 +502,7 @@ def main() -> int:
     time_group_phases()
     work = Path(tempfile.mkdtemp(prefix="trainyard-recovery-"))
     res: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "loadavg_before": os.getloadavg(),
-                 "crash": [], "hang": [], "pool": [], "raytrain": [], "node": [], "straggler": [], "clean": [],
+                 "crash": [], "hang": [], "pool": [], "raytrain": [], "node": {}, "straggler": [], "clean": [],
                  "rebalance": [], "notes": []}
     t_bench = time.time()
     print(f"work dir {work}; load average {res['loadavg_before'][0]:.1f} on {os.cpu_count()} CPUs", flush=True)
@@ -550,7 +564,8 @@ def main() -> int:
         ray.shutdown()
     if not args.no_node_loss and args.node_reps:
         try:
-            res["node"] = run_node_loss(work, args.node_reps, args.steps, args.fault_step)
+            res["node"] = run_node_loss(work, args.node_reps, args.steps, args.fault_step,
+                                        tuple(args.node_storage.split(",")))
         except Exception as exc:
             res["notes"].append(f"node loss failed: {type(exc).__name__}: {str(exc)[:300]}")
     res["loadavg_after"] = os.getloadavg()
@@ -565,8 +580,8 @@ def main() -> int:
     if res["pool"]:
         rows.append(("Trainyard crash (warm pool)", res["pool"]))
     rows.append((f"Trainyard hang (timeout {args.hang_timeout:.0f} s)", res["hang"]))
-    if res["node"]:
-        rows.append(("Trainyard node loss (4 -> 2 workers)", res["node"]))
+    for where, node_runs in res["node"].items():
+        rows.append((f"Trainyard node loss (4 -> 2 workers, {where} storage)", node_runs))
     if res["raytrain"]:
         rows.append(("Ray Train crash (FailureConfig)", res["raytrain"]))
     print_table(rows)
