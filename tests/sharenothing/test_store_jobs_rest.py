@@ -66,6 +66,14 @@ def job_files_on_nodes(bed: ShareNothingCluster, job_id: str) -> dict[str, list[
             for n in bed.names}
 
 
+def node_holding_a_rank(bed: ShareNothingCluster) -> str:
+    """A worker node with a running rank: its log, not yet shipped whole, is on that node's disk."""
+    holding = [n for n in bed.names[1:]
+               if any(re.search(r"trainyard-log-.*/rank-\d+\.log$", f) for f in bed.files_on(n, "/tmp"))]
+    assert holding, f"no worker node holds a rank: {[bed.files_on(n, '/tmp') for n in bed.names]}"
+    return holding[0]
+
+
 @pytest.fixture(scope="module")
 def finished(client):
     """A DDP and an FSDP job submitted together; each as it ended."""
@@ -98,14 +106,34 @@ def test_a_rank_node_lost_mid_run_restarts_from_the_store_bit_identical(bed, cli
     job_id = client.post("/v1/jobs", json=spec).raise_for_status().json()["id"]
     running = wait_step(client, job_id, 12, timeout=600)
     assert running["state"] == "RUNNING", running
-    holding = [n for n in bed.names[1:] if any(re.search(r"trainyard-log-.*/rank-\d\.log$", f)
-                                                for f in bed.files_on(n, "/tmp"))]
-    assert holding, f"no worker node holds a rank of {job_id}: {[bed.files_on(n, '/tmp') for n in bed.names]}"
-    bed.kill_node(holding[0])
-    bed.wait_node_state(holding[0], alive=False)
+    doomed = node_holding_a_rank(bed)
+    bed.kill_node(doomed)
+    bed.wait_node_state(doomed, alive=False)
     job = wait_for(client, job_id, TERMINAL, timeout=900)
-    bed.restart_node(holding[0])  # the module's other tests and its teardown see the whole cluster
+    bed.restart_node(doomed)  # the module's other tests and its teardown see the whole cluster
     assert job["state"] == "SUCCEEDED", job
     kinds = [e["kind"] for e in client.get(f"/v1/jobs/{job_id}/events").json()["events"]]
     assert "restart" in kinds or "recovering" in kinds, kinds
     assert job["summary"]["params_sha256"] == finished["ddp"]["summary"]["params_sha256"]
+
+
+def test_an_elastic_job_shrinks_and_reshards_from_the_store_when_a_node_is_lost(bed, client):
+    """4 ranks of 2 CPUs fill both workers, min_workers 2: one worker node lost, the job goes on with 2
+    ranks on the other, loading the store's latest complete checkpoint under the smaller layout."""
+    spec = tiny_spec(name="bed-elastic", **{**DDP, "resources.workers": 4, "resources.min_workers": 2,
+                                            "resources.cpus_per_worker": 2, "parallel": {"dp": 4},
+                                            "train.steps": 40})
+    job_id = client.post("/v1/jobs", json=spec).raise_for_status().json()["id"]
+    running = wait_step(client, job_id, 12, timeout=600)
+    assert running["state"] == "RUNNING" and running["world_size"] == 4, running
+    doomed = node_holding_a_rank(bed)
+    bed.kill_node(doomed)
+    bed.wait_node_state(doomed, alive=False)
+    job = wait_for(client, job_id, TERMINAL, timeout=900)
+    bed.restart_node(doomed)
+    assert job["state"] == "SUCCEEDED", job
+    events = client.get(f"/v1/jobs/{job_id}/events").json()["events"]
+    resizes = [(e["data"]["from"]["world_size"], e["data"]["to"]["world_size"])
+               for e in events if e["kind"] == "resize"]
+    assert resizes and resizes[0] == (4, 2), resizes
+    assert job["step"] == 40, job
