@@ -11,7 +11,7 @@
 Every call also works outside Trainyard (plain `torchrun`, a laptop): `report` does nothing,
 `should_stop` is False, the checkpoint directory is `./checkpoints`, rank and world size come
 from torchrun's environment. This package imports nothing of Trainyard's and only the standard
-library (torch only for `mesh()`).
+library (torch only for `mesh()`, fsspec only for checkpoints on an object store).
 """
 
 from trainyard.checkpoints import latest_checkpoint_in

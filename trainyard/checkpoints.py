@@ -49,15 +49,23 @@ def complete_checkpoints_in(directory: str | Path) -> list[tuple[int, Path]] | l
 
 
 def _complete_on_store(uri: str) -> list[tuple[int, str]]:
-    from workers.storage import Storage
+    import fsspec  # only for an object store: the job's storage, which the rank's environment reaches
 
-    root, found = Storage.at(uri), []
-    for name in root.list():
+    fs, root = fsspec.core.url_to_fs(uri)
+    fs.invalidate_cache()  # other ranks and processes write here: never a cached listing
+    scheme, found = uri.split("://", 1)[0], []
+    try:
+        entries = fs.ls(root, detail=True)
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        path = str(entry["name"]).rstrip("/")
+        name = path.rsplit("/", 1)[-1]
         step = step_of(Path(name))
         if step is None or name.startswith(".") or name.endswith((".tmp", ".partial")):
             continue
-        if not root.is_dir(name) or any(root.exists(f"{name}/{m}") for m in COMPLETE_MARKERS):
-            found.append((step, root.url(name)))
+        if entry["type"] != "directory" or any(fs.exists(f"{path}/{m}") for m in COMPLETE_MARKERS):
+            found.append((step, f"{scheme}://{path}"))
     return sorted(found)
 
 

@@ -17,6 +17,7 @@ from workers.program.environment import RankPlace, rank_environment
 from workers.program.errors import ProgramUnfixable, exit_failure
 from workers.spec import SPEC_ERRORS, JobSpec
 from workers.spec_loading import parse_spec
+from workers.storage import Storage
 
 
 def program_spec(**overrides) -> dict:
@@ -66,6 +67,18 @@ def test_only_complete_checkpoints_count(tmp_path):
     assert [s for s, _ in complete_checkpoints_in(tmp_path)] == [5, 8]
     (tmp_path / "step-10" / "COMPLETE").touch()
     assert latest_checkpoint_in(tmp_path) == tmp_path / "step-10"
+
+
+def test_the_session_api_finds_complete_checkpoints_on_an_object_store(s3_server):
+    """A program's TRAINYARD_CHECKPOINT_DIR is a URI when the job's storage is an object store."""
+    root = Storage.at(s3_server.create_bucket("program-ckpts") + "/jobs/p/checkpoints")
+    root.write_bytes("step-10/.metadata", b"m")
+    root.write_bytes("step-20/__0_0.distcp", b"x")  # no .metadata yet: still being written
+    root.write_bytes("epoch_3.pt", b"x")
+    root.write_bytes(".step-30.tmp", b"x")
+    assert complete_checkpoints_in(root.uri) == [(3, root.url("epoch_3.pt")), (10, root.url("step-10"))]
+    assert latest_checkpoint_in(root.uri) == root.url("step-10")
+    assert complete_checkpoints_in(root.url("absent")) == []
 
 
 @pytest.mark.parametrize("code, tail, unfixable", [
