@@ -166,3 +166,19 @@ def test_init_from_reads_the_store_by_uri_or_by_a_path_under_the_storage_root(tr
     model = build_model(spec)  # a checkpoint directory on the store: DCP's fsspec reader
     load_weights(init_source(checkpoint_root(src).url(step_name(12)), sibling), model)
     assert state_sha256(model.state_dict()) == clean["params_sha256"]
+
+
+def test_an_hf_jobs_save_pretrained_directory_is_uploaded_and_loads_back(ray_cluster, s3_server, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from tests.user_models import LLAMA_SPEC
+    from workers.spec_loading import parse_spec
+
+    job = new_job(s3_server, "hf")
+    spec = parse_spec({**LLAMA_SPEC, "train": {"steps": 2, "global_batch_size": 4, "micro_batch_size": 2}})
+    summary, _ = run(spec, job)
+    assert summary["state"] == "SUCCEEDED", summary["error"]
+    assert summary["hf_export_path"] == job.url("hf") and job.exists("hf/config.json")
+    job.download("hf", tmp_path / "hf")  # what a user does with it: from_pretrained, no Trainyard
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), local_files_only=True)
+    assert state_sha256(model.state_dict()) == summary["params_sha256"]  # the trained weights, not a fresh init
