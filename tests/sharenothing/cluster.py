@@ -93,7 +93,8 @@ class ShareNothingCluster:
         return NodeSpec(name=name, namespace=self.network.namespaces[name], address=self.node_ip(name),
                         head_address=self.head_ip, num_cpus=self.head_cpus if name == HEAD else self.num_cpus,
                         private_paths=("/tmp", "/dev/shm", self.storage_path),
-                        log=self.workdir / "logs" / f"{name}.log", resources={self.node_resource(name): 1})
+                        log=self.workdir / "logs" / f"{name}.log", resources={self.node_resource(name): 1},
+                        keep_paths=(str(Path(__file__).resolve().parents[2]), sys.prefix))
 
     def start(self, timeout_s: float = 180) -> "ShareNothingCluster":
         try:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tests.sharenothing.network import ip
 
+KEEP_ROOT = "/run/trainyard-bed-keep"  # outside every private path; only empty directories stay on the host
 RAY_PORT = 6379  # the GCS port: every node has its own network namespace, so the default cannot collide
 OBJECT_STORE_BYTES = 100 * 1024**2  # small: five beds' worth of nodes share 24 GiB with other test runs
 HEAD_ENV = {
@@ -39,6 +40,9 @@ class NodeSpec:
     num_cpus: int
     private_paths: tuple[str, ...]
     log: Path
+    # Host directories the node must still see even when they lie under a private path: the source tree
+    # and the venv (a checkout under /tmp, as CI may have, would otherwise vanish under the node's tmpfs).
+    keep_paths: tuple[str, ...] = ()
     resources: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -65,14 +69,26 @@ class NodeSpec:
         tree, every member of it in the node's network namespace, where `ip netns pids` finds it."""
         mounts = [f"mkdir -p {shlex.quote(p)} && mount -t tmpfs -o size=1g,mode=1777 bed-{self.name} {shlex.quote(p)}"
                   for p in self.private_paths]
+        # Each kept directory is bound aside before the tmpfs cover it, and bound back on top after.
+        kept = [(p, f"{KEEP_ROOT}/{i}") for i, p in enumerate(self._covered_keep_paths())]
+        aside = [f"mkdir -p {h} && mount --bind {shlex.quote(p)} {h}" for p, h in kept]
+        back = [f"mkdir -p {shlex.quote(p)} && mount --bind {h} {shlex.quote(p)}" for p, h in kept]
         # A host name of its own that resolves to the node's address, as on a real machine: gloo binds to
         # the address its host name resolves to, and the host's name means nothing in this namespace.
         host = [f"hostname {self.hostname}",
                 f"printf '127.0.0.1 localhost\\n{self.address} {self.hostname}\\n' > /tmp/.bed-hosts",
                 "mount --bind /tmp/.bed-hosts /etc/hosts"]
-        script = " && ".join(mounts + host + [f"exec {shlex.join(self.ray_start())}"])
+        script = " && ".join(aside + mounts + back + host + [f"exec {shlex.join(self.ray_start())}"])
         return ["ip", "netns", "exec", self.namespace, "unshare", "--mount", "--uts", "--propagation", "private",
                 "sh", "-c", script]
+
+
+    def _covered_keep_paths(self) -> list[str]:
+        """The kept paths a private path would hide, outermost only (a venv inside the checkout goes with it)."""
+        def under(path: str, roots) -> bool:
+            return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+        covered = sorted({p for p in self.keep_paths if under(p, self.private_paths)}, key=len)
+        return [p for i, p in enumerate(covered) if not under(p, covered[:i])]
 
 
 class Node:
