@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -19,6 +20,7 @@ from workers.storage.location import Storage
 from workers.storage.log_shipping import LogShipper, ShippingPolicy
 
 LOG_DIR = "logs"
+log = logging.getLogger(__name__)
 
 
 def chunked_log(file_name: str) -> str:
@@ -31,10 +33,18 @@ class LogOutput:
     path: Path  # what the process writes to
     shipper: LogShipper | None  # None on local storage: the path is already the job's log
 
-    def close(self) -> None:
-        if self.shipper is not None:
+    def close(self) -> bool:
+        """Ship the rest and drop the local copy. A log never fails the job: with the store down this
+        warns, keeps the file on this node and returns False."""
+        if self.shipper is None:
+            return True
+        try:
             self.shipper.close()
-            shutil.rmtree(self.path.parent, ignore_errors=True)  # shipped: the node keeps nothing of the job
+        except Exception as exc:
+            log.warning("shipping %s failed at its end (kept in %s): %s", self.path.name, self.path, exc)
+            return False
+        shutil.rmtree(self.path.parent, ignore_errors=True)  # shipped: the node keeps nothing of the job
+        return True
 
 
 def open_log(job: Storage, file_name: str, policy: ShippingPolicy = ShippingPolicy()) -> LogOutput:
@@ -75,9 +85,10 @@ def end_output() -> None:
     sys.stderr.flush()
     if _captured is None or _captured.shipper is None:  # local storage: the file is the job's log
         return
+    if not _captured.close():  # the store is down: output keeps going to the file this node keeps
+        return
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     os.close(devnull)
-    _captured.close()
     _captured = None
