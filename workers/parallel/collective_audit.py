@@ -30,7 +30,9 @@ SITES: dict[str, str] = {
     "workers.parallel.control_group:ControlGroups.all_gather_object": CONTROL,
     "workers.parallel.control_group:ControlGroups.barrier": CONTROL,
     # DCP's async save plans on the checkpointer's own gloo group (host state, a background writer).
-    "workers.checkpointing:Checkpointer.save": CONTROL,
+    "workers.checkpointing.saver:Checkpointer.save": CONTROL,
+    # On an object store the ranks agree on the checkpoint group whether every upload went through.
+    "workers.checkpointing.staging:StagedUpload._upload": CONTROL,
     "workers.training.validation:validation_loss": CONTROL,  # the loss sums over dp, CPU mirror of dp
     # Gradients, parameters, activations, the gradient norm, model state: the rank's device.
     "workers.models": DATA,  # DTensor ops inside a tensor-parallel model's forward
@@ -60,7 +62,7 @@ SITES: dict[str, str] = {
     "workers.parallel.sdp.sync:HolderSync.grad_norm_clip": DATA,
     "workers.parallel.sdp.sync:HolderSync.full_state": DATA,
     "workers.parallel.sdp.strategy:SDPStrategy.full_model_state": DATA,
-    "workers.checkpointing:full_model_state": DATA,  # the export gathers DTensor shards
+    "workers.checkpointing.export:full_model_state": DATA,  # the export gathers DTensor shards
 }
 _SKIP = {__name__, "workers.parallel.metering", "workers.storage_tracker", "workers.step_memory"}  # instrumentation
 
