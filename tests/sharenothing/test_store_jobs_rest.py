@@ -117,6 +117,7 @@ def test_a_rank_node_lost_mid_run_restarts_from_the_store_bit_identical(bed, cli
     assert job["summary"]["params_sha256"] == finished["ddp"]["summary"]["params_sha256"]
 
 
+@pytest.mark.exhaustive  # ~4 min; make test keeps the node-loss restart above, test_elastic the shrink on local storage
 def test_an_elastic_job_shrinks_and_reshards_from_the_store_when_a_node_is_lost(bed, client):
     """4 ranks of 2 CPUs fill both workers, min_workers 2: one worker node lost, the job goes on with 2
     ranks on the other, loading the store's latest complete checkpoint under the smaller layout."""
