@@ -15,6 +15,7 @@ The ratio column is staging / direct (> 1: the direct write is better).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -110,8 +111,6 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as tmpdir:
         tmp = Path(tmpdir)
         server = S3Server(tmp / "s3").start()
-        import os
-
         os.environ.update(server.env)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
         group = dist.new_group(backend="gloo")
@@ -138,15 +137,21 @@ def main() -> int:
         finally:
             dist.destroy_process_group()
             server.stop()
+    print_save_table(results, args, nbytes, {"direct": "direct (fsspec)", "staging": "local staging + upload"})
+    return 0
+
+
+def print_save_table(results: dict[str, dict[str, list[float]]], args, nbytes: int, columns: dict[str, str]) -> None:
+    """The per-checkpoint medians of two ways (`columns`: key -> heading, the base first) and their ratio."""
+    (base, base_head), (other, other_head) = columns.items()
     print(f"GPT d_model {args.d_model} x {args.layers} layers + AdamW state, ~{nbytes / 2**20:.1f} MiB per "
           f"checkpoint, one rank, moto S3 server on loopback, median of {args.reps} (load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
     rows = []
     for key in ("blocked", "durable", "restore"):
-        d, s = statistics.median(results["direct"][key]), statistics.median(results["staging"][key])
-        rows.append((key, f"{d * 1000:.0f} ms", f"{s * 1000:.0f} ms", f"{s / d:.2f}"))
-    print_markdown_table(("per checkpoint", "direct (fsspec)", "local staging + upload", "staging / direct"), rows)
-    return 0
+        b, o = statistics.median(results[base][key]), statistics.median(results[other][key])
+        rows.append((key, f"{b * 1000:.0f} ms", f"{o * 1000:.0f} ms", f"{o / b:.2f}"))
+    print_markdown_table(("per checkpoint", base_head, other_head, f"{other} / {base}"), rows)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -28,8 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from bench.checkpoint_store import model_and_optimizer  # noqa: E402
-from bench.table import print_markdown_table  # noqa: E402
+from bench.checkpoint_store import model_and_optimizer, print_save_table  # noqa: E402
 from tests.live import free_port  # noqa: E402
 from tests.s3_server import S3Server  # noqa: E402
 from workers.checkpointing import Checkpointer, latest_checkpoint, load_checkpoint  # noqa: E402
@@ -79,13 +77,7 @@ def main() -> int:
             server.stop()
     model, _ = model_and_optimizer(args.d_model, args.layers)
     nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()) * 3  # params + 2 Adam
-    print(f"GPT d_model {args.d_model} x {args.layers} layers + AdamW state, ~{nbytes / 2**20:.1f} MiB per checkpoint, "
-          f"one rank, median of {args.reps} (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
-    rows = []
-    for key in ("blocked", "durable", "restore"):
-        local, s3 = statistics.median(results["local"][key]), statistics.median(results["s3"][key])
-        rows.append((key, f"{local * 1000:.0f} ms", f"{s3 * 1000:.0f} ms", f"{s3 / local:.2f}"))
-    print_markdown_table(("per checkpoint", "local disk", "S3 (moto, loopback)", "S3 / local"), rows)
+    print_save_table(results, args, nbytes, {"local": "local disk", "s3": "S3 (moto, loopback)"})
     return 0
 
 
