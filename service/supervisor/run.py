@@ -54,7 +54,7 @@ from workers.events import (
 from workers.program.environment import checkpoint_dir
 from workers.runtime.group import GroupFailure, WorkerGroup
 from workers.spec import JobSpec
-from workers.storage import Storage, local_dir
+from workers.storage import Storage
 from workers.training.recovery import RecoveryState
 
 log = logging.getLogger("trainyard.supervisor")
@@ -71,7 +71,6 @@ class JobRun:
                  group_factory: GroupFactory | None = None, cluster: Cluster | None = None):
         # The job's files: a local directory or an object store (checkpoints, ledgers, the export).
         self.spec, self.storage, self.job_id = spec, Storage.of(job), job_id
-        self.scratch = local_dir(self.storage)  # this node's directory for the logs and tracking files
         self.current = spec  # the layout running now; differs from `spec` after an elastic resize
         reports = listener or SilentListener()
         # With `tracking`, what the run reports also goes to MLflow / TensorBoard (off this thread).
@@ -108,7 +107,8 @@ class JobRun:
             self._preempt.set()
 
     def run(self) -> dict:
-        self.scratch.mkdir(parents=True, exist_ok=True)
+        if self.storage.is_local:  # an object store has no directory to make (and the node keeps nothing)
+            self.storage.local_path.mkdir(parents=True, exist_ok=True)
         with supervisor_log(self.storage):
             self.listener.on_state(self.state, "forming the worker group")
             if (recovery := RecoveryState.load(self.storage)) is not None:  # a job resumed after rollbacks
