@@ -31,11 +31,14 @@ from service.db import repository as repo
 from service.db.engine import SessionSource
 from service.lifecycle import TERMINAL, IllegalTransition, JobState
 from service.live_metrics import LiveMetrics
+from service.restart_history import restarts_used
 from service.settings import Settings
 from service.supervisor.actor import find_supervisor
 from service.supervisor.launch import Launcher
+from service.supervisor.policies.failure import FailureAction, FailureStatus, on_failure
 from workers.checkpointing import checkpoint_root, latest_checkpoint, step_name
 from workers.events import CheckpointEvent, RestartCause, RestartEvent
+from workers.spec import JobSpec
 from workers.storage import Storage, client_env
 
 log = logging.getLogger("trainyard.reconciler")
@@ -102,7 +105,8 @@ class Reconciler:
             if job is None or job.state in TERMINAL:
                 return
             args = (job_id, job.spec, self.settings.job_storage(job_id).uri, job.supervisor_epoch,
-                    repo.metric_stride(job.total_steps, self.settings.metrics_max_points), client_env())
+                    repo.metric_stride(job.total_steps, self.settings.metrics_max_points), client_env(),
+                    restarts_used(s, job_id))
         if self._leading():
             self.handles[job_id].start.remote(*args)
 
@@ -198,15 +202,18 @@ class Reconciler:
                 repo.transition(s, job, JobState.CANCELLED, "cancelled (its supervisor had already stopped)")
                 return
             never_started = job.state == JobState.STARTING and job.drained_seq == 0
+            used = restarts_used(s, job_id)
             if not never_started:
-                max_restarts = job.spec.get("fault_tolerance", {}).get("max_restarts", 3)
-                if job.restarts >= max_restarts:
-                    job.error = f"supervisor lost and the restart budget is spent ({job.restarts}/{max_restarts})"
+                reason = "supervisor lost (control plane or node restart)"
+                decision = on_failure(FailureStatus(reason, used, JobSpec.model_validate(job.spec).fault_tolerance,
+                                                    job.step, cause=RestartCause.SUPERVISOR_LOST))
+                if decision.action == FailureAction.FAIL:
+                    job.error = decision.reason
                     repo.transition(s, job, JobState.FAILED, job.error)
                     return
+                used = used.plus(RestartCause.SUPERVISOR_LOST)
                 latest = latest_checkpoint(self.settings.job_storage(job_id))
                 resume = latest[0] if latest else 0
-                reason = "supervisor lost (control plane or node restart)"
                 if resume > job.step:  # trained, but its telemetry went down with the supervisor
                     repo.add_event(s, job.id, "telemetry_gap", f"steps {job.step + 1}..{resume} trained but their "
                                    "per-step metrics were lost with the supervisor",
@@ -216,7 +223,7 @@ class Reconciler:
                     repo.transition(s, job, JobState.RECOVERING, f"{reason}; restarting from step {resume}")
                 job.restarts_base = job.restarts = job.restarts + 1
                 restart = RestartEvent(job.restarts, resume, reason, RestartCause.SUPERVISOR_LOST,
-                                       f"{reason}; new supervisor resumes from step {resume}")
+                                       f"{decision.reason}; new supervisor resumes from step {resume}")
                 repo.add_event(s, job.id, restart.kind, restart.message, data=restart.data())
                 self.metrics.restarted(job.id, restart)
             job.supervisor_epoch += 1
@@ -227,7 +234,7 @@ class Reconciler:
         if not self._leading():  # lost the lease since the commit: the new leader starts it
             return
         try:
-            self.handles[job_id] = self.launcher.launch(reservation, job_id, spec, epoch, total)
+            self.handles[job_id] = self.launcher.launch(reservation, job_id, spec, epoch, total, used)
         except Exception as exc:  # e.g. Ray unreachable: the next tick tries again
             log.warning("restarting the supervisor of %s failed: %s", job_id, exc)
 

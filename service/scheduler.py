@@ -32,6 +32,7 @@ from service.lifecycle import JobState
 from service.live_metrics import LiveMetrics
 from service.preemption import Shortfall, choose_victims, row_of
 from service.quotas import admissible
+from service.restart_history import restarts_used
 from service.settings import Settings
 from service.supervisor.launch import Launcher
 
@@ -203,6 +204,7 @@ class Scheduler:
                 job.drained_seq = 0
                 job.supervisor_name = self.launcher.name(reservation, job.id, job.supervisor_epoch)
                 spec, epoch, total_steps = job.spec, job.supervisor_epoch, job.total_steps
+                used = restarts_used(s, job.id)  # a preempted job's earlier restarts count
         except Exception:
             self.launcher.release(reservation)
             raise
@@ -211,7 +213,7 @@ class Scheduler:
         if not getattr(self.sessions, "still_leading", lambda: True)():
             return True
         try:
-            self.handles[job_id] = self.launcher.launch(reservation, job_id, spec, epoch, total_steps)
+            self.handles[job_id] = self.launcher.launch(reservation, job_id, spec, epoch, total_steps, used)
         except Exception as exc:  # retried by the reconciler
             log.warning("starting the supervisor of %s failed: %s", job_id, exc)
         return True

@@ -73,7 +73,8 @@ RankEvent = RankStep | RankCheckpoint | RankShares | RankNotice
 class RestartCause(StrEnum):
     """Why a worker group was restarted (the `cause` label of trainyard_restarts_total)."""
 
-    WORKER_LOST = "worker_lost"
+    WORKER_LOST = "worker_lost"  # a rank's process died or stopped answering; its node lives on
+    NODE_LOST = "node_lost"  # the Ray node a rank ran on died (the cluster's fault, not the job's)
     HANG = "hang"
     START = "start"
     NON_FINITE = "non_finite"  # non-finite gradients or loss spikes: a rollback
@@ -85,6 +86,11 @@ class RestartCause(StrEnum):
     @property
     def rolls_back(self) -> bool:
         return self in (RestartCause.NON_FINITE, RestartCause.CORRUPTION)
+
+    @property
+    def infrastructure(self) -> bool:
+        """The cluster failed the job, not the job itself: charged to `max_infra_restarts`."""
+        return self in (RestartCause.NODE_LOST, RestartCause.SUPERVISOR_LOST)
 
 
 class StragglerAction(StrEnum):

@@ -22,6 +22,7 @@ from ray.actor import ActorHandle
 
 from service.lifecycle import JobState
 from service.ray_client import NAMESPACE
+from service.supervisor.policies.failure import RestartsUsed
 from service.supervisor.run import JobRun
 from workers.events import RunEvent
 from workers.spec import JobSpec
@@ -51,9 +52,10 @@ class JobSupervisor:
         return True
 
     def start(self, job_id: str, spec_json: dict, job_uri: str, epoch: int, metric_stride: int = 1,
-              store_env: dict[str, str] | None = None) -> bool:
+              store_env: dict[str, str] | None = None, restarts_before: RestartsUsed = RestartsUsed()) -> bool:
         """Take on a job whose files live at `job_uri` (a local directory or an object store, reached
-        with the forwarded `store_env`). Idempotent: False (and no change) if this supervisor already runs one."""
+        with the forwarded `store_env`), which has had `restarts_before` (its budgets are the job's).
+        Idempotent: False (and no change) if this supervisor already runs one."""
         with self._lock:
             if self._run is not None:
                 return False
@@ -61,7 +63,7 @@ class JobSupervisor:
             # The spec was validated at submit (fault injection included), so no policy is re-applied here.
             spec = JobSpec.model_validate(spec_json)
             self.job_id, self.epoch, self.metric_stride = job_id, epoch, max(1, metric_stride)
-            self._run = JobRun(spec, Storage.at(job_uri), job_id, listener=self)
+            self._run = JobRun(spec, Storage.at(job_uri), job_id, listener=self, restarts_before=restarts_before)
         threading.Thread(target=self._main, name=f"jobrun-{job_id}", daemon=True).start()
         return True
 

@@ -15,6 +15,7 @@ from ray.actor import ActorHandle
 from service.db.repository import metric_stride
 from service.settings import Settings
 from service.supervisor.actor import create_supervisor, supervisor_name
+from service.supervisor.policies.failure import RestartsUsed
 from service.supervisor.standby import StandbyPool
 from workers.storage import client_env
 
@@ -44,9 +45,10 @@ class Launcher:
             assert reservation.name is not None, "a standby is taken with its name"
             self.pool.give_back((reservation.name, reservation.handle))
 
-    def launch(self, reservation: Reservation, job_id: str, spec: dict, epoch: int, total_steps: int) -> ActorHandle:
+    def launch(self, reservation: Reservation, job_id: str, spec: dict, epoch: int, total_steps: int,
+               used: RestartsUsed) -> ActorHandle:
         assert reservation.name is not None, "name() named the supervisor in the transaction that admitted the job"
         handle = reservation.handle or create_supervisor(reservation.name)
         handle.start.remote(job_id, spec, self.settings.job_storage(job_id).uri, epoch,
-                            metric_stride(total_steps, self.settings.metrics_max_points), client_env())
+                            metric_stride(total_steps, self.settings.metrics_max_points), client_env(), used)
         return handle

@@ -25,7 +25,7 @@ from service.supervisor.listener import RunListener, SilentListener
 from service.supervisor.logfile import supervisor_log
 from service.supervisor.outcome import Outcome, OutcomeKind
 from service.supervisor.pipeline_balance import PipelineRebalancer
-from service.supervisor.policies.failure import FailureAction, FailureStatus, on_failure
+from service.supervisor.policies.failure import FailureAction, FailureStatus, RestartsUsed, on_failure
 from service.supervisor.policies.preemption import PreemptionAction, PreemptionStatus, on_preemption
 from service.supervisor.policies.reshape import CheckpointStatus, on_durable_checkpoint
 from service.supervisor.policies.rollback import RollbackStatus, on_restart
@@ -68,7 +68,8 @@ class JobRun:
 
     def __init__(self, spec: JobSpec, job: Storage | str | os.PathLike, job_id: str,
                  listener: RunListener | None = None, poll_interval_s: float = 0.25, start_timeout_s: float = 120.0,
-                 group_factory: GroupFactory | None = None, cluster: Cluster | None = None):
+                 group_factory: GroupFactory | None = None, cluster: Cluster | None = None,
+                 restarts_before: RestartsUsed = RestartsUsed()):
         # The job's files: a local directory or an object store (checkpoints, ledgers, the export).
         self.spec, self.storage, self.job_id = spec, Storage.of(job), job_id
         self.current = spec  # the layout running now; differs from `spec` after an elastic resize
@@ -81,6 +82,7 @@ class JobRun:
         self.cluster: Cluster = cluster or RayCluster()
         self.state = JobState.STARTING
         self.restarts = self.resizes = self.rollbacks = 0  # rollbacks: restarts that rolled back bad steps
+        self.used = restarts_before  # the job's restarts by budget, its earlier supervisors' included
         self.lr_scale = 1.0  # learning-rate factor after rollbacks with fault_tolerance.lr_backoff
         self.warm_workers = 0
         self.rendezvous: list[tuple[str, int] | None] = []  # TCP store address of every attempt
@@ -233,16 +235,17 @@ class JobRun:
 
     def _restart(self, failed: Outcome) -> bool:
         decision = on_failure(FailureStatus(
-            reason=failed.reason, restarts_done=self.restarts, max_restarts=self.spec.fault_tolerance.max_restarts,
+            reason=failed.reason, used=self.used, limits=self.spec.fault_tolerance,
             steps_done=self.steps[-1]["step"] if self.steps else 0, retryable=failed.retryable, cause=failed.cause,
         ))
         if decision.action == FailureAction.FAIL:
             self._fail(decision.reason)
             return False
         self.restarts += 1
+        self.used = self.used.plus(decision.cause)
         resume = self._checkpoint_step()
         self._set_state(JobState.RECOVERING, decision.reason)
-        self.listener.on_event(RestartEvent(self.restarts, resume, failed.reason, decision.cause, decision.reason))
+        self.listener.on_event(RestartEvent(self.used.total, resume, failed.reason, decision.cause, decision.reason))
         ledger = RecoveryState.load(self.storage) if decision.cause.rolls_back else None
         rollback = on_restart(RollbackStatus(decision.cause, resume, tuple(ledger.rollbacks) if ledger else ()))
         if rollback is not None:  # the rollback the ranks recorded (workers/training/recovery.py)

@@ -62,6 +62,8 @@ def test_node_loss_shrinks_then_regrows_and_the_loss_curve_continues(layout, tmp
     assert _degrees(resizes[1]["to"]) == big and _degrees(summary["layout"]) == big  # grown back
     assert summary["world_size"] == 4 and summary["resizes"] == 2 and summary["restarts"] == 1
     assert result["states"].count("RECOVERING") == 2 and result["states"][-1] == "SUCCEEDED"
+    # Ray declared the node dead: the cluster's fault, charged to max_infra_restarts
+    assert [e["data"]["cause"] for e in events if e["kind"] == "restart"] == ["node_lost"]
 
     # Same global batch, same math: every step's loss matches the fault-free run.
     losses, reference = result["losses"], result["reference_losses"]

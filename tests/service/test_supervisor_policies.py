@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.supervisor.outcome import OutcomeKind
-from service.supervisor.policies.failure import FailureAction, FailureStatus, on_failure
+from service.supervisor.policies.failure import FailureAction, FailureStatus, RestartsUsed, on_failure
 from service.supervisor.policies.pipeline_resplit import PipelineStatus, on_stage_times, resplit_spec
 from service.supervisor.policies.preemption import PreemptionAction, PreemptionStatus, on_preemption
 from service.supervisor.policies.reshape import CheckpointStatus, on_durable_checkpoint
@@ -18,24 +18,39 @@ from service.supervisor.policies.stragglers.report import on_slow_rank as report
 from service.supervisor.policies.stragglers.status import StragglerStatus
 from tests.helpers import spec_of
 from workers.events import RestartCause, StragglerAction
-from workers.spec import StragglerSpec
+from workers.spec import FaultToleranceSpec, StragglerSpec
 
 ELASTIC = spec_of(**{"resources.workers": 4, "resources.min_workers": 2})  # global batch 16
 
 
 def failure(**overrides):
-    return FailureStatus(**{"reason": "rank 1 failed", "restarts_done": 0, "max_restarts": 3, "steps_done": 10,
+    return FailureStatus(**{"reason": "rank 1 failed", "used": RestartsUsed(), "limits": LIMITS, "steps_done": 10,
                             "cause": RestartCause.WORKER_LOST, **overrides})
+
+
+LIMITS = FaultToleranceSpec(max_restarts=3, max_infra_restarts=2)
 
 
 def test_failure_restarts_within_the_budget_and_keeps_the_cause():
     decision = on_failure(failure())
-    assert decision.action == FailureAction.RESTART and decision.reason == "rank 1 failed; restart 1/3"
+    assert decision.action == FailureAction.RESTART and decision.reason == "rank 1 failed; restart 1/3 (max_restarts)"
     assert decision.cause == RestartCause.WORKER_LOST
-    spent = on_failure(failure(restarts_done=3))
-    assert spent.action == FailureAction.FAIL and "restart budget exhausted (3/3)" in spent.reason
+    spent = on_failure(failure(used=RestartsUsed(job=3)))
+    assert spent.action == FailureAction.FAIL and "restart budget exhausted (max_restarts 3/3)" in spent.reason
     refused = on_failure(failure(retryable=False))
     assert refused.action == FailureAction.FAIL and "not retryable" in refused.reason
+
+
+def test_the_clusters_faults_are_charged_to_their_own_budget():
+    """Node and supervisor losses spend max_infra_restarts, never the job's max_restarts."""
+    used = RestartsUsed(job=3)  # the job's own budget is spent
+    lost = on_failure(failure(used=used, cause=RestartCause.NODE_LOST))
+    assert lost.action == FailureAction.RESTART and lost.reason.endswith("restart 1/2 (max_infra_restarts)")
+    used = used.plus(RestartCause.NODE_LOST).plus(RestartCause.SUPERVISOR_LOST)
+    assert used == RestartsUsed(job=3, infra=2) and used.total == 5
+    spent = on_failure(failure(used=used, cause=RestartCause.SUPERVISOR_LOST))
+    assert spent.action == FailureAction.FAIL and "(max_infra_restarts 2/2)" in spent.reason
+    assert on_failure(failure(used=RestartsUsed(infra=2))).action == FailureAction.RESTART  # a crash: the job's
 
 
 def capacity(free, waited, current=ELASTIC):

@@ -7,11 +7,12 @@ interfaces; everything else is the real JobRun with its real policies.
 
 from __future__ import annotations
 
-from service.supervisor.run import JobRun
 import time
 
 import pytest
 
+from service.supervisor.policies.failure import RestartsUsed
+from service.supervisor.run import JobRun
 from tests.helpers import spec_of
 from tests.service.supervisor_fakes import AttemptScript, FakeCluster, Script, ScriptedGroup
 from workers.events import RestartCause, StragglerAction
@@ -38,8 +39,8 @@ class Recorder:
         return [e for e in self.events if e.kind == kind]
 
 
-def scripted_run(tmp_path, spec, script, cluster, rec):
-    run = JobRun(spec, tmp_path, "j", rec, poll_interval_s=0.0,
+def scripted_run(tmp_path, spec, script, cluster, rec, used=RestartsUsed()):
+    run = JobRun(spec, tmp_path, "j", rec, poll_interval_s=0.0, restarts_before=used,
                  group_factory=lambda s, job_dir, attempt, tag, avoid: ScriptedGroup(script, cluster, s, job_dir,
                                                                                      attempt),
                  cluster=cluster)
@@ -66,7 +67,7 @@ def test_crash_node_loss_straggler_and_preemption(tmp_path):
     restarts = rec.of("restart")
     assert [(e.cause, e.resume_step, e.restart) for e in restarts] == [(RestartCause.WORKER_LOST, 4, 1),
                                                                        (RestartCause.WORKER_LOST, 8, 2)]
-    assert restarts[0].message.endswith("restart 1/3")
+    assert restarts[0].message.endswith("restart 1/3 (max_restarts)")
     [resize] = rec.of("resize")
     assert (resize.before["world_size"], resize.after["world_size"], resize.direction) == (4, 2, "shrink")
     assert resize.reason == "only 2 worker slots available"
@@ -104,7 +105,19 @@ def test_a_crash_past_the_restart_budget_fails_the_job(tmp_path):
     rec = Recorder()
     summary = scripted_run(tmp_path, spec, script, cluster, rec).run()
     assert rec.states[-1] == "FAILED" and summary["restarts"] == 1
-    assert "restart budget exhausted (1/1)" in summary["error"]
+    assert "restart budget exhausted (max_restarts 1/1)" in summary["error"]
+
+
+def test_a_replacement_supervisor_inherits_the_jobs_restarts(tmp_path):
+    """The budgets are the job's: a supervisor started after 2 restarts (one a lost node) has one left."""
+    spec = spec_of(**{"resources.workers": 2, "train.steps": 6, "fault_tolerance.max_restarts": 2})
+    script = Script([AttemptScript(fail_at=1), AttemptScript(fail_at=1)], total_steps=6)
+    rec = Recorder()
+    used = RestartsUsed(job=1, infra=1)
+    summary = scripted_run(tmp_path, spec, script, FakeCluster({"node-a": 2}), rec, used).run()
+    assert rec.states[-1] == "FAILED" and summary["restarts"] == 1
+    assert [e.restart for e in rec.of("restart")] == [3]  # numbered over the job
+    assert "restart budget exhausted (max_restarts 2/2)" in summary["error"]
 
 
 @pytest.mark.parametrize("ignores_stop", [False, True])

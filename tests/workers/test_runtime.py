@@ -86,6 +86,7 @@ def test_crash_restarts_and_ends_bit_identical(ray_cluster, tmp_path):
     restart = [data for kind, data in rec.events if kind == "restart"]
     # The save at step 10 waited for the one at 5, so at least that one is durable.
     assert restart[0]["resume_step"] in (5, 10) and "rank 1 failed" in restart[0]["reason"]
+    assert restart[0]["cause"] == "worker_lost"  # its node lives on (a task ran there): the job's budget
     assert faulty["params_sha256"] == clean["params_sha256"]
     assert faulty["final_loss"] == clean["final_loss"]
     assert_nothing_left()

@@ -22,6 +22,7 @@ from workers.events import RankEvent, RestartCause
 from workers.model_io import UserModelError
 from workers.program.errors import ProgramFailed
 from workers.runtime.actor import TrainWorker
+from workers.runtime.node_loss import node_lost
 from workers.runtime.pool import take_warm
 from workers.spec import JobSpec
 from workers.storage import Storage, client_env
@@ -45,8 +46,8 @@ def restart_cause(exc: BaseException, default: RestartCause = RestartCause.ERROR
         return own
     if isinstance(exc, (ray.exceptions.GetTimeoutError, TimeoutError)) or isinstance(inner, TimeoutError):
         return RestartCause.HANG
-    if isinstance(exc, ray.exceptions.ActorDiedError):
-        return RestartCause.WORKER_LOST
+    if isinstance(exc, ray.exceptions.RayActorError) and not exc.actor_init_failed:
+        return RestartCause.WORKER_LOST  # died, or unreachable (ActorUnavailableError): its call is lost
     return default
 
 
@@ -170,8 +171,17 @@ class WorkerGroup:
             failures = self._collect(self.train_refs)
             rank, exc = min(failures, key=_first_failure)
             retryable = not self._same_user_error(failures) and not _any_unfixable(failures)
-            raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", retryable, restart_cause(exc)) from exc
+            raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", retryable, self._cause(rank, exc)) from exc
         return all(res is not None for res in self.results)
+
+    def _cause(self, rank: int, exc: ray.exceptions.RayError) -> RestartCause:
+        """A rank lost with its node is the cluster's fault (node_lost), else the cause of its error."""
+        cause = restart_cause(exc)
+        if cause == RestartCause.WORKER_LOST:
+            node = self.nodes[rank] if rank < len(self.nodes) else None
+            if getattr(exc, "preempted", False) or node_lost(node):
+                return RestartCause.NODE_LOST
+        return cause
 
     def _same_user_error(self, failures: list[tuple[int, ray.exceptions.RayError]]) -> bool:
         """Every rank failed with the same model/data error: a restart would fail the same way."""

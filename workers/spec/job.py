@@ -69,7 +69,11 @@ class LossSpikeSpec(Strict):
 
 
 class FaultToleranceSpec(Strict):
-    max_restarts: int = Field(3, ge=0)
+    max_restarts: int = Field(3, ge=0, description="restarts after the job's own failures (a rank's error, "
+                                                   "crash or hang, a group that did not form), over the whole job")
+    max_infra_restarts: int = Field(10, ge=0, description="restarts after the cluster's failures (a Ray node or "
+                                                         "the job's supervisor lost), counted apart from "
+                                                         "max_restarts")
     hang_timeout_s: float = Field(120.0, gt=0.0, description="no step finished for this long = hung")
     max_skipped_steps: int = Field(3, ge=0, description="consecutive bad steps (non-finite gradients or loss "
                                                        "spikes) skipped before rolling back to the last checkpoint")
