@@ -19,6 +19,7 @@ class JobRecord:
     id: str
     submitted_at: float
     state: str = "QUEUED"
+    step: int = 0  # the last step the service reported (the drain waits while jobs make progress)
     error: str | None = None
     restarts: int = 0
     params_sha256: str | None = None

@@ -73,13 +73,27 @@ def refresh(api: Api, ledger: Ledger) -> None:
             except RuntimeError:  # no replica answered this moment
                 return
             if resp.status_code == 200:  # anything else (a 5xx, counted by `api`) is read again next time
-                record.state = resp.json()["state"]
+                record.state, record.step = resp.json()["state"], resp.json().get("step") or 0
+
+
+DRAIN_STALL_S = 180.0  # past the deadline, a job that moved within this long is slow, not lost
+DRAIN_CAP_S = 900.0  # ... up to this long past the deadline
 
 
 def drain(api: Api, ledger: Ledger, deadline: float) -> None:
-    while time.monotonic() < deadline:
+    """Until every job has ended; past `deadline`, only while some unfinished job still makes progress
+    (a new step or state): on a loaded machine a healthy job can be slow, and only a stuck one is lost."""
+    last_seen: dict[str, tuple[str, int]] = {}
+    moved_at = time.monotonic()
+    while True:
         refresh(api, ledger)
         if all(j.state in TERMINAL for j in ledger.jobs):
+            return
+        now = time.monotonic()
+        seen = {j.id: (j.state, j.step) for j in ledger.jobs}
+        if seen != last_seen:
+            last_seen, moved_at = seen, now
+        if now > deadline and (now - moved_at > DRAIN_STALL_S or now > deadline + DRAIN_CAP_S):
             return
         time.sleep(1.0)
 
