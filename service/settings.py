@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     standby_supervisors: int = 1  # idle supervisors kept ready (torch imported) so a job starts at once
     api_threads: int = Field(4, ge=1)  # threads for the API's blocking database calls (per process)
     api_workers: int = Field(1, ge=1)  # processes answering the API (`trainyard serve --workers`); about one per core
+    # a read that meets the database down or restarting tries again (0.1 s, doubling to 1 s) for this long,
+    # then answers 503 with Retry-After (a write: 503 at once; api/http/database_outage.py); pg_ctl restart: 1-4 s
+    db_unavailable_wait_s: float = Field(10.0, ge=0)
     metrics_retention_s: float = 600.0  # a finished job's live series (per rank, stage, event) are kept this long
     # true = a tenant's queued job that cannot be admitted checkpoints and requeues the tenant's
     # lower-priority running jobs (never another tenant's)

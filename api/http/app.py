@@ -8,6 +8,7 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI
 
 from api.http.audit import AuditMiddleware
+from api.http.database_outage import DatabaseOutageMiddleware
 from api.http.deps import require, require_by_method
 from api.http.errors import install_error_handlers
 from api.http.job_read_fast_path import JobReadFastPath
@@ -57,6 +58,8 @@ def create_app(settings: Settings | None = None, shared: SharedState | None = No
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
                        read_timeout_s=settings.request_read_timeout_s, routes={code.PATH: code_limit})
     app.add_middleware(JobReadFastPath)  # GET /v1/jobs/{id}'s plain success, without the framework
+    # A read waits out a database restart; a longer outage, or a write during one, is a 503, not a 500.
+    app.add_middleware(DatabaseOutageMiddleware, wait_s=settings.db_unavailable_wait_s)
 
     def observe(method: str, route: str, status: int, seconds: float) -> None:
         plane = getattr(app.state, "plane", None)

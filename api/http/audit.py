@@ -14,8 +14,10 @@ import asyncio
 import json
 import logging
 
+from api.http.database_outage import DATABASE_UNAVAILABLE
 from api.http.errors import INTERNAL_ERROR
 from service.admission.audit import SUBMIT, audit_record, write_audit
+from service.db.connection_errors import lost_database
 
 log = logging.getLogger("trainyard.audit")
 CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
@@ -56,9 +58,11 @@ class AuditMiddleware:
 
         try:
             await self.app(scope, receive, auditing_send)
-        except Exception:
-            if not recorded:  # a fault: api/http/server_errors.py, outside, answers it with this 500
-                await self._record(scope, 500, json.dumps({"detail": INTERNAL_ERROR}).encode())
+        except Exception as exc:
+            if not recorded:  # answered outside, as recorded here: a database outage is a 503, any other fault a 500
+                status, detail = ((503, DATABASE_UNAVAILABLE) if lost_database(exc)  # api/http/database_outage.py
+                                  else (500, INTERNAL_ERROR))  # api/http/server_errors.py
+                await self._record(scope, status, json.dumps({"detail": detail}).encode())
             raise
 
     async def _record(self, scope, status: int, body: bytes) -> None:

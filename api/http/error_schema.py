@@ -2,7 +2,7 @@
 
 FastAPI documents only the success answer and its own 422 shape. Clients (and the
 schemathesis fuzz test) need the truth: bearer auth on /v1, and the 4xx answers
-each route can give, all with the one error body. Added to the generated document
+each route can give (and the database outage's 503), all with the one error body. Added to the generated document
 in one place rather than repeated on every route.
 """
 
@@ -35,6 +35,7 @@ V1_ROUTES = {
     404: "no such resource for this tenant",
     409: "conflict: illegal state transition, idempotency key reused with another body, name taken",
     429: "over a quota or the rate limit (see Retry-After)",
+    503: "the database is unavailable (down or restarting; see Retry-After)",
 }
 
 

@@ -2,7 +2,8 @@
 
 Bad input is always a 4xx naming the field and the rule; an unexpected server
 fault is a logged 500 without internals (api/http/server_errors.py: not an exception
-handler here, as Starlette re-raises after those and the server then drops the connection).
+handler here, as Starlette re-raises after those and the server then drops the connection);
+a database that is down or restarting is a 503 with Retry-After (api/http/database_outage.py).
 """
 
 from __future__ import annotations

@@ -8,18 +8,14 @@ with its traceback, answers the 500 in the error schema and returns normally. Th
 inside it count the 500 as they see it pass: the request metrics (a request that raised is a
 500) and the audit log (api/http/audit.py records a call that raised as a 500).
 
-One error is retried instead: a read (GET, HEAD) that met a pooled database connection the
-database had dropped (a PostgreSQL restart; the pool has no pre-ping, see service/db/engine.py).
-SQLAlchemy then invalidates the whole pool, so the second run gets a fresh connection; before this,
-every replica answered its first reads after a restart with 500s (found by the soak, bench/soak).
-Writes are not re-run here: their own paths decide what is safe to repeat.
+A database connection error never gets here unless part of its answer had been sent: a read is
+run again while the database restarts, and a longer outage or a write meeting one is a 503
+(api/http/database_outage.py, inside the request metrics).
 """
 
 from __future__ import annotations
 
 import logging
-
-from sqlalchemy.exc import DBAPIError
 
 from api.http.errors import INTERNAL_ERROR, error_response
 from api.http.response_tracker import ResponseTracker
@@ -35,25 +31,8 @@ class UnexpectedErrorMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         tracked = ResponseTracker(send)
-        received: list[dict] = []  # what the first run read of the request, for a second run to read again
-
-        async def recording():
-            message = await receive()
-            received.append(message)
-            return message
-
-        async def replaying():
-            return received.pop(0) if received else await receive()
-
         try:
-            try:
-                await self.app(scope, recording, tracked)
-            except DBAPIError as exc:
-                if not (exc.connection_invalidated and scope["method"] in ("GET", "HEAD") and not tracked.started):
-                    raise
-                log.warning("%s %s: the database dropped a pooled connection; reading again", scope["method"],
-                            scope["path"])
-                await self.app(scope, replaying, tracked)
+            await self.app(scope, receive, tracked)
         except Exception:
             log.exception("unhandled error on %s %s", scope["method"], scope["path"])
             if not tracked.started:  # else part of an answer is out: uvicorn closes the incomplete response itself

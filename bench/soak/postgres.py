@@ -41,12 +41,14 @@ class PrivatePostgres:
                         "-c fsync=off")
 
     def start(self) -> PrivatePostgres:
-        self.root.mkdir(parents=True, exist_ok=True)
-        if os.geteuid() == 0:
-            shutil.chown(self.root, "postgres")
-            self.log.touch()
-            shutil.chown(self.log, "postgres")
-        self._run(_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        """initdb on the first start; a later one (after `stop`) starts the same database again."""
+        if not (self.data / "PG_VERSION").exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            if os.geteuid() == 0:
+                shutil.chown(self.root, "postgres")
+                self.log.touch()
+                shutil.chown(self.log, "postgres")
+            self._run(_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
         self._ctl("start")
         return self
 

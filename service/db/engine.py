@@ -22,6 +22,8 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.db.connection_errors import raise_connect_failures_as_unreachable
+
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -43,9 +45,11 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
                                pool_size=20, max_overflow=20, json_deserializer=_json_loads)
         event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    # No pre-ping (a round trip per checkout); connections are recycled instead.
-    return create_engine(url, pool_size=20, max_overflow=20, pool_recycle=1800, json_deserializer=_json_loads)
+    else:
+        # No pre-ping (a round trip per checkout); connections are recycled instead.
+        engine = create_engine(url, pool_size=20, max_overflow=20, pool_recycle=1800, json_deserializer=_json_loads)
+    raise_connect_failures_as_unreachable(engine)  # a database down or restarting: its own error type
+    return engine
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

@@ -15,12 +15,18 @@ from contextlib import closing
 from typing import Any
 
 from sqlalchemy import Engine, bindparam, select
+from sqlalchemy.exc import DBAPIError
 
+from service.db.connection_errors import unreachable
 from service.db.models import Job
 
 
 class _Disconnected(Exception):
-    """The database closed the connection under a read."""
+    """The database closed the connection under a read (`driver_error`: the driver's error)."""
+
+    def __init__(self, driver_error: Exception):
+        super().__init__(str(driver_error))
+        self.driver_error = driver_error
 
 
 class JobRow(dict):
@@ -55,10 +61,17 @@ class JobReader:
             # SQLAlchemy never saw, so nothing invalidated the pool. Replace it and read once more
             # (before, each replica's first reads after a restart were 500s: found by the soak).
             self._engine.dispose(close=False)
-            return self._read(job_id, tenant_id)
+            try:
+                return self._read(job_id, tenant_id)
+            except _Disconnected as again:  # dropped again: SQLAlchemy's disconnect error, as a Connection raises
+                raise DBAPIError.instance(self.sql, None, again.driver_error, self._engine.dialect.loaded_dbapi.Error,
+                                          connection_invalidated=True) from again.driver_error
 
     def _read(self, job_id: str, tenant_id: str) -> JobRow | None:
-        conn = self._engine.raw_connection()  # from the pool
+        try:
+            conn = self._engine.raw_connection()  # from the pool
+        except self._engine.dialect.loaded_dbapi.OperationalError as exc:  # the driver's: SQLAlchemy wraps none here
+            raise unreachable(exc) from exc  # as a Connection would raise it (service/db/connection_errors.py)
         driver = None
         try:
             driver = conn.driver_connection
@@ -75,8 +88,8 @@ class JobReader:
         except BaseException as exc:
             dropped = isinstance(exc, Exception) and self._engine.dialect.is_disconnect(exc, driver, None)  # type: ignore[arg-type]
             conn.invalidate()  # never back to the pool in an unknown state (a broken link, autocommit on)
-            if dropped:
-                raise _Disconnected() from exc
+            if dropped and isinstance(exc, Exception):
+                raise _Disconnected(exc) from exc
             raise
         finally:
             conn.close()  # back to the pool, or discarded if invalidated

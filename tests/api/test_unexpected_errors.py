@@ -15,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 
 from api.cli.processes import listen
 from api.http.app import create_app
+from api.http.database_outage import DATABASE_UNAVAILABLE
 from api.http.deps import PrincipalDep, require_by_method
 from api.http.errors import INTERNAL_ERROR
 from api.http.slow_clients import bounded_http
@@ -82,7 +83,8 @@ def test_a_handler_fault_is_a_json_500_and_the_connection_serves_the_next_reques
 
 def test_a_read_that_met_a_dropped_database_connection_is_read_again_not_a_500(served_app):
     """Found by the soak: after a PostgreSQL restart each replica answered its first reads 500
-    (the pool has no pre-ping). A read is run once more; a write still is not."""
+    (the pool has no pre-ping). A read is run once more; a write is not, and is a 503
+    (api/http/database_outage.py; tests/api/test_database_outage.py on a real PostgreSQL)."""
     app, url = served_app
     calls: list[str] = []
 
@@ -99,5 +101,7 @@ def test_a_read_that_met_a_dropped_database_connection_is_read_again_not_a_500(s
         assert resp.status_code == 200, resp.text
         assert calls == ["GET", "GET"]
         calls.clear()
-        assert client.post("/v1/jobs", json=tiny_spec()).status_code == 500  # a write is not repeated here
+        write = client.post("/v1/jobs", json=tiny_spec())  # a write is not repeated: a 503, not a 500
+        assert write.status_code == 503, write.text
+        assert write.json() == {"detail": DATABASE_UNAVAILABLE, "errors": []} and write.headers["Retry-After"]
         assert calls == ["POST"]
