@@ -9,11 +9,11 @@ passed since the first error; then it is a 503 with Retry-After in the error sch
 restart (1-4 s) is waited out; a long outage says so. Before, the soak's reads during a restart
 were 500s (bench/soak, docs/ha.md).
 
-A write (any other method) is never run again here, but the same error is a 503 too: it was a
-transaction that never committed (a failed connect sent nothing; a dropped connection's open
-transaction is rolled back by the database), so nothing of it was written. Only a connection
-lost during COMMIT leaves the client unsure whether it committed: a submit retried with the
-same Idempotency-Key is then answered with its job, never queued twice.
+A write with an Idempotency-Key is run again the same way: a run that met the error wrote nothing
+(a failed connect sent nothing; a dropped connection's open transaction is rolled back by the
+database), and if a connection was lost during COMMIT itself the key answers the next run with
+the job it made, never a second one. So a submit during a restart waits it out too (the soak's
+submits all carry a key). Any other write is not run again: its error is a 503 at once.
 
 Plain ASGI middleware inside the request metrics (api/http/request_metrics.py, which so counts
 one request with its final status and its whole time, waits included) and outside the job read
@@ -34,6 +34,7 @@ from service.db.connection_errors import lost_database
 
 log = logging.getLogger("trainyard.api")
 READS = ("GET", "HEAD")
+IDEMPOTENCY_HEADER = b"idempotency-key"  # ASGI header names are lower-case
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.1, 1.0
 DATABASE_UNAVAILABLE = "database: unavailable (down or restarting); retry after the Retry-After seconds"
 
@@ -50,7 +51,7 @@ class DatabaseOutageMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         tracked = ResponseTracker(send)
-        if scope["method"] not in READS:
+        if not _safe_to_repeat(scope):
             try:
                 return await self.app(scope, receive, tracked)
             except Exception as exc:
@@ -79,6 +80,11 @@ class DatabaseOutageMiddleware:
                     return await unavailable_response(self.wait_s)(scope, receive, send)
                 await asyncio.sleep(min(backoff, max(0.0, deadline - now)))
                 backoff = min(MAX_BACKOFF_S, max(FIRST_BACKOFF_S, backoff * 2))
+
+
+def _safe_to_repeat(scope) -> bool:
+    """A read, or a write the service answers once per key (api/http: Idempotency-Key)."""
+    return scope["method"] in READS or any(name == IDEMPOTENCY_HEADER for name, _ in scope.get("headers", ()))
 
 
 def _replaying(received: list[dict], receive):
