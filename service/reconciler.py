@@ -38,7 +38,7 @@ from service.supervisor.launch import Launcher
 from service.supervisor.policies.failure import FailureAction, FailureStatus, on_failure
 from workers.checkpointing import checkpoint_root, latest_checkpoint, step_name
 from workers.events import CheckpointEvent, RestartCause, RestartEvent
-from workers.spec import JobSpec
+from workers.spec import FaultToleranceSpec
 from workers.storage import Storage, client_env
 
 log = logging.getLogger("trainyard.reconciler")
@@ -205,7 +205,8 @@ class Reconciler:
             used = restarts_used(s, job_id)
             if not never_started:
                 reason = "supervisor lost (control plane or node restart)"
-                decision = on_failure(FailureStatus(reason, used, JobSpec.model_validate(job.spec).fault_tolerance,
+                limits = FaultToleranceSpec.model_validate(job.spec.get("fault_tolerance") or {})  # only what it needs
+                decision = on_failure(FailureStatus(reason, used, limits,
                                                     job.step, cause=RestartCause.SUPERVISOR_LOST))
                 if decision.action == FailureAction.FAIL:
                     job.error = decision.reason
