@@ -109,6 +109,7 @@ INVALID = [
     ({"resources.cpus_per_worker": 0}, "resources.cpus_per_worker", ["greater than 0"]),
     ({"checkpoint.keep": 0}, "checkpoint.keep", ["greater than or equal to 1"]),
     ({"fault_tolerance.max_restarts": -1}, "fault_tolerance.max_restarts", ["greater than or equal to 0"]),
+    ({"fault_tolerance.max_infra_restarts": -1}, "fault_tolerance.max_infra_restarts", ["greater than or equal to 0"]),
     ({"data": {"name": "synthetic"}}, "data.name", ["'gpt' needs token data"]),
     ({"model": {"name": "mlp"}}, "data.name", ["'mlp' needs vector data"]),
     ({"model": {"name": "mlp", "in_features": 8}, "data": {"name": "synthetic", "in_features": 16}, "train.loss": "mse"},
