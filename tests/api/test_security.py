@@ -32,13 +32,15 @@ def limited(tmp_path_factory, ray_address):
 
 
 def call(server: Server, method: str, path: str, token: str = ADMIN_TOKEN, **kwargs) -> httpx.Response:
-    """A request that waits out the rate limit (Retry-After) instead of failing on it: for set-up calls."""
-    with server.client(token) as client:
-        for _ in range(30):
+    """A request that waits out the rate limit (Retry-After) instead of failing on it: for set-up calls.
+    Each try on a connection of its own: the wait (1 s) reaches the server's keep-alive timeout (1 s),
+    so a kept connection could be closed just as the next try is sent on it (seen under load)."""
+    for _ in range(30):
+        with server.client(token) as client:
             resp = client.request(method, path, **kwargs)
-            if resp.status_code != 429 or "rate limit" not in resp.text:
-                return resp
-            time.sleep(float(resp.headers["retry-after"]))
+        if resp.status_code != 429 or "rate limit" not in resp.text:
+            return resp
+        time.sleep(float(resp.headers["retry-after"]))
     raise AssertionError(f"{method} {path} rate-limited for 30 tries")
 
 
