@@ -36,7 +36,8 @@ from service.settings import Settings
 from service.supervisor.actor import find_supervisor
 from service.supervisor.launch import Launcher
 from service.supervisor.policies.failure import FailureAction, FailureStatus, on_failure
-from workers.checkpointing import checkpoint_root, latest_checkpoint, step_name
+from service.supervisor.resume_point import resume_step
+from workers.checkpointing import checkpoint_root, step_name
 from workers.events import CheckpointEvent, RestartCause, RestartEvent
 from workers.spec import FaultToleranceSpec
 from workers.storage import Storage, client_env
@@ -213,8 +214,7 @@ class Reconciler:
                     repo.transition(s, job, JobState.FAILED, job.error)
                     return
                 used = used.plus(RestartCause.SUPERVISOR_LOST)
-                latest = latest_checkpoint(self.settings.job_storage(job_id))
-                resume = latest[0] if latest else 0
+                resume = resume_step(self.settings.job_storage(job_id), job.spec.get("program") is not None)
                 if resume > job.step:  # trained, but its telemetry went down with the supervisor
                     repo.add_event(s, job.id, "telemetry_gap", f"steps {job.step + 1}..{resume} trained but their "
                                    "per-step metrics were lost with the supervisor",

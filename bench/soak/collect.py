@@ -56,8 +56,14 @@ def rank_fault_record(api: Api, record: JobRecord, events: list[dict], storage: 
         return out
     points = api.get_json(f"/v1/jobs/{record.id}/metrics")["points"]
     after = [p["ts"] for p in points if p["step"] >= at_step and p["ts"] >= out.at]
-    if record.restarts >= 1 and after:
-        out.recovered_at = min(after)
+    # Steps trained past the fault whose records went down with a lost supervisor: the reconciler's
+    # telemetry_gap event (written when it finds their checkpoint) is the latest they can have run.
+    gaps = [_ts(e["ts"]) for e in events if e["kind"] == "telemetry_gap" and _ts(e["ts"]) >= out.at
+            and (e["data"] or {}).get("to_step", 0) >= at_step]
+    if record.restarts >= 1 and (after or gaps):
+        out.recovered_at = min(after + gaps)
+        if not after:
+            out.detail += ": its steps after the fault were lost with its supervisor (telemetry_gap)"
     else:
         out.detail += f": restarts {record.restarts}, steps after the fault {len(after)}"
     return out

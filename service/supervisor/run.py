@@ -31,12 +31,11 @@ from service.supervisor.policies.reshape import CheckpointStatus, on_durable_che
 from service.supervisor.policies.rollback import RollbackStatus, on_restart
 from service.supervisor.policies.sizing import GrowthStatus, SizingAction, on_growth
 from service.supervisor.program_steps import ProgramStepJoiner
+from service.supervisor.resume_point import resume_step
 from service.supervisor.straggler_response import StragglerResponse
 from service.supervisor.stragglers import StragglerWatch
 from service.supervisor.summary import final_result, layout_of, run_summary
 from service.tracking.listener import tracked
-from trainyard.checkpoints import complete_checkpoints_in
-from workers.checkpointing import latest_checkpoint
 from workers.events import (
     CheckpointEvent,
     ExcludedNodesEvent,
@@ -51,7 +50,6 @@ from workers.events import (
     RestartEvent,
     SkippedStepEvent,
 )
-from workers.program.environment import checkpoint_dir
 from workers.runtime.group import GroupFailure, WorkerGroup
 from workers.spec import JobSpec
 from workers.storage import Storage
@@ -325,11 +323,7 @@ class JobRun:
 
     def _checkpoint_step(self) -> int:
         """The step the next attempt resumes from: the newest complete checkpoint (a program's own)."""
-        if self.spec.program is not None:
-            done = complete_checkpoints_in(checkpoint_dir(self.storage).uri)
-            return done[-1][0] if done else 0
-        latest = latest_checkpoint(self.storage)  # an incomplete newer one: rank 0 reports it when it loads
-        return latest[0] if latest else 0
+        return resume_step(self.storage, self.spec.program is not None)
 
     def _free_slots(self) -> int:
         return free_worker_slots(self.cluster, WorkerGroup.bundle_of(self.current), frozenset(self.avoid_nodes))
