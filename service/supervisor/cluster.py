@@ -30,8 +30,9 @@ class Group(Protocol):
     def shutdown(self) -> None: ...
 
 
-# (spec, the job's storage, attempt, namespace tag, nodes to avoid) -> a group, not started yet
-GroupFactory = Callable[[JobSpec, Storage, int, str, frozenset[str]], Group]
+# (spec, the job's storage, attempt, namespace tag, nodes to avoid, "is the job being cancelled?")
+# -> a group, not started yet
+GroupFactory = Callable[[JobSpec, Storage, int, str, frozenset[str], Callable[[], bool]], Group]
 
 
 class Cluster(Protocol):

@@ -128,7 +128,7 @@ class JobRun:
 
     def _attempt(self, attempt: int) -> Outcome:
         group = self.group_factory(self.current, self.storage, attempt, f"ty-{self.job_id}",
-                                   frozenset(self.avoid_nodes))
+                                   frozenset(self.avoid_nodes), self._cancel.is_set)
         self._live = None
         try:
             if self._cancel.is_set():

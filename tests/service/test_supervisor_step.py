@@ -41,7 +41,7 @@ class Recorder:
 
 def scripted_run(tmp_path, spec, script, cluster, rec, used=RestartsUsed()):
     run = JobRun(spec, tmp_path, "j", rec, poll_interval_s=0.0, restarts_before=used,
-                 group_factory=lambda s, job_dir, attempt, tag, avoid: ScriptedGroup(script, cluster, s, job_dir,
+                 group_factory=lambda s, job_dir, attempt, tag, avoid, interrupted: ScriptedGroup(script, cluster, s, job_dir,
                                                                                      attempt),
                  cluster=cluster)
     run.settle_s, run.growth_check_s, run.capacity_poll_s = 0.0, 0.0, 0.01

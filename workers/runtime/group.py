@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Callable
 
 import ray
 from ray.util.placement_group import (
@@ -64,10 +65,11 @@ def pg_name(tag: str, attempt: int) -> str:
 
 class WorkerGroup:
     def __init__(self, spec: JobSpec, storage: Storage, attempt: int, namespace_tag: str,
-                 avoid_nodes: frozenset[str] = frozenset()):
+                 avoid_nodes: frozenset[str] = frozenset(), interrupted: Callable[[], bool] = lambda: False):
         self.spec, self.storage, self.attempt, self.tag = spec, Storage.of(storage), attempt, namespace_tag
         self.store_env = client_env()  # the supervisor's store variables, forwarded to every rank
         self.avoid_nodes = avoid_nodes  # degraded nodes no rank may be placed on (straggler `replace`)
+        self.interrupted = interrupted  # the job is being cancelled: stop waiting on a node's verdict
         self.nodes: list[str] = []  # the node of each rank, once placed
         self.pg: PlacementGroup | None = None
         self.actors: list = []
@@ -179,7 +181,7 @@ class WorkerGroup:
         cause = restart_cause(exc)
         if cause == RestartCause.WORKER_LOST:
             node = self.nodes[rank] if rank < len(self.nodes) else None
-            if getattr(exc, "preempted", False) or node_lost(node):
+            if getattr(exc, "preempted", False) or node_lost(node, interrupted=self.interrupted):
                 return RestartCause.NODE_LOST
         return cause
 

@@ -10,6 +10,7 @@ or no verdict in time, leaves the rank's own failure (`worker_lost`, the job's b
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -27,14 +28,16 @@ def node_dead(node_id: str) -> bool:
     return any(n["NodeID"] == node_id and not n["Alive"] for n in ray.nodes())
 
 
-def node_lost(node_id: str | None, wait_s: float = NODE_VERDICT_WAIT_S, poll_s: float = 0.5) -> bool:
-    """True once Ray declares the node dead; False as soon as a task runs there, or after `wait_s`."""
+def node_lost(node_id: str | None, wait_s: float = NODE_VERDICT_WAIT_S, poll_s: float = 0.5,
+              interrupted: Callable[[], bool] = lambda: False) -> bool:
+    """True once Ray declares the node dead; False as soon as a task runs there, after `wait_s`, or
+    once `interrupted()` (the job is being cancelled: the cause no longer matters)."""
     if node_id is None:
         return False
     probe = _here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
     deadline = time.monotonic() + wait_s
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not interrupted():
             if node_dead(node_id):
                 return True
             ready, _ = ray.wait([probe], timeout=poll_s)
