@@ -26,6 +26,7 @@ from service.db.connection_errors import raise_connect_failures_as_unreachable
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+PG_CONNECT_TIMEOUT_S = 5
 
 
 def _json_loads(text: str):
@@ -46,8 +47,11 @@ def make_engine(url: str) -> Engine:
                                pool_size=20, max_overflow=20, json_deserializer=_json_loads)
         event.listen(engine, "connect", _sqlite_pragmas)
     else:
-        # No pre-ping (a round trip per checkout); connections are recycled instead.
-        engine = create_engine(url, pool_size=20, max_overflow=20, pool_recycle=1800, json_deserializer=_json_loads)
+        # No pre-ping (a round trip per checkout); connections are recycled instead. A bounded connect:
+        # a database host that drops packets fails a connect in seconds, not after the kernel's
+        # TCP retries (minutes), so a request waits out an outage on its own deadline.
+        engine = create_engine(url, pool_size=20, max_overflow=20, pool_recycle=1800, json_deserializer=_json_loads,
+                               connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S})
     raise_connect_failures_as_unreachable(engine)  # a database down or restarting: its own error type
     return engine
 
