@@ -36,12 +36,14 @@ def node_lost(node_id: str | None, wait_s: float = NODE_VERDICT_WAIT_S, poll_s: 
         return False
     probe = _here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
     deadline = time.monotonic() + wait_s
+    answered = False
     try:
         while time.monotonic() < deadline and not interrupted():
             if node_dead(node_id):
                 return True
             ready, _ = ray.wait([probe], timeout=poll_s)
             if ready:
+                answered = True
                 try:
                     ray.get(ready[0])
                     return False  # something ran there: the node lives, the rank alone was lost
@@ -49,7 +51,8 @@ def node_lost(node_id: str | None, wait_s: float = NODE_VERDICT_WAIT_S, poll_s: 
                     return node_dead(node_id)  # unschedulable: the node went away meanwhile
         return False
     finally:
-        try:
-            ray.cancel(probe, force=True)
-        except Exception:  # already finished, or its node is gone
-            pass
+        if not answered:  # still queued for the node (or running on one that stopped answering)
+            try:  # not force=True: that kills the worker running it, needlessly, on a live node
+                ray.cancel(probe)
+            except Exception:  # finished meanwhile, or its node is gone
+                pass
