@@ -36,14 +36,21 @@ lint: install
 # Timing tests first, alone, while the machine is quiet; then everything else. Both always run.
 # The full layout matrices (marker `exhaustive`) run in test-all, before an issue is resolved.
 # The 25 slowest tests are listed at the end, so that every CI log says where the time goes.
+# A run that failed also names the test it was in (one that died gives no summary: tests/died_during.py).
 test: lint install prometheus netns-tools
+	export TRAINYARD_TEST_PROGRESS=$(CURDIR)/.pytest-progress; \
 	$(VENV)/bin/pytest -q -m timing; timing=$$?; \
+	[ $$timing -eq 0 ] || $(VENV)/bin/python -m tests.died_during .pytest-progress $$timing; \
 	$(VENV)/bin/pytest -q --durations=25 -m "not timing and not exhaustive"; rest=$$?; \
+	[ $$rest -eq 0 ] || $(VENV)/bin/python -m tests.died_during .pytest-progress $$rest; \
 	exit $$(( timing || rest ))
 
 test-all: lint install prometheus netns-tools
+	export TRAINYARD_TEST_PROGRESS=$(CURDIR)/.pytest-progress; \
 	$(VENV)/bin/pytest -q -m timing; timing=$$?; \
+	[ $$timing -eq 0 ] || $(VENV)/bin/python -m tests.died_during .pytest-progress $$timing; \
 	$(VENV)/bin/pytest -q -m "not timing"; rest=$$?; \
+	[ $$rest -eq 0 ] || $(VENV)/bin/python -m tests.died_during .pytest-progress $$rest; \
 	exit $$(( timing || rest ))
 
 test-fast: install prometheus netns-tools

@@ -70,3 +70,12 @@ def shared_ray_left_clean(request):
             except ValueError:
                 pass  # already gone
     wait_until(lambda: not any((a.get("Name") or "").startswith("trainyard-") for a in alive_actors()), 30)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """Where a pytest that died (no summary: killed, or exited by Ray's core worker) was: `make test`
+    names this test and the tail of that process's Ray driver log (tests/died_during.py)."""
+    progress = os.environ.get("TRAINYARD_TEST_PROGRESS")
+    if progress:
+        with open(progress, "w") as f:
+            f.write(f"{os.getpid()} {nodeid}\n")
