@@ -34,6 +34,8 @@ def _no_duplicates(client, job_id: str, total_steps: int) -> list[dict]:
     return events
 
 
+# make test-all: make test re-attaches through tests/api/test_ha.py (the surviving replica takes over live supervisors)
+@pytest.mark.exhaustive
 def test_restart_reattaches_to_the_live_supervisor(server):
     spec = tiny_spec(**{"resources.workers": 2, "train.steps": 300, "checkpoint.every_steps": 50})
     with server.client() as c:

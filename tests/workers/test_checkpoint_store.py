@@ -95,6 +95,8 @@ def test_retry_limit_from_the_environment_is_checked(monkeypatch):
     assert RetryPolicy.from_env().limit_s == 7.5
 
 
+# make test-all: make test keeps the job-level version (tests/service/test_store_jobs.py, store outage ridden out)
+@pytest.mark.exhaustive
 def test_a_save_rides_out_a_store_outage(s3_server, monkeypatch):
     bucket = s3_server.create_bucket(f"outage-{uuid.uuid4().hex[:8]}")
     forward = TcpForward(s3_server.port)
