@@ -37,6 +37,21 @@ def mlflow_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """One real GCS JSON API (gcp-storage-emulator over HTTP) for the whole session; this process
+    reaches it through STORAGE_EMULATOR_HOST, as Google's clients and gcsfs do."""
+    from tests.gcs_server import GcsServer
+
+    server = GcsServer(tmp_path_factory.mktemp("gcs")).start()
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    yield server
+    for k, v in saved.items():
+        os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """One real S3 API (moto's server over HTTP) for the whole session; this process reaches it through
     the standard AWS_* variables (`s3_server.env` for the services and ranks a test starts)."""

@@ -1,4 +1,5 @@
-"""Checkpoints on a job's storage, local and on a real S3 API (moto's server over HTTP), without Ray:
+"""Checkpoints on a job's storage, local, on a real S3 API (moto's server over HTTP) and on a real GCS
+API (gcp-storage-emulator over HTTP), without Ray:
 completeness from the metadata's shard list, pruning, retries through a store outage."""
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ from workers.checkpointing.writer import reader_for, writer_for
 from workers.storage import Storage
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "gs"])
 def job(request, tmp_path):
     if request.param == "local":
         return Storage.at(tmp_path / "jobs" / "j")
-    s3 = request.getfixturevalue("s3_server")
-    return Storage.at(s3.create_bucket(f"ckpt-{uuid.uuid4().hex[:8]}") + "/jobs/j")
+    store = request.getfixturevalue("s3_server" if request.param == "s3" else "gcs_server")
+    return Storage.at(store.create_bucket(f"ckpt-{uuid.uuid4().hex[:8]}") + "/jobs/j")
 
 
 def save(job: Storage, step: int, value: float, events: list | None = None, policy: RetryPolicy | None = None):
