@@ -38,16 +38,13 @@ def mlflow_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def gcs_server(tmp_path_factory):
-    """One real GCS JSON API (gcp-storage-emulator over HTTP) for the whole session; this process
-    reaches it through STORAGE_EMULATOR_HOST, as Google's clients and gcsfs do."""
+    """One real GCS JSON API (gcp-storage-emulator over HTTP) for the whole session. A test that uses it
+    sets `gcs_server.env` (STORAGE_EMULATOR_HOST) itself, for its own duration: left in the session's
+    environment it broke the share-nothing bed's Ray client server, started later from this process."""
     from tests.gcs_server import GcsServer
 
     server = GcsServer(tmp_path_factory.mktemp("gcs")).start()
-    saved = {k: os.environ.get(k) for k in server.env}
-    os.environ.update(server.env)
     yield server
-    for k, v in saved.items():
-        os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     server.stop()
 
 
