@@ -63,6 +63,7 @@ class JobRun:
     capacity_timeout_s = 120.0  # how long to wait for min_workers before failing
     capacity_poll_s = 0.5
     growth_check_s = 2.0
+    survivors_poll_timeout_s = 5.0  # a stopped (SIGSTOPped, hung) rank does not hold up the restart longer
 
     def __init__(self, spec: JobSpec, job: Storage | str | os.PathLike, job_id: str,
                  listener: RunListener | None = None, poll_interval_s: float = 0.25, start_timeout_s: float = 120.0,
@@ -150,6 +151,7 @@ class JobRun:
                 time.sleep(self.poll_interval_s if live.trained else 0.02)
             return outcome
         except GroupFailure as exc:
+            self._take_survivors_reports()
             self._record_partial_steps()
             log.warning("attempt %d failed: %s", attempt, exc)
             return Outcome.failed(str(exc), exc.cause, exc.retryable)
@@ -304,6 +306,16 @@ class JobRun:
         return on_durable_checkpoint(CheckpointStatus(durable, resplit[0] if resplit else None,
                                                       resplit[1].message if resplit else "", live.grow_to,
                                                       live.replace))
+
+    def _take_survivors_reports(self) -> None:
+        """Once a rank failed, what the others reported since the last poll: steps up to the checkpoint the
+        next attempt resumes from are not trained again, so a record left unpolled here is lost for good."""
+        if self._live is not None:
+            for event in self._live.group.poll(self.survivors_poll_timeout_s):
+                if not isinstance(event, RankStep):
+                    self._handle(self._live, event)
+                elif (joined := self._live.aggregator.add(event.record)) is not None:
+                    self._append_step(joined)  # not shown to the straggler watch: this group is over
 
     def _record_partial_steps(self) -> None:
         # Ranks that died took their last records with them; keep what the survivors reported.

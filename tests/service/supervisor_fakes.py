@@ -51,6 +51,7 @@ class AttemptScript:
     per_sample_s: tuple[float, ...] = ()  # each rank's compute time per sample (default: all equal)
     preempt_at: int | None = None  # the test asks the run to make room at this step
     ignores_stop: bool = False  # a program that never looks at should_stop()
+    unpolled_steps: int = 0  # steps the surviving ranks trained after the last poll, before the failure showed
 
 
 @dataclass
@@ -72,6 +73,7 @@ class ScriptedGroup:
         self.shares: list[int] | None = None
         self.asked_shares: list[int] | None = None
         self.stop_asked = self.stopped = False
+        self.unpolled: list[RankEvent] | None = None  # once failed: the survivors' last reports
 
     def start(self, timeout_s: float, shares: list[int] | None = None) -> list[dict]:
         self.nodes = self.cluster.place(self.ws)
@@ -81,23 +83,32 @@ class ScriptedGroup:
         self.script.started.append(self)
         return [{"rank": r, "start_step": self.step} for r in range(self.ws)]
 
-    def poll(self) -> list[RankEvent]:
+    def poll(self, timeout_s: float = 30.0) -> list[RankEvent]:
+        if self.unpolled is not None:
+            events, self.unpolled = self.unpolled, []
+            return events
         if self.stopped or self.step >= self.script.total_steps:
             return []
+        return self._train_step(range(self.ws))
+
+    def _train_step(self, ranks: range) -> list[RankEvent]:
         self.step += 1
-        events: list[RankEvent] = [RankStep(self._record(r)) for r in range(self.ws)]
+        events: list[RankEvent] = [RankStep(self._record(r)) for r in ranks]
         if self.asked_shares is not None:  # the ranks agree on the new split after this step
             self.shares, self.asked_shares = self.asked_shares, None
             events += [RankShares(r, self.step, tuple(self.shares)) for r in range(self.ws)]
         if self.step % self.script.checkpoint_every == 0 and self.step < self.script.total_steps:
             # a complete checkpoint of nothing: metadata that names no shard files
             (checkpoint_root(self.job) / step_name(self.step)).write_bytes(".metadata", pickle.dumps(Metadata({})))
-            events += [RankCheckpoint(r, self.step, 0.01) for r in range(self.ws)]
+            events += [RankCheckpoint(r, self.step, 0.01) for r in ranks]
             self.stopped = self.stop_asked and not self.plan.ignores_stop  # preempted ranks stop at a checkpoint
         return events
 
     def check(self) -> bool:
         if self.plan.fail_at is not None and self.step >= self.plan.fail_at:
+            if self.unpolled is None:  # the last rank dies; the others trained on, unpolled
+                survivors = range(self.ws - 1)
+                self.unpolled = [e for _ in range(self.plan.unpolled_steps) for e in self._train_step(survivors)]
             if self.plan.lose_node:
                 self.cluster.lose(self.plan.lose_node)
             raise GroupFailure(f"rank {self.ws - 1} failed: ActorDiedError: the actor died",

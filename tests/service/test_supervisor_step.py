@@ -145,3 +145,17 @@ def test_a_program_asked_to_stop_gets_its_grace_period(tmp_path, ask, ignores_st
         assert 0.3 <= waited < 5.0
     else:  # it saved and returned at its next checkpoint
         assert waited < 0.3 and summary["steps"] == 6
+
+
+def test_steps_the_survivors_reported_after_the_last_poll_are_kept(tmp_path):
+    """Rank 1 dies after the others trained steps 4 (a checkpoint) and 5, unpolled. The next attempt
+    resumes from step 4, so step 4 is never trained again: only the survivors' report can record it."""
+    spec = spec_of(**{"resources.workers": 2, "train.steps": 8, "checkpoint.every_steps": 4})
+    script = Script([AttemptScript(fail_at=3, unpolled_steps=2), AttemptScript()], total_steps=8,
+                    checkpoint_every=4)
+    rec = Recorder()
+    summary = scripted_run(tmp_path, spec, script, FakeCluster({"node-a": 2}), rec).run()
+    assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 1
+    assert rec.steps == [1, 2, 3, 4, 5, 5, 6, 7, 8]  # 5 trained again from the checkpoint at 4
+    assert [e.step for e in rec.of("checkpoint")] == [4]
+    assert script.started[1].step == 8 and script.started[0].step == 5

@@ -7,6 +7,7 @@ group is in, so a failed or cancelled run leaves nothing behind in Ray.
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from collections.abc import Callable
 
@@ -151,13 +152,14 @@ class WorkerGroup:
         """A command program runs in its own process: its actor needs no torch (a faster start)."""
         return self.spec.program is None or self.spec.program.command is None
 
-    def poll(self) -> list[RankEvent]:
-        """Telemetry from every live rank since the last poll."""
+    def poll(self, timeout_s: float = 30.0) -> list[RankEvent]:
+        """Telemetry from every live rank since the last poll; a rank that does not answer within
+        `timeout_s` (all ranks together) is skipped."""
         events: list[RankEvent] = []
-        refs = [a.poll.remote() for a in self.actors]
+        refs, deadline = [a.poll.remote() for a in self.actors], time.monotonic() + timeout_s
         for ref in refs:
             try:
-                events.extend(ray.get(ref, timeout=30))
+                events.extend(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
                 pass  # a dead rank shows up in check()
         return events
