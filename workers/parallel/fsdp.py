@@ -2,13 +2,14 @@
 
 Each repeated block (workers/models/description.py) is its own FSDP unit (gathered just before it runs, freed after
 unless `reshard_after_forward` is false), the root unit holds the rest
-(embeddings, final norm and head). Compositions through the DeviceMesh:
+(embeddings, final norm and head) and stays gathered from forward into backward. Compositions through the DeviceMesh:
   - FSDP x TP: the blocks are tensor-parallel over "tp" first, then sharded over "dp";
   - HSDP (`dp_shard` < dp): replicate x shard, a 2-D data-parallel mesh
     ("dp_replicate", "dp_shard"); gradients reduce-scatter inside a shard group
     and all-reduce across replicas.
-Traffic per step with resharding: all-gather forward + all-gather backward +
-reduce-scatter = 3(K-1)/K x parameter bytes = 1.5x DDP; without it, 1.0x.
+Traffic per step with resharding: all-gather forward + all-gather of the blocks
+in backward + reduce-scatter = (3 - root share)(K-1)/K x parameter bytes, just
+under 1.5x DDP; without it, 1.0x.
 """
 
 from __future__ import annotations
@@ -93,17 +94,19 @@ class FSDPStrategy:
         p, dp, accum = spec.parallel, spec.dp, spec.grad_accum_steps
         shard, per_rank = p.dp_shard or dp, params_per_rank(spec, facts)
         grad_bytes = 4 * per_rank
-        gathers = accum * (2 if p.reshard_after_forward else 1)  # per micro-batch: forward (+ backward) gather
+        root = min(facts.outer_params, per_rank)
+        # per micro-batch: every unit gathered for forward, the blocks again for backward (the root stays gathered)
+        gathered = accum * (2 * per_rank - root if p.reshard_after_forward else per_rank)
         param_bytes = 2 if p.mixed_precision != "fp32" else 4  # params gathered in 16 bits
         syncs = accum if p.fsdp_accumulate == "sharded" else 1  # gradient reduce-scatters (+ replica all-reduces)
-        comm = (gathers * param_bytes * per_rank + syncs * grad_bytes) * one_pass(shard) \
+        comm = (gathered * param_bytes + syncs * grad_bytes) * one_pass(shard) \
             + syncs * ring(dp // shard) * grad_bytes / shard
         # At peak: the shards, gradients kept from earlier micro-batches (1/K of them when sharded), and the
         # gathered weights: the root unit's (FSDP2 keeps it gathered from forward into backward) or all of them.
         grads = accumulated_grad_bytes(spec) / (shard if p.fsdp_accumulate == "sharded" else 1)
-        gathered = per_rank if not p.reshard_after_forward else min(facts.outer_params, per_rank)
-        peak = (4 + 8) / shard * per_rank + grads * per_rank + param_bytes * gathered
-        block = (per_rank - min(facts.outer_params, per_rank)) / max(facts.layers, 1)
+        held = per_rank if not p.reshard_after_forward else root
+        peak = (4 + 8) / shard * per_rank + grads * per_rank + param_bytes * held
+        block = (per_rank - root) / max(facts.layers, 1)
         return LayoutCost(16 / shard * per_rank, comm, peak, block * (param_bytes + 4 + 4))
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
@@ -121,7 +124,9 @@ class FSDPStrategy:
         # fp32 logits: the loss (and fp16's scaled loss, far above 65504) is computed in fp32
         root_mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32, output_dtype=torch.float32)
         # in place: fully_shard returns the module it was given, its class swapped for an FSDP subclass
-        fully_shard(model, mesh=dp_mesh, reshard_after_forward=p.reshard_after_forward,
+        # The root keeps its gathered parameters from forward into backward, which needs them first (FSDP2's
+        # own default for a root); an explicit True gathered them again at once (about 7% of an FSDP step).
+        fully_shard(model, mesh=dp_mesh, reshard_after_forward=None if p.reshard_after_forward else False,
                     mp_policy=root_mp if half else mp)
         return model
 

@@ -79,7 +79,7 @@ class ParallelSpec(Strict):
     dp_shard: int | None = Field(None, ge=1, description="zero 3: shard within groups of this many dp ranks and "
                                                          "replicate across groups (HSDP); default dp")
     reshard_after_forward: bool = Field(True, description="zero 3: free gathered parameters after forward "
-                                                          "(re-gather in backward: 1.5x DDP traffic, less memory)")
+                                                          "(re-gather in backward: ~1.5x DDP traffic, less memory)")
     fsdp_accumulate: Literal["sharded", "unsharded"] = Field(
         "sharded", description="zero 3 with several micro-batches per rank: sharded reduce-scatters every "
                                "micro-batch and keeps 1/K of the gradients between them; unsharded keeps whole "
