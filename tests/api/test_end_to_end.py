@@ -121,6 +121,7 @@ def test_cancel_mid_run_stops_the_job_and_releases_ray(sqlite_server):
     assert_released(job)
 
 
+@pytest.mark.exhaustive  # its REST assertions run in make test within test_tracking_live's crash-restart test
 def test_injected_crash_recovers_and_succeeds(sqlite_server):
     with sqlite_server.client() as c:
         spec = tiny_spec(**{"resources.workers": 2, "train.steps": 30, "checkpoint.every_steps": 10,

@@ -70,6 +70,7 @@ def test_a_higher_priority_job_preempts_checkpoints_and_the_low_one_resumes(tmp_
     assert high["summary"]["preemptions"] == 0
 
 
+@pytest.mark.exhaustive  # make test: tests/service/test_scheduler.py holds that a higher priority waits without it
 def test_without_the_setting_the_high_priority_job_waits(tmp_path, ray_address):
     server = serve(tmp_path, ray_address)
     try:

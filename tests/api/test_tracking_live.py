@@ -15,7 +15,7 @@ from mlflow import MlflowClient
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.helpers import tiny_spec
-from tests.live import Server, wait_for
+from tests.live import Server, states_of, wait_for
 from tests.tcp_forward import TcpForward
 
 pytestmark = pytest.mark.slow
@@ -69,8 +69,13 @@ def test_crash_restart_logs_one_mlflow_run_equal_to_rest_and_tensorboard_files(s
         job = wait_for(c, resp.json()["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
         assert job["state"] == "SUCCEEDED" and job["restarts"] == 1, job
         points = rest_points(c, job["id"])
-        kinds = [e["kind"] for e in c.get(f"/v1/jobs/{job['id']}/events").json()["events"]]
-    assert sorted(points) == list(range(1, 31))
+        events = c.get(f"/v1/jobs/{job['id']}/events").json()["events"]
+    kinds = [e["kind"] for e in events]
+    assert states_of(events) == ["QUEUED", "STARTING", "RUNNING", "RECOVERING", "RUNNING", "SUCCEEDED"]
+    restart = next(e for e in events if e["kind"] == "restart")
+    # resumes from the last checkpoint that was complete when rank 1 died (the async save at 10, or none)
+    assert restart["data"]["resume_step"] in (0, 10) and "rank 1" in restart["message"]
+    assert sorted(points) == list(range(1, 31))  # replayed steps replaced, not duplicated
     assert "tracking_dropped" not in kinds
 
     run_id = job["tracking"]["mlflow"]["run_id"]

@@ -60,6 +60,14 @@ def test_admits_by_priority_and_never_over_commits(ray_cluster, sessions, tmp_pa
         assert {i: j.state for i, j in jobs.items()} == {
             urgent.id: JobState.STARTING, first.id: JobState.STARTING, second.id: JobState.QUEUED}
         assert all(find_supervisor(jobs[j].supervisor_name) is not None for j in (urgent.id, first.id))
+        # Preemption is off by default: a job of a higher priority waits, and no running job is asked to stop.
+        with sessions.begin() as s:
+            later = repo.create_job(s, t.id, spec_of(**big), 9, "d", None, 100)
+        assert scheduler.tick() == []
+        with sessions() as s:
+            assert repo.get_job(s, later.id).state == JobState.QUEUED
+            asked = [e for j in (urgent.id, first.id) for e in repo.list_events(s, j, 0, 100)]
+        assert not [e for e in asked if e.kind == "preempt_requested"]
     finally:
         for handle in scheduler.handles.values():
             ray.kill(handle, no_restart=True)

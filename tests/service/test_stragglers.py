@@ -64,6 +64,7 @@ def test_clean_run_raises_no_straggler_events(ray_cluster, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive  # make test: the same rebalance over REST (test_end_to_end)
 def test_slow_rank_is_rebalanced_live_and_the_ranks_even_out(ray_cluster, tmp_path):
     runs = {}
     for policy in ("report", "rebalance"):  # the same slow rank, the same data: a reference, then the rebalance

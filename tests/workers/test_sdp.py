@@ -66,8 +66,10 @@ def runs(ray_cluster, tmp_path_factory):
     assert alive_actors() == []
 
 
+# make test: full coverage once (sharded); half coverage for each mask kind
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("name", ["b1", "n1", "fsdp_b1"])
+@pytest.mark.parametrize("name", [pytest.param("b1", marks=pytest.mark.exhaustive),
+                                  pytest.param("n1", marks=pytest.mark.exhaustive), "fsdp_b1"])
 def test_full_coverage_is_ddp(runs, name):
     """C = 1: every worker holds everything, one holder set = all workers: the DDP loss series."""
     ddp, ddp_steps = runs.get("ddp", steps=10)

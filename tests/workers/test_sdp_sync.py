@@ -93,7 +93,10 @@ def _worker(rank: int, init: str, mode: str, masking: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize(("mode", "masking"), [("block", "forward"), ("neuron", "forward"), ("neuron", "backward"),
+# make test: each mode once and each masking once; the other two pairs in make test-all
+@pytest.mark.parametrize(("mode", "masking"), [pytest.param("block", "forward", marks=pytest.mark.exhaustive),
+                                               ("neuron", "forward"),
+                                               pytest.param("neuron", "backward", marks=pytest.mark.exhaustive),
                                                ("block", "backward")])
 def test_averaging_touches_exactly_the_holders(tmp_path, mode, masking):
     mp.spawn(_worker, args=(f"file://{tmp_path}/rendezvous", mode, masking), nprocs=WORLD, join=True)
