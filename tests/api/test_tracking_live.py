@@ -75,6 +75,7 @@ def test_crash_restart_logs_one_mlflow_run_equal_to_rest_and_tensorboard_files(s
     restart = next(e for e in events if e["kind"] == "restart")
     # resumes from the last checkpoint that was complete when rank 1 died (the async save at 10, or none)
     assert restart["data"]["resume_step"] in (0, 10) and "rank 1" in restart["message"]
+    assert restart["data"]["cause"] == "worker_lost"  # its node lives on: the job's own restart budget
     assert sorted(points) == list(range(1, 31))  # replayed steps replaced, not duplicated
     assert "tracking_dropped" not in kinds
 

@@ -63,6 +63,7 @@ def test_schedule_matches_single_process_reference(reference, tmp_path, schedule
     assert summary["params_sha256"] and summary["comm_bytes_per_step"] > 0
 
 
+@pytest.mark.exhaustive  # make test: pp 2 x tp 2 x dp 2 on Llama (test_pipeline_models)
 def test_pp2_x_dp2_matches_reference(reference, tmp_path):
     spec = spec_of(**BASE, **{"resources.workers": 4, "parallel.pp": 2, "parallel.dp": 2})
     summary, steps = run(spec, tmp_path, "pp2dp2")
@@ -71,6 +72,7 @@ def test_pp2_x_dp2_matches_reference(reference, tmp_path):
     assert len(steps[-1]["stages"]) == 2  # two replicas per stage, averaged
 
 
+@pytest.mark.exhaustive  # make test: pp 2 x tp 2 x dp 2 on Llama (test_pipeline_models)
 def test_pp2_x_tp2_matches_reference(reference, tmp_path):
     spec = spec_of(**BASE, **{"resources.workers": 4, "parallel.pp": 2, "parallel.tp": 2,
                               "parallel.pipeline": {"schedule": "zbv_zero_bubble"}})

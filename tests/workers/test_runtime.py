@@ -59,6 +59,7 @@ def assert_nothing_left():
     assert live_placement_groups() == []
 
 
+@pytest.mark.exhaustive  # make test: ddp4 against the reference in test_strategies, Llama dp2 in test_user_model_strategies
 def test_data_parallel_matches_single_process(ray_cluster, tmp_path):
     losses = {}
     for dp in (1, 2, 4):
@@ -75,6 +76,7 @@ def test_data_parallel_matches_single_process(ray_cluster, tmp_path):
     assert_nothing_left()
 
 
+@pytest.mark.exhaustive  # make test: the same restart through `trainyard run --json` (test_cli_run), its states over REST
 def test_crash_restarts_and_ends_bit_identical(ray_cluster, tmp_path):
     base = {"resources.workers": 2, "checkpoint.every_steps": 5, "train.steps": 16}
     clean = run_job(spec_of(**base), tmp_path, "clean")
