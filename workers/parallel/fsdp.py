@@ -125,7 +125,7 @@ class FSDPStrategy:
         root_mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32, output_dtype=torch.float32)
         # in place: fully_shard returns the module it was given, its class swapped for an FSDP subclass
         # The root keeps its gathered parameters from forward into backward, which needs them first (FSDP2's
-        # own default for a root); an explicit True gathered them again at once (about 7% of an FSDP step).
+        # own default for a root); an explicit True gathered them again at once.
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=None if p.reshard_after_forward else False,
                     mp_policy=root_mp if half else mp)
         return model
