@@ -96,8 +96,10 @@ def test_make_demo_from_a_clean_copy_succeeds_and_leaves_nothing_running(tmp_pat
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
     env.update({name: value, "COLUMNS": "80", "VENV": str(Path(sys.executable).parents[1])})
     # `-o install`: the venv under test is already installed; the demo itself runs from the copy.
-    out = subprocess.run(["make", "-o", "install", "demo"], cwd=copy, env=env, capture_output=True, text=True,
-                         timeout=900)
+    # --no-print-directory: under `make test-all` this is a sub-make, which prints its directory in lines of
+    # its own (not the demo's output, whose width is checked below)
+    out = subprocess.run(["make", "--no-print-directory", "-o", "install", "demo"], cwd=copy, env=env,
+                         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout[-4000:], out.stderr[-4000:])
     left = _processes_with(marker)
     assert not left, left
