@@ -39,13 +39,21 @@ def mlflow_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def gcs_server(tmp_path_factory):
     """One real GCS JSON API (gcp-storage-emulator over HTTP) for the whole session. A test that uses it
-    sets `gcs_server.env` (STORAGE_EMULATOR_HOST) itself, for its own duration: left in the session's
+    asks for `gcs_store`, which sets STORAGE_EMULATOR_HOST for its own duration: left in the session's
     environment it broke the share-nothing bed's Ray client server, started later from this process."""
     from tests.gcs_server import GcsServer
 
     server = GcsServer(tmp_path_factory.mktemp("gcs")).start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def gcs_store(gcs_server, monkeypatch):
+    """The session's GCS server, reachable from this process (and the ranks it starts) for one test."""
+    for key, value in gcs_server.env.items():
+        monkeypatch.setenv(key, value)
+    return gcs_server
 
 
 @pytest.fixture(scope="session")

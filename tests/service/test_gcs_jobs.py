@@ -17,10 +17,8 @@ from workers.storage import Storage, local_dir
 pytestmark = pytest.mark.slow
 
 
-def test_a_job_keeps_its_checkpoints_and_model_on_gcs(ray_cluster, gcs_server, monkeypatch):
-    for key, value in gcs_server.env.items():  # this test's own: see the gcs_server fixture
-        monkeypatch.setenv(key, value)
-    job = Storage.at(gcs_server.create_bucket(f"gcs-{uuid.uuid4().hex[:8]}") + "/jobs/gcs")
+def test_a_job_keeps_its_checkpoints_and_model_on_gcs(ray_cluster, gcs_store):
+    job = Storage.at(gcs_store.create_bucket(f"gcs-{uuid.uuid4().hex[:8]}") + "/jobs/gcs")
     spec = spec_of(**{"resources.workers": 2, "train.steps": 8, "checkpoint.every_steps": 4, "checkpoint.keep": 2})
     summary = JobRun(spec, job, job.name, listener=Events()).run()
     assert summary["state"] == "SUCCEEDED", summary["error"]

@@ -31,11 +31,7 @@ from workers.storage import Storage
 def job(request, tmp_path):
     if request.param == "local":
         return Storage.at(tmp_path / "jobs" / "j")
-    store = request.getfixturevalue("s3_server" if request.param == "s3" else "gcs_server")
-    if request.param == "gs":
-        monkeypatch = request.getfixturevalue("monkeypatch")
-        for key, value in store.env.items():
-            monkeypatch.setenv(key, value)
+    store = request.getfixturevalue("s3_server" if request.param == "s3" else "gcs_store")
     return Storage.at(store.create_bucket(f"ckpt-{uuid.uuid4().hex[:8]}") + "/jobs/j")
 
 
