@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trainyard.control")
 WAKE_GAP_S = 0.02
+# How stale a replica's view of the cluster's size may get. Admission refuses a job that can never
+# run on it, so a view from before a node returned (or the autoscaler added one) refuses good jobs.
+CAPACITY_REFRESH_S = 1.0
 
 
 class ControlPlane:
@@ -51,6 +54,7 @@ class ControlPlane:
         self.ray_ready = shared.ray_ready if shared else threading.Event()
         self._ray_error: str | None = None
         self._capacity: tuple[dict, dict] | None = None  # (cluster total, largest node), refreshed by the loop
+        self._capacity_at = 0.0  # monotonic time of the last refresh
         self._stop = threading.Event()
         self.wake = shared.wake if shared else threading.Event()  # a submit: schedule now, not at the next tick
         self.admission = Admission(settings, self.writes, lambda: self.capacity, self.wake)
@@ -177,12 +181,11 @@ class ControlPlane:
 
     def _run_loops(self) -> None:
         from service.ray_client import connect
-        from service.scheduler import cluster_capacity
 
         while not self._stop.is_set():
             try:
                 connect(self.settings)
-                self.capacity = cluster_capacity()
+                self._refresh_capacity()
                 break
             except Exception as exc:  # Ray not reachable yet: keep trying, /readyz says why
                 self.ray_error = f"{type(exc).__name__}: {exc}"
@@ -195,7 +198,8 @@ class ControlPlane:
         gc.freeze()
         self.ray_ready.set()
         if not self.settings.control_loops:
-            self._stop.wait()  # keep Ray until the process stops (see _release_ray)
+            while not self._stop.wait(CAPACITY_REFRESH_S):  # keep Ray until the process stops (_release_ray)
+                self._refresh_capacity_quietly()
             return
         lease = self.lease
         assert lease is not None, "start() takes the lease before this thread when control_loops is on"
@@ -205,6 +209,8 @@ class ControlPlane:
             started = time.monotonic()
             full = started >= next_full  # else a submit woke us: only the scheduler has work
             self.wake.clear()
+            if started - self._capacity_at >= CAPACITY_REFRESH_S:  # leader or not: every replica admits
+                self._refresh_capacity_quietly()
             try:
                 # Only the lease holder schedules and reconciles; the others serve the API and try
                 # for the lease once per interval (not per submit), to take over from a dead leader.
@@ -228,6 +234,19 @@ class ControlPlane:
             # A burst of submits wakes the scheduler once per gap, not once per submit.
             self._stop.wait(WAKE_GAP_S)
             self.wake.wait(max(0.0, next_full - time.monotonic()))
+
+    def _refresh_capacity(self) -> None:
+        from service.scheduler import cluster_capacity
+
+        self.capacity = cluster_capacity()
+        self._capacity_at = time.monotonic()
+
+    def _refresh_capacity_quietly(self) -> None:
+        """A failed refresh keeps the last view (Ray's GCS restarting is not a reason to refuse jobs)."""
+        try:
+            self._refresh_capacity()
+        except Exception as exc:
+            log.warning("refreshing the cluster's capacity failed: %s: %s", type(exc).__name__, exc)
 
     def _step_down(self, loops: _Loops | None) -> None:
         """Lost the lease: forget the supervisors' handles (the new leader re-attaches by name)."""
@@ -301,12 +320,8 @@ class _Loops:
             return
         self.pool.refill()
         self.count += 1
-        if self.count % 20 == 0:
-            from service.scheduler import cluster_capacity
-
-            self.plane.capacity = cluster_capacity()
-            if self.lease.held():
-                self.plane.sweep_orphans()
+        if self.count % 20 == 0 and self.lease.held():
+            self.plane.sweep_orphans()
 
     def close(self) -> None:
         self.reconciler.handles.clear()
