@@ -39,6 +39,7 @@ from workers.parallel.common import (
     global_grad_norm_clip,
     model_description,
 )
+from workers.parallel.fsdp_root import gathered_per_micro_batch, root_reshard_after_forward
 from workers.parallel.metering import metered, metered_calls
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.tensor_parallel import apply_tensor_parallel
@@ -95,8 +96,7 @@ class FSDPStrategy:
         shard, per_rank = p.dp_shard or dp, params_per_rank(spec, facts)
         grad_bytes = 4 * per_rank
         root = min(facts.outer_params, per_rank)
-        # per micro-batch: every unit gathered for forward, the blocks again for backward (the root stays gathered)
-        gathered = accum * (2 * per_rank - root if p.reshard_after_forward else per_rank)
+        gathered = accum * gathered_per_micro_batch(per_rank, root, p.reshard_after_forward)
         param_bytes = 2 if p.mixed_precision != "fp32" else 4  # params gathered in 16 bits
         syncs = accum if p.fsdp_accumulate == "sharded" else 1  # gradient reduce-scatters (+ replica all-reduces)
         comm = (gathered * param_bytes + syncs * grad_bytes) * one_pass(shard) \
@@ -124,9 +124,7 @@ class FSDPStrategy:
         # fp32 logits: the loss (and fp16's scaled loss, far above 65504) is computed in fp32
         root_mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32, output_dtype=torch.float32)
         # in place: fully_shard returns the module it was given, its class swapped for an FSDP subclass
-        # The root keeps its gathered parameters from forward into backward, which needs them first (FSDP2's
-        # own default for a root); an explicit True gathered them again at once.
-        fully_shard(model, mesh=dp_mesh, reshard_after_forward=None if p.reshard_after_forward else False,
+        fully_shard(model, mesh=dp_mesh, reshard_after_forward=root_reshard_after_forward(p.reshard_after_forward),
                     mp_policy=root_mp if half else mp)
         return model
 

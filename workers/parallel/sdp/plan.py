@@ -5,7 +5,8 @@ Worker 0's subnetwork is cut on the meta device (shapes only) and its pieces giv
                divided by dp_shard under FSDP;
   comm/step    every step: one ring all-reduce per holder set over its bucket, 2(|H|-1)/|H| x bytes;
                backward masking adds one broadcast of every holder set's pieces that not all workers hold;
-               {period: H}: both divided by H; FSDP adds its gathers and reduce-scatter within dp_shard.
+               {period: H}: both divided by H; FSDP adds its gathers and reduce-scatter within dp_shard
+               (workers/parallel/fsdp_root.py: the root unit is gathered once per micro-batch).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from workers.models import build_model
 from workers.models.description import blocks_at
+from workers.parallel.fsdp_root import gathered_per_micro_batch
 from workers.parallel.sdp.assignment import assignment_of, blocks_of
 from workers.parallel.sdp.subnetwork import build_subnetwork
 from workers.spec import JobSpec, SDPPeriodSpec
@@ -55,7 +57,8 @@ def sdp_bytes(spec: JobSpec) -> tuple[int, int]:
         comm += sum(4 * n for h, n in sets.items() if len(h) < a.workers)
     if isinstance(sdp.sync, SDPPeriodSpec):  # else every_step
         comm /= sdp.sync.period
-    if shards > 1:
-        gathers = spec.grad_accum_steps * (2 if p.reshard_after_forward else 1)
-        comm += (gathers + 1) * 4 * kept * (shards - 1) / shards
+    if shards > 1:  # fp32 gathers per micro-batch (the root's once), one reduce-scatter
+        root = kept - sum(t.numel() for block in blocks_at(sub, path) for t in block.parameters())
+        gathered = spec.grad_accum_steps * gathered_per_micro_batch(kept, root, p.reshard_after_forward)
+        comm += (gathered + kept) * 4 * (shards - 1) / shards
     return int((4 * kept + 12 * trainable) / shards), int(comm)

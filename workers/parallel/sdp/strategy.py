@@ -41,6 +41,7 @@ from workers.parallel.base import (
 )
 from workers.parallel.common import apply_activation_checkpointing, precision
 from workers.parallel.fsdp import fsdp_forward_backward
+from workers.parallel.fsdp_root import root_reshard_after_forward
 from workers.parallel.replicas import ReplicaGroup
 from workers.parallel.sdp.assignment import assignment_of, blocks_of
 from workers.parallel.sdp.masks import feasibility_error
@@ -206,7 +207,7 @@ class SDPStrategy:
             for block in blocks_at(subnet, self.blocks_path):
                 fully_shard(block, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
             # in place: fully_shard returns the module it was given, its class swapped for an FSDP subclass
-            fully_shard(sdp_model, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
+            fully_shard(sdp_model, mesh=mesh, reshard_after_forward=root_reshard_after_forward(p.reshard_after_forward))
         params = dict(sdp_model.subnet.named_parameters())
         self.sync = HolderSync(self.assignment, self.worker, shard, self.shards, pieces, params, ctx.comm)
         self.in_sync = True  # whether each piece's holders hold it identically (always, with every_step)
