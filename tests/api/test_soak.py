@@ -16,10 +16,8 @@ import pytest
 from bench.soak.chaos import CLUSTER_FAULTS
 
 # 3 minutes of soak, plus start-up, drain and twins: 4-5 minutes on a quiet host, 10 or more beside other load.
-# In `make test-all` (exhaustive): of its last three runs two met every target and one missed a program job's
-# hang recovery (its steps after the restart were not stored; the likely cause is fixed, see docs/ha.md), and
-# make test has no 4-5 minutes to spare under its 50-minute budget.
-pytestmark = [pytest.mark.slow, pytest.mark.exhaustive, pytest.mark.timeout(1800)]
+# In make test (issue 23: the soak's targets are checked on every CI run, not only in make test-all).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 ROOT = Path(__file__).resolve().parents[2]
 
 
