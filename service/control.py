@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from service import quotas
 from service.admission.submit import Admission
+from service.cluster_view import ClusterView
 from service.db import repository as repo
 from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
 from service.db.group_commit import GroupCommit
@@ -55,6 +56,7 @@ class ControlPlane:
         self._ray_error: str | None = None
         self._capacity: tuple[dict, dict] | None = None  # (cluster total, largest node), refreshed by the loop
         self._capacity_at = 0.0  # monotonic time of the last refresh
+        self.cluster_view = ClusterView(settings.node_return_grace_s)
         self._stop = threading.Event()
         self.wake = shared.wake if shared else threading.Event()  # a submit: schedule now, not at the next tick
         self.admission = Admission(settings, self.writes, lambda: self.capacity, self.wake)
@@ -236,9 +238,9 @@ class ControlPlane:
             self.wake.wait(max(0.0, next_full - time.monotonic()))
 
     def _refresh_capacity(self) -> None:
-        from service.scheduler import cluster_capacity
+        import ray
 
-        self.capacity = cluster_capacity()
+        self.capacity = self.cluster_view.observe(ray.nodes())
         self._capacity_at = time.monotonic()
 
     def _refresh_capacity_quietly(self) -> None:
@@ -305,7 +307,8 @@ class _Loops:
         fenced = FencedSessions(plane.sessions, lease)
         launcher = Launcher(settings, self.pool)
         self.reconciler = Reconciler(fenced, settings, launcher, metrics=plane.live)
-        self.scheduler = Scheduler(fenced, settings, launcher, self.reconciler.handles, metrics=plane.live)
+        self.scheduler = Scheduler(fenced, settings, launcher, self.reconciler.handles, metrics=plane.live,
+                                   capacity=lambda: plane.capacity)
         self.count = 0
         plane.sweep_orphans()
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import ray
 from sqlalchemy import select
 
 from service import preemption
+from service.cluster_view import Capacity, ClusterView
 from service.db import repository as repo
 from service.db.engine import SessionSource
 from service.db.models import Job, utcnow
@@ -68,21 +70,14 @@ def never_fits(demand: Demand, total: dict[str, float], largest_node: dict[str, 
     return None
 
 
-def cluster_capacity() -> tuple[dict[str, float], dict[str, float]]:
-    """(total resources, the largest node's resources) as Ray reports them."""
-    total = ray.cluster_resources()
-    largest: dict[str, float] = {}
-    for node in ray.nodes():
-        if node.get("Alive"):
-            for key in ("CPU", "GPU"):
-                largest[key] = max(largest.get(key, 0.0), node["Resources"].get(key, 0.0))
-    return total, largest
-
-
 class Scheduler:
     def __init__(self, sessions: SessionSource, settings: Settings, launcher: Launcher | None = None,
-                 handles: dict | None = None, metrics: LiveMetrics | None = None):
+                 handles: dict | None = None, metrics: LiveMetrics | None = None,
+                 capacity: Callable[[], Capacity | None] | None = None):
+        """`capacity`: the cluster's size as the control plane sees it (service/cluster_view.py); None
+        reads the nodes alive now from Ray."""
         self.sessions, self.settings = sessions, settings
+        self.capacity = capacity or (lambda: ClusterView(grace_s=0).observe(ray.nodes()))
         self.metrics = metrics or LiveMetrics()
         self.launcher = launcher or Launcher(settings)
         self.handles = handles if handles is not None else {}  # shared with the reconciler
@@ -100,14 +95,14 @@ class Scheduler:
         free = ray.available_resources()
         free = {k: free.get(k, 0.0) - reserved.get(k, 0.0) for k in ("CPU", "GPU")}
         admitted = []
-        capacity = None
+        capacity: Capacity | None = None
         for job in queue:
             if job.cpus > free["CPU"] + EPS or job.gpus > free["GPU"] + EPS:
                 # Accepted before the cluster's size was known, or the cluster shrank: fail it
                 # rather than let it hold up the queue forever.
-                capacity = capacity or cluster_capacity()
+                capacity = capacity or self.capacity()
                 demand = Demand(job.cpus, job.gpus, job.cpus / job.world_size, job.gpus / job.world_size)
-                if (why := never_fits(demand, *capacity)) and self._fail(job.id, why):
+                if capacity and (why := never_fits(demand, *capacity)) and self._fail(job.id, why):
                     continue
                 self.metrics.decision("deferred")
                 if self.settings.preemption:

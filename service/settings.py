@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     scheduler_enabled: bool = True  # false = accept jobs but keep them QUEUED (maintenance, benchmarks)
     control_loops: bool = True  # false = an API-only replica: no scheduler or reconciler here
     loop_interval_s: float = 0.5  # scheduler and reconciler tick
+    # a node lost this recently may come back: a job that needs it queues instead of "can never run"
+    node_return_grace_s: float = Field(300.0, ge=0)
     lease_ttl_s: float = 10.0  # the leader replica's lease; another replica takes over this long after it dies
     metrics_max_points: int = 2000  # per-step metrics kept per job; longer jobs are downsampled
     access_log: bool = False

@@ -124,7 +124,9 @@ def test_an_elastic_job_shrinks_and_reshards_from_the_store_when_a_node_is_lost(
     spec = tiny_spec(name="bed-elastic", **{**DDP, "resources.workers": 4, "resources.min_workers": 2,
                                             "resources.cpus_per_worker": 2, "parallel": {"dp": 4},
                                             "train.steps": 40})
-    job_id = client.post("/v1/jobs", json=spec).raise_for_status().json()["id"]
+    submitted = client.post("/v1/jobs", json=spec)
+    assert submitted.status_code == 201, submitted.text
+    job_id = submitted.json()["id"]
     running = wait_step(client, job_id, 12, timeout=600)
     assert running["state"] == "RUNNING" and running["world_size"] == 4, running
     doomed = node_holding_a_rank(bed)
