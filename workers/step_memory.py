@@ -58,9 +58,11 @@ class StepMemory:
     """Measures the steps its schedule picks; `measuring(step)` wraps the step's work."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
-                 every: int = MEASURE_EVERY, first: int = MEASURED_FIRST_STEPS) -> None:
+                 every: int | None = None, first: int | None = None) -> None:
         self.model, self.optimizer, self.device = model, optimizer, device
-        self.every, self.first = every, first
+        # read when built, not when defined: a test shortens the period to cover it in a few steps
+        self.every = MEASURE_EVERY if every is None else every
+        self.first = MEASURED_FIRST_STEPS if first is None else first
         self.steps_seen = 0
         self.last: MemoryPeak | None = None  # the last measured step's
         self._tracker: StorageTracker | None = None
