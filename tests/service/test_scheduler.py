@@ -38,6 +38,34 @@ def test_a_queued_job_that_can_never_fit_fails_instead_of_blocking_the_queue(ray
         assert [e.state for e in repo.list_events(s, huge.id, 0, 10)] == ["QUEUED", "FAILED"]
 
 
+def test_a_job_that_needs_a_lost_node_waits_for_the_grace_then_fails(ray_cluster, sessions, tmp_path):
+    """The scheduler judges "never" by the control plane's view (service/cluster_view.py): a 64-CPU node
+    lost moments ago may come back, so the job that needs it stays QUEUED until the grace is over."""
+    from service.cluster_view import ClusterView
+
+    class Clock:
+        now = 0.0
+
+    view = ClusterView(grace_s=60, clock=lambda: Clock.now)
+    big = {"NodeID": "big", "NodeManagerAddress": "10.0.0.9", "Alive": True, "Resources": {"CPU": 64.0}}
+    view.observe([big])
+    lost = [{**big, "Alive": False, "Resources": {}}]
+    with sessions.begin() as s:
+        t = repo.ensure_tenant(s, "t")
+        job = repo.create_job(s, t.id, spec_of(**{"resources.workers": 4, "resources.cpus_per_worker": 16.0}),
+                              0, "a", None, 100)
+    scheduler = Scheduler(sessions, Settings(home=tmp_path), capacity=lambda: view.observe(lost))
+    Clock.now = 59
+    assert scheduler.tick() == []
+    with sessions() as s:
+        assert repo.get_job(s, job.id).state == JobState.QUEUED
+    Clock.now = 61
+    assert scheduler.tick() == []
+    with sessions() as s:
+        failed = repo.get_job(s, job.id)
+        assert failed.state == JobState.FAILED and "needs 64 CPU" in failed.error, failed.error
+
+
 @pytest.mark.slow
 def test_admits_by_priority_and_never_over_commits(ray_cluster, sessions, tmp_path):
     free = ray.available_resources().get("CPU", 0.0)
