@@ -15,7 +15,7 @@ from service.supervisor.program_steps import ProgramStepJoiner
 from trainyard.checkpoints import complete_checkpoints_in, latest_checkpoint_in
 from workers.program.environment import RankPlace, rank_environment
 from workers.program.errors import ProgramUnfixable, exit_failure
-from workers.spec import SPEC_ERRORS, JobSpec
+from workers.spec import SPEC_ERRORS, JobSpec, format_validation_error
 from workers.spec_loading import parse_spec
 from workers.storage import Storage
 
@@ -46,6 +46,16 @@ def test_program_rules_name_the_field(overrides, field, monkeypatch):
     with pytest.raises(SPEC_ERRORS) as info:
         parse_spec(program_spec(**overrides))
     assert field in str(info.value)
+
+
+def test_only_a_train_function_takes_several_gpus_per_rank():
+    with pytest.raises(SPEC_ERRORS) as info:
+        parse_spec(program_spec(resources={"workers": 2, "gpus_per_worker": 2}))
+    errors = {e["field"]: e["message"] for e in format_validation_error(info.value)}
+    assert "program.command (torchrun-style)" in errors["resources.gpus_per_worker"], errors
+    spec = parse_spec(program_spec(resources={"workers": 2, "gpus_per_worker": 2}, program={"function": "m:f"}))
+    assert spec.resources.gpus_per_worker == 2
+    assert parse_spec(program_spec(resources={"workers": 2, "gpus_per_worker": 0.5})).resources.gpus_per_worker == 0.5
 
 
 def test_session_api_outside_trainyard_is_harmless(tmp_path):

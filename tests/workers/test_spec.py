@@ -116,6 +116,9 @@ INVALID = [
      "model.in_features/out_features", ["model 8->1", "data 16->1"]),
     ({"model": {"name": "mlp"}, "data": {"name": "synthetic"}}, "train.loss", ["'mse'"]),
     ({"model.vocab_size": 100}, "model.vocab_size", [">= 256"]),
+    ({"resources.gpus_per_worker": 2}, "resources.gpus_per_worker",
+     ["at most 1 for Trainyard's own loop", "one rank per GPU", "machines x 2", "gpus_per_worker=2"]),
+    ({"resources.gpus_per_worker": 1.5}, "resources.gpus_per_worker", ["whole number", "gpus_per_worker=1.5"]),
 ]
 
 

@@ -121,7 +121,7 @@ class FunctionRunner(ProgramRunner):
 
         assert self.program.function is not None
         env = rank_environment(self.spec, self.job, self.place, self.master, self.attempt, None)
-        env.pop("CUDA_VISIBLE_DEVICES", None)  # this process keeps the one GPU Ray gave it: cuda:0
+        env.pop("CUDA_VISIBLE_DEVICES", None)  # this process keeps the GPUs Ray gave it (cuda:0 first), as in Ray Train
         os.environ.update(env)
         use_cuda = self.spec.resources.gpus_per_worker > 0 and torch.cuda.is_available()
         if use_cuda:

@@ -20,6 +20,7 @@ FAULT_INJECTION_ENV = "TRAINYARD_ALLOW_FAULT_INJECTION"
 def rule_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None) -> Iterator[Violation]:
     """Every broken cross-field rule of the spec (the strategies' own rules are in workers/parallel/)."""
     yield from _size_and_policy_errors(spec)
+    yield from _gpu_count_errors(spec)
     if spec.program is not None:
         yield from program_violations(spec)
     else:  # the model and data rules are about Trainyard's own loop
@@ -70,6 +71,23 @@ def _size_and_policy_errors(spec: JobSpec) -> Iterator[Violation]:
     if t.warmup_steps > t.steps and spec.program is None:
         yield Violation("train.warmup_steps",
             f"train.warmup_steps must not exceed train.steps (warmup_steps={t.warmup_steps}, steps={t.steps})")
+
+
+def _gpu_count_errors(spec: JobSpec) -> Iterator[Violation]:
+    """One rank per GPU, as under torchrun, except for a train function, which gets its worker's GPUs
+    as a Ray Train worker does (`cuda:0` is its own first; the others are the function's to use)."""
+    gpus = spec.resources.gpus_per_worker
+    if gpus <= 1:
+        return  # a fraction shares one GPU between ranks
+    if gpus != int(gpus):
+        yield Violation("resources.gpus_per_worker",
+            f"resources.gpus_per_worker above 1 must be a whole number of GPUs (gpus_per_worker={gpus})")
+    elif spec.program is None or spec.program.command is not None:
+        loop = "Trainyard's own loop" if spec.program is None else "a program.command (torchrun-style)"
+        yield Violation("resources.gpus_per_worker",
+            f"resources.gpus_per_worker must be at most 1 for {loop}: it runs one rank per GPU on "
+            f"cuda:LOCAL_RANK; for {int(gpus)} GPUs per machine set resources.workers to machines x {int(gpus)} "
+            f"(gpus_per_worker={gpus}); only a program.function takes several GPUs per rank")
 
 
 def _model_structure_errors(spec: JobSpec) -> Iterator[Violation]:
