@@ -67,6 +67,7 @@ def _until_every_replica_answers(pair: list[Server], status: int) -> float:
         time.sleep(0.5)
 
 
+@pytest.mark.exhaustive  # make test: the view's rules (tests/service/test_cluster_view.py) and the scheduler's grace (test_scheduler)
 def test_every_replica_admits_by_the_cluster_as_it_is_now(cluster, replicas):
     refused = [_submit(server) for server in replicas]
     assert [code for code, _ in refused] == [422, 422], refused

@@ -104,6 +104,7 @@ def test_submit_trains_to_succeeded_with_events_metrics_and_artefacts(server):
     assert_released(job)
 
 
+@pytest.mark.exhaustive  # make test: a program cancelled over REST (test_programs), a run's teardown (test_runtime)
 def test_cancel_mid_run_stops_the_job_and_releases_ray(sqlite_server):
     with sqlite_server.client() as c:
         spec = tiny_spec(**{"resources.workers": 2, "train.steps": 5000})

@@ -65,6 +65,7 @@ def _leader(url: str, pair: list[Server]) -> Server:
     return next(server for server in pair if server.proc.pid == pid)
 
 
+@pytest.mark.exhaustive  # make test: the soak SIGKILLs the leader and asserts nothing lost or duplicated (test_soak)
 def test_killing_the_leader_loses_and_duplicates_nothing(replicas):
     url, pair, storage = replicas
     leader = _leader(url, pair)

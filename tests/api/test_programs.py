@@ -147,6 +147,7 @@ def test_function_gets_its_mesh_reports_metrics_and_stops_on_cancel(server):
                                    and a["State"] != "DEAD"], 30)
 
 
+@pytest.mark.exhaustive  # make test: the soak hangs program jobs and asserts each restarts (test_soak)
 def test_hung_program_restarts_and_a_slow_rank_is_a_straggler(server):
     spec = function_spec(server, "mesh-faults", 30, 0.05,
                          fault_injection=[{"at_step": 2, "rank": 1, "kind": "slow", "factor": 6},

@@ -105,6 +105,7 @@ def test_crash_restart_logs_one_mlflow_run_equal_to_rest_and_tensorboard_files(s
         assert tensorboard_series(logdir, key) == {s: pytest.approx(p[key], rel=1e-6) for s, p in points.items()}
 
 
+@pytest.mark.exhaustive  # make test: MLflow and TensorBoard through a crash restart (the test above)
 def test_a_tracking_server_that_goes_away_mid_run_does_not_fail_a_program_job(server, mlflow_server):
     code = server.home / "storage" / "code-src" / "programs"
     shutil.copytree(ROOT / "tests" / "fixtures" / "programs", code, dirs_exist_ok=True,

@@ -141,6 +141,7 @@ def test_store_outage_during_a_save_is_ridden_out(flaky_store, s3_server, monkey
     assert [s for s, _ in complete_checkpoints(job)] == [4, 8, 12]
 
 
+@pytest.mark.exhaustive  # make test: an outage ridden out (test_store_outage_during_a_save_is_ridden_out)
 def test_store_down_past_the_limit_fails_the_job_with_that_cause(flaky_store, monkeypatch):
     forward, job = flaky_store
     monkeypatch.setenv("TRAINYARD_STORE_RETRY_S", "15")  # > one attempt of the client (~5 s)

@@ -123,6 +123,7 @@ def test_replace_needs_room_off_the_slow_node_and_waits_out_its_cooldown():
     assert slots_off(["a", "a"], {"a": 0, "b": 0}, {"a"}) == 0
 
 
+@pytest.mark.exhaustive  # make test: a straggler rebalanced live over REST (test_end_to_end)
 @pytest.mark.slow
 def test_slow_rank_is_replaced_on_another_node_and_throughput_recovers(tmp_path):
     out = tmp_path / "replace.json"

@@ -74,7 +74,7 @@ def test_gloo_all_reduce_across_nodes(share_nothing, bed_client):
     assert results == [[total * 1.0, total * 2.0]] * len(names)
 
 
-@pytest.mark.exhaustive  # make test kills a node under a job (test_store_jobs_rest)
+@pytest.mark.exhaustive  # make test removes nodes under jobs in the soak (tests/api/test_soak.py) and test_elastic
 def test_a_killed_node_is_marked_dead_and_comes_back_with_empty_disks(share_nothing, bed_client):
     path = os.path.join(share_nothing.storage_path, "before-the-crash")
     with bed_client:

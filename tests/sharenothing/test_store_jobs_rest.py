@@ -17,7 +17,9 @@ from tests.live import TERMINAL, Server, wait_for, wait_step
 from tests.s3_server import S3Server
 from tests.sharenothing.cluster import ShareNothingCluster
 
-pytestmark = pytest.mark.slow
+# ~5 min, most of it the service starting on the bed: make test-all. make test runs S3 jobs over REST on
+# one host (tests/api/test_storage_s3_jobs.py, tests/service/test_store_jobs.py) and the bed itself (test_bed).
+pytestmark = [pytest.mark.slow, pytest.mark.exhaustive]
 
 BUCKET, PREFIX = "bed-jobs", "trainyard"
 DDP = {"resources.workers": 2, "parallel": {"dp": 2}, "train.steps": 30, "checkpoint": {"every_steps": 5, "keep": 2}}
@@ -117,7 +119,6 @@ def test_a_rank_node_lost_mid_run_restarts_from_the_store_bit_identical(bed, cli
     assert job["summary"]["params_sha256"] == finished["ddp"]["summary"]["params_sha256"]
 
 
-@pytest.mark.exhaustive  # ~4 min; make test keeps the node-loss restart above, test_elastic the shrink on local storage
 def test_an_elastic_job_shrinks_and_reshards_from_the_store_when_a_node_is_lost(bed, client):
     """4 ranks of 2 CPUs fill both workers, min_workers 2: one worker node lost, the job goes on with 2
     ranks on the other, loading the store's latest complete checkpoint under the smaller layout."""

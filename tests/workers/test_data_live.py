@@ -45,6 +45,7 @@ def test_record_files_train_to_lower_loss(ray_cluster, tmp_path, fmt):
     assert summary["state"] == "SUCCEEDED" and summary["final_loss"] < summary["initial_loss"] - 0.5
 
 
+@pytest.mark.exhaustive  # make test: token shards with loader workers restart bit-identical (the test above)
 def test_a_stream_resumes_from_its_saved_position(ray_cluster, tmp_path):
     base = {"model": {"name": "mlp", "in_features": 4}, "train.loss": "mse",
             "data": {"entrypoint": "tests.fixtures.data_files:counting_stream", "args": {"n": 200},

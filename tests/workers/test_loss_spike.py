@@ -92,6 +92,7 @@ def test_repeated_spikes_roll_back_skip_their_data_and_lower_the_lr(ray_cluster,
     assert progress == {"step": 24, "data_skips": [[11, 13]], "lr_scale": 0.5}
 
 
+@pytest.mark.exhaustive  # make test: the same rollback on a Ray cluster (the tests above)
 @pytest.mark.slow
 def test_run_json_rolls_back_an_injected_nan_and_skips_its_data(tmp_path, ray_address):
     spec = tiny_spec(**{"resources.workers": 2, "train.steps": 16, "checkpoint.every_steps": 5,

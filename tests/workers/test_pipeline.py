@@ -83,6 +83,7 @@ def test_pp2_x_tp2_matches_reference(reference, tmp_path):
     assert set(exported) == set(build_model(spec).state_dict())
 
 
+@pytest.mark.exhaustive  # make test: a checkpoint across layouts (test_strategies, tp2 -> dp2, fsdp -> ddp2)
 def test_checkpoints_reshard_between_pipeline_and_data_parallel(ray_cluster, tmp_path):
     # Constant lr: the first leg's schedule must not depend on its shorter train.steps.
     base = {**BASE, "train.lr_schedule": "constant", "train.steps": 8, "train.warmup_steps": 0}

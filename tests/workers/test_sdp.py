@@ -86,7 +86,7 @@ def test_full_coverage_is_ddp(runs, name):
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("name", ["b05", "n05"])
+@pytest.mark.parametrize("name", [pytest.param("b05", marks=pytest.mark.exhaustive), "n05"])  # block mode: fsdp_b1
 def test_half_coverage_trains_like_ddp(runs, name):
     """4 workers, C = 0.5 on the text corpus: validation loss of the assembled model within 10% of DDP's at
     matched steps, and not worse than DDP's + 5% at matched FLOPs (1/C = 2x the steps)."""
@@ -104,6 +104,7 @@ def test_half_coverage_trains_like_ddp(runs, name):
     assert summary["comm_bytes_per_step"] < 0.9 * ddp["comm_bytes_per_step"]
 
 
+@pytest.mark.exhaustive  # make test: SDP's sharded mode (fsdp_b1) and activation checkpointing under FSDP (test_strategies)
 @pytest.mark.timeout(1200)
 def test_fsdp_with_activation_checkpointing_shards_the_subnetwork(runs):
     """B-SDP (2 subnetworks of 3 of 4 blocks) x FSDP over 2 ranks each, blocks recomputed in backward."""

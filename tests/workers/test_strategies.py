@@ -68,6 +68,15 @@ STRATEGY = {"ddp4": "ddp", "zero1": "zero", "zero2": "zero", "zero2_offload": "z
             "ddp2_bf16": "ddp", "fsdp2_bf16": "fsdp", "ddp2_amp16": "ddp", "fsdp2_amp16": "fsdp"}
 
 
+# Trained in make test-all only: make test has TP with sequence parallelism on Llama
+# (test_user_model_strategies) and 16-bit training under FSDP (fsdp2_bf16, fsdp2_amp16).
+EXHAUSTIVE_LAYOUTS = {"tp4_sp", "ddp2_bf16", "ddp2_amp16"}
+
+
+def layout_params(names):
+    return [pytest.param(n, marks=pytest.mark.exhaustive) if n in EXHAUSTIVE_LAYOUTS else n for n in names]
+
+
 def spec_for(name: str, **extra):
     return spec_of(**{**BASE, **LAYOUTS[name], **extra})
 
@@ -82,7 +91,7 @@ def n_params() -> int:
     return sum(p.numel() for p in build_model(spec_for("reference")).parameters())
 
 
-@pytest.mark.parametrize("name", [n for n in LAYOUTS if n != "reference"])
+@pytest.mark.parametrize("name", layout_params(n for n in LAYOUTS if n != "reference"))
 def test_loss_matches_single_process_reference(runs, name):
     _, ref = runs["reference"]
     summary, steps = runs[name]
@@ -106,16 +115,18 @@ def test_model_state_bytes_follow_zero_accounting(runs):
         assert got == pytest.approx(want, rel=0.02), (name, got, want)
 
 
-@pytest.mark.timeout(1800)  # trains the layouts it needs when run on its own
-def test_tensor_parallel_shards_the_blocks(runs):
+@pytest.mark.timeout(1800)  # trains the layout it needs when run on its own
+@pytest.mark.parametrize(("name", "tp", "zero_k"), [
+    pytest.param(*case, marks=pytest.mark.exhaustive) if case[0] in EXHAUSTIVE_LAYOUTS else case
+    for case in (("tp2", 2, 1), ("dp2xtp2", 2, 1), ("tp4_sp", 4, 1), ("fsdp2xtp2", 2, 2))])
+def test_tensor_parallel_shards_the_blocks(runs, name, tp, zero_k):
     psi = n_params()
     model = build_model(spec_for("reference"))
     block = sum(p.numel() for n, p in model.named_parameters()
                 if n.startswith("blocks.") and ".ln" not in n and not n.endswith("proj.bias"))
-    for name, tp, zero_k in (("tp2", 2, 1), ("dp2xtp2", 2, 1), ("tp4_sp", 4, 1), ("fsdp2xtp2", 2, 2)):
-        want = 16 * (psi - block + block / tp) / zero_k
-        got = runs[name][0]["model_state_bytes_per_rank"]
-        assert got == pytest.approx(want, rel=0.02), (name, got, want)
+    want = 16 * (psi - block + block / tp) / zero_k
+    got = runs[name][0]["model_state_bytes_per_rank"]
+    assert got == pytest.approx(want, rel=0.02), (name, got, want)
 
 
 @pytest.mark.timeout(1800)  # trains the layouts it needs when run on its own
@@ -169,19 +180,19 @@ def test_checkpoint_loads_under_another_layout(runs, tmp_path, source, target):
         assert s["loss"] == pytest.approx(steps[s["step"] - 1]["loss"], rel=1e-4), (source, target, s["step"])
 
 
-@pytest.mark.timeout(1800)  # trains the layouts it needs when run on its own
-def test_planner_predicts_measured_bytes_within_10_percent(runs):
+@pytest.mark.timeout(1800)  # trains the layout it needs when run on its own
+@pytest.mark.parametrize("name", layout_params(LAYOUTS))
+def test_planner_predicts_measured_bytes_within_10_percent(runs, name):
     from workers.parallel.planner import estimate
 
-    for name in LAYOUTS:
-        summary, steps = runs[name]
-        predicted = estimate(spec_for(name))
-        assert predicted.strategy == summary["layout"]["strategy"], name
-        assert predicted.model_state_bytes_per_rank == pytest.approx(summary["model_state_bytes_per_rank"], rel=0.10), name
-        measured = summary["comm_bytes_per_step"]  # the median step
-        if name == "local_sgd4":  # the planner predicts the mean: one average every `period` steps
-            measured = sum(s["comm_bytes"] for s in steps) / len(steps)
-        assert predicted.comm_bytes_per_step == pytest.approx(measured, rel=0.10, abs=1), name
+    summary, steps = runs[name]
+    predicted = estimate(spec_for(name))
+    assert predicted.strategy == summary["layout"]["strategy"], name
+    assert predicted.model_state_bytes_per_rank == pytest.approx(summary["model_state_bytes_per_rank"], rel=0.10), name
+    measured = summary["comm_bytes_per_step"]  # the median step
+    if name == "local_sgd4":  # the planner predicts the mean: one average every `period` steps
+        measured = sum(s["comm_bytes"] for s in steps) / len(steps)
+    assert predicted.comm_bytes_per_step == pytest.approx(measured, rel=0.10, abs=1), name
 
 
 def test_fp16_overflow_skips_the_step_halves_the_scale_and_is_not_a_fault(ray_cluster, tmp_path):
