@@ -53,6 +53,8 @@ CASES = [
     ("worker bigger than any node", dict(json=tiny_spec(**{"resources.cpus_per_worker": 64})), 422,
      ["resources", "needs 64 CPU"]),
     ("gpus on a cpu cluster", dict(json=tiny_spec(**{"resources.gpus_per_worker": 1})), 422, ["GPU", "whole cluster has 0"]),
+    ("two gpus per rank of the built-in loop", dict(json=tiny_spec(**{"resources.gpus_per_worker": 2})), 422,
+     ["resources.gpus_per_worker", "one rank per GPU", "machines x 2"]),
     ("priority out of range", dict(json=tiny_spec(), params={"priority": 10**6}), 422, ["priority"]),
     ("priority not a number", dict(json=tiny_spec(), params={"priority": "high"}), 422, ["priority"]),
     ("idempotency key too long", dict(json=tiny_spec(), headers={"Idempotency-Key": "k" * 500}), 422, ["idempotency-key"]),

@@ -83,7 +83,7 @@ def test_run_refuses_fault_injection_unless_allowed(tmp_path):
     assert out.returncode == 2 and "fault_injection is refused" in out.stderr
 
 
-@pytest.mark.exhaustive  # make test: warm workers serve a job (tests/workers/test_pool.py), a restart (test_run_json_crash_...)
+@pytest.mark.exhaustive  # make test: warm workers serve a job (tests/workers/test_pool.py), a restart (test_run_json_crash_recovers_to_the_fault_free_hash)
 @pytest.mark.slow
 def test_run_warm_workers_serve_the_restart(tmp_path, ray_address):
     spec = tiny_spec(**{"resources.workers": 2, "checkpoint.every_steps": 10, "train.steps": 80})

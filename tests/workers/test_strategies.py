@@ -73,8 +73,13 @@ STRATEGY = {"ddp4": "ddp", "zero1": "zero", "zero2": "zero", "zero2_offload": "z
 EXHAUSTIVE_LAYOUTS = {"tp4_sp", "ddp2_bf16", "ddp2_amp16"}
 
 
-def layout_params(names):
-    return [pytest.param(n, marks=pytest.mark.exhaustive) if n in EXHAUSTIVE_LAYOUTS else n for n in names]
+def layout_params(cases):
+    """pytest params of `cases` (layout names, or tuples that start with one), `exhaustive` where the layout is."""
+    params = []
+    for case in cases:
+        values = case if isinstance(case, tuple) else (case,)
+        params.append(pytest.param(*values, marks=pytest.mark.exhaustive if values[0] in EXHAUSTIVE_LAYOUTS else ()))
+    return params
 
 
 def spec_for(name: str, **extra):
@@ -116,9 +121,8 @@ def test_model_state_bytes_follow_zero_accounting(runs):
 
 
 @pytest.mark.timeout(1800)  # trains the layout it needs when run on its own
-@pytest.mark.parametrize(("name", "tp", "zero_k"), [
-    pytest.param(*case, marks=pytest.mark.exhaustive) if case[0] in EXHAUSTIVE_LAYOUTS else case
-    for case in (("tp2", 2, 1), ("dp2xtp2", 2, 1), ("tp4_sp", 4, 1), ("fsdp2xtp2", 2, 2))])
+@pytest.mark.parametrize(("name", "tp", "zero_k"),
+                         layout_params([("tp2", 2, 1), ("dp2xtp2", 2, 1), ("tp4_sp", 4, 1), ("fsdp2xtp2", 2, 2)]))
 def test_tensor_parallel_shards_the_blocks(runs, name, tp, zero_k):
     psi = n_params()
     model = build_model(spec_for("reference"))
