@@ -24,8 +24,12 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 
-def build(spec, layout: str):
-    """(model, optimizer) as a plain script builds them: transformers, then DDP or FSDP2."""
+def build(spec, layout: str, mesh: str = "world"):
+    """(model, optimizer) as a plain script builds them: transformers, then DDP or FSDP2.
+
+    mesh "world" shards over the default group (what a plain script does); "3d" shards over the "dp"
+    sub-mesh of a (pp, dp, tp) = (1, world, 1) mesh, the group Trainyard's FSDP uses.
+    """
     import torch
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel
@@ -39,9 +43,15 @@ def build(spec, layout: str):
     if layout == "ddp":
         model = DistributedDataParallel(model, broadcast_buffers=False)
     else:
+        dp_mesh = None
+        if mesh == "3d":
+            import torch.distributed as dist
+            from torch.distributed.device_mesh import init_device_mesh
+
+            dp_mesh = init_device_mesh("cpu", (1, dist.get_world_size(), 1), mesh_dim_names=("pp", "dp", "tp"))["dp"]
         for block in model.model.layers:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mesh=dp_mesh)
+        fully_shard(model, mesh=dp_mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.train.lr, weight_decay=spec.train.weight_decay,
                                   foreach=False)
     return model, optimizer
@@ -57,7 +67,8 @@ def clip(model, max_norm: float) -> None:
         norm = norm.full_tensor()
 
 
-def run_loop(spec_json: dict, layout: str, rank: int, out_dir: str, phases: dict[str, float]) -> dict:
+def run_loop(spec_json: dict, layout: str, rank: int, out_dir: str, phases: dict[str, float],
+             mesh: str = "world") -> dict:
     import contextlib
     import math
 
@@ -76,7 +87,7 @@ def run_loop(spec_json: dict, layout: str, rank: int, out_dir: str, phases: dict
     train, dp = spec.train, dist.get_world_size()
     train_set, _ = build_datasets(spec)
     batches = GlobalBatches(train_set, train.global_batch_size, train.seed)
-    model, optimizer = build(spec, layout)
+    model, optimizer = build(spec, layout, mesh)
     phases["model_built"] = time.time()
     max_norm = train.grad_clip if train.grad_clip is not None else math.inf
 
@@ -122,6 +133,8 @@ def main() -> None:
     parser.add_argument("--spec-json", required=True, help="a JobSpec with model.hf, as a JSON file")
     parser.add_argument("--out", required=True, help="directory for rank-<r>.json")
     parser.add_argument("--layout", choices=("ddp", "fsdp"), default="ddp")
+    parser.add_argument("--mesh", choices=("world", "3d"), default="world",
+                        help="FSDP's group: the default one, or the dp sub-mesh of a (pp, dp, tp) mesh as Trainyard")
     args = parser.parse_args()
     with open(args.spec_json) as f:
         spec_json = json.load(f)
@@ -129,7 +142,7 @@ def main() -> None:
     dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
                             timeout=timedelta(seconds=120))
     try:
-        run_loop(spec_json, args.layout, rank, args.out, {"process_start": T_PROCESS})
+        run_loop(spec_json, args.layout, rank, args.out, {"process_start": T_PROCESS}, args.mesh)
     finally:
         dist.destroy_process_group()
 
