@@ -103,6 +103,7 @@ def test_torchrun_script_matches_torchrun_and_resumes_after_a_crash(server, torc
         assert kept == ["step-10.pt", "step-12.pt"]
         env = c.get(f"/v1/jobs/{clean['id']}/logs", params={"rank": 0}).text
         assert "started ['python', 'train.py'" in env
+        assert "pre-started Python" in env  # torch already imported when the job came (prestarted.py)
 
         crashed_job = wait_for(c, crashed["id"], {"SUCCEEDED", "FAILED"}, timeout=240)
         assert crashed_job["state"] == "SUCCEEDED", crashed_job

@@ -5,7 +5,6 @@ as Trainyard's own Trainer (workers/training/trainer.py), so the actor and the g
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 import signal
@@ -22,6 +21,7 @@ from workers.events import RankEvent
 from workers.program.checkpoint_watch import CheckpointWatch
 from workers.program.environment import RankPlace, checkpoint_dir, rank_environment
 from workers.program.errors import ProgramFailed, ProgramUnfixable, exit_failure
+from workers.program.prestarted import Launch, PrestartedPython, die_with_parent
 from workers.program.reports import ReportSink
 from workers.program.session_server import SessionServer
 from workers.program.working_dir import materialize
@@ -30,13 +30,13 @@ from workers.storage import Storage, local_dir
 from workers.training.control import RankControl
 
 KILL_AFTER_S = 5.0  # SIGTERM to SIGKILL, once the grace period (program.grace_period_s) is over
-_PR_SET_PDEATHSIG = 1
 
 
 class ProgramRunner:
     def __init__(self, spec: JobSpec, place: RankPlace, job: Storage, attempt: int, master: tuple[str, int],
-                 log_path: Path, timeout_s: float):
+                 log_path: Path, timeout_s: float, prestarted: PrestartedPython | None = None):
         assert spec.program is not None
+        self.prestarted = prestarted
         self.spec, self.program, self.place, self.job = spec, spec.program, place, job
         self.attempt, self.master, self.log_path, self.timeout_s = attempt, master, log_path, timeout_s
         # Storage root = <root>/jobs/<id>: uploaded code lives in <root>/code/ (working_dir.py reads a local root).
@@ -82,20 +82,36 @@ class CommandRunner(ProgramRunner):
         # `python` in a command is this environment's (as under torchrun in the same venv).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         try:
-            self.proc = subprocess.Popen(self.program.command, cwd=self.workdir, env=env, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+            self.proc, how = self._start(env)
         except (FileNotFoundError, PermissionError) as exc:
             server.close()
             raise ProgramUnfixable(f"rank {self.place.rank}: program.command {self.program.command[0]!r} "
                                    f"cannot run: {exc.strerror}") from exc
-        print(f"[rank {self.place.rank}] started {self.program.command} (pid {self.proc.pid}) in {self.workdir}",
-              flush=True)
+        print(f"[rank {self.place.rank}] started {self.program.command} (pid {self.proc.pid}, {how}) "
+              f"in {self.workdir}", flush=True)
         try:
             code = self.proc.wait()
         finally:
             server.close()
         if code != 0:
             raise exit_failure(self.place.rank, self.program.command[0], code, _tail(self.log_path))
+
+    def _start(self, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+        """The program's process: the actor's pre-started Python where it runs this command as a new one
+        would (workers/program/prestarted.py), else a new process; and which, for the log."""
+        assert self.program.command is not None
+        plan = self.prestarted.plan(self.program.command, env) if self.prestarted else "none was started"
+        if isinstance(plan, Launch):
+            assert self.prestarted is not None
+            try:
+                return self.prestarted.launch(plan, self.workdir, env, self.log_path), "pre-started Python"
+            except OSError as exc:
+                plan = str(exc)
+        if self.prestarted is not None:
+            self.prestarted.close()
+        proc = subprocess.Popen(self.program.command, cwd=self.workdir, env=env, start_new_session=True,
+                                preexec_fn=die_with_parent)
+        return proc, f"new process: {plan}"
 
     def crash(self) -> None:
         if self.proc is not None:
@@ -159,10 +175,10 @@ class _InProcess:
 
 
 def program_runner(spec: JobSpec, place: RankPlace, job: Storage, attempt: int, master: tuple[str, int],
-                   log_path: Path, timeout_s: float) -> ProgramRunner:
+                   log_path: Path, timeout_s: float, prestarted: PrestartedPython | None = None) -> ProgramRunner:
     assert spec.program is not None
     kind = CommandRunner if spec.program.command is not None else FunctionRunner
-    return kind(spec, place, job, attempt, master, log_path, timeout_s)
+    return kind(spec, place, job, attempt, master, log_path, timeout_s, prestarted)
 
 
 def _import(target: str, workdir: Path, rank: int) -> Callable[[dict], Any]:
@@ -175,14 +191,6 @@ def _import(target: str, workdir: Path, rank: int) -> Callable[[dict], Any]:
     except (ImportError, AttributeError, SyntaxError) as exc:
         raise ProgramUnfixable(f"rank {rank}: program.function {target!r} cannot be loaded: "
                                f"{type(exc).__name__}: {exc}") from exc
-
-
-_libc = ctypes.CDLL(None, use_errno=True)  # resolved before any fork: the child only makes the call
-
-
-def _die_with_parent() -> None:
-    # In the child, before exec: if the rank's actor dies (ray.kill, a lost node), so does its program.
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _tail(path: Path, lines: int = 20, max_bytes: int = 16384) -> list[str]:

@@ -25,6 +25,7 @@ from workers.storage.log_output import capture_output, end_output
 from workers.training.control import RankControl
 
 if TYPE_CHECKING:
+    from workers.program.prestarted import PrestartedPython
     from workers.program.runner import ProgramRunner
     from workers.training.trainer import Trainer
 
@@ -46,9 +47,13 @@ def _exit_when_removed(pg, interval_s: float = 2.0) -> None:
 class TrainWorker:
     """Created either for one job (inside its placement group) or ahead of time by the warm pool."""
 
-    def __init__(self, preload: bool = True) -> None:
+    def __init__(self, preload: bool = True, prestart: bool = False) -> None:
         from workers.runtime.warmup import import_training_stack
 
+        self.prestarted: PrestartedPython | None = None
+        if prestart:  # a command program's Python, importing torch beside this actor's own start
+            from workers.program.prestarted import PrestartedPython
+            self.prestarted = PrestartedPython()
         if preload:  # the slow part of a cold start, done before any job asks (not for a command program)
             import_training_stack()
         self._lock = threading.Lock()
@@ -87,6 +92,8 @@ class TrainWorker:
         from workers.spec import JobSpec
 
         spec = JobSpec.model_validate(spec_json)  # admitted at submit
+        if self.prestarted is not None and (spec.program is None or spec.program.command is None):
+            self.prestarted.close()  # only a command program runs in it
         if spec.program is not None:
             return self._setup_program(spec, (master_addr, master_port), timeout_s, attempt, nodes, gpus)
         import torch
@@ -116,7 +123,8 @@ class TrainWorker:
         from workers.program.runner import program_runner
 
         place = RankPlace.of(self.rank, nodes or ["local"] * self.world_size, gpus)
-        self.trainer = program_runner(spec, place, self.storage, attempt, master, self.log_path, timeout_s)
+        self.trainer = program_runner(spec, place, self.storage, attempt, master, self.log_path, timeout_s,
+                                      self.prestarted)
         return {"rank": self.rank, "start_step": 0, "device": "program"}
 
     def terminate(self) -> None:
@@ -124,6 +132,8 @@ class TrainWorker:
         terminate = getattr(self.trainer, "terminate", None)
         if terminate is not None:
             terminate()
+        if self.prestarted is not None:
+            self.prestarted.close()
         end_output()  # the actor is killed next, with no chance to ship its last lines
 
     def train(self) -> dict:

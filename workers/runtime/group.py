@@ -141,7 +141,7 @@ class WorkerGroup:
                 actor = TrainWorker.options(  # type: ignore[attr-defined]
                     num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker, max_restarts=0,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-                ).remote(preload=self._needs_training_stack())
+                ).remote(preload=self._needs_training_stack(), prestart=not self._needs_training_stack())
             actors.append(actor)
             assigned.append(actor.assign.remote(i, n, self.storage.uri, f"rank-{i}.log",
                                                 self.pg if name is not None else None, self.store_env))

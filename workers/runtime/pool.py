@@ -49,7 +49,8 @@ class WarmPool:
         while len(self.idle) + len(self.starting) < self.size:
             name = f"trainyard-warm-{uuid.uuid4().hex[:12]}"
             # @ray.remote adds .options (mypy ignores class decorators)
-            actor = TrainWorker.options(name=name, lifetime="detached", num_cpus=0).remote()  # type: ignore[attr-defined]
+            actor = TrainWorker.options(name=name, lifetime="detached", num_cpus=0).remote(  # type: ignore[attr-defined]
+                prestart=True)  # ready for a command program too (workers/program/prestarted.py)
             self.starting[actor.node_id.remote()] = name
 
     def _harvest(self) -> None:
