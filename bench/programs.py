@@ -4,6 +4,9 @@
 
 1. torchrun:        `python -m torch.distributed.run --nproc-per-node 2 train.py ...`
 2. trainyard run:   `trainyard run spec.yaml --json`, a spec with `program.command` (2 workers)
+2b. trainyard service: the same spec POSTed to a running `trainyard serve` on the same Ray head
+                    (started at its first run, kept for the others, as the head is), once its warm
+                    worker pool and standby supervisor are ready: a service's steady state
 3. Ray Train:       a driver (bench/raytrain_program.py) whose TorchTrainer (2 workers) calls the
                     script's own main() in each worker: Ray Train forms a process group first, and
                     the script forms its own, so the loop agrees a fresh port over Ray Train's
@@ -29,7 +32,8 @@ What the columns measure:
   three Ray runners: one Ray head (`ray start --head`, with the dashboard for Ray Jobs, its own
   ports and temp dir) is started once before any run and used by trainyard
   (TRAINYARD_RAY_ADDRESS), Ray Train (RAY_ADDRESS) and Ray Jobs alike; torchrun needs no Ray.
-  Under the table: Ray Train from its fit() call (the driver prints when it calls it), and
+  For trainyard service the clock starts just before the POST (the service, like the Ray head,
+  is already running). Under the table: Ray Train from its fit() call (the driver prints when it calls it), and
   trainyard run's phases (the CLI's "Connected to Ray cluster" log line, the supervisor log's
   "state RUNNING" once the rank actors are up, then the first step).
 
@@ -50,6 +54,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -63,17 +68,17 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.api_load import RAY_CLI, RAY_ENV, RayHead, _until  # noqa: E402
+from bench.api_load import RAY_CLI, RAY_ENV, RayHead, _until, _wait_warm  # noqa: E402
 from bench.ddp_overhead import RunnableSampler, wait_for_quiet  # noqa: E402
 from bench.table import print_markdown_table  # noqa: E402
-from tests.live import free_port  # noqa: E402
+from tests.live import Server, free_port  # noqa: E402
 
 SCRIPT_DIR = ROOT / "examples" / "torchrun-script"
 SCRIPT = SCRIPT_DIR / "train.py"
 STEADY_SKIP = 0.2  # the first 20% of steps are warm-up, left out of throughput
 WORLD = 2
 RATE = re.compile(r"^rate (\d+) (\S+) (\S+)$", re.M)
-RUNNERS = ("torchrun", "trainyard run", "Ray Train", "Ray Jobs")
+RUNNERS = ("torchrun", "trainyard run", "trainyard service", "Ray Train", "Ray Jobs")
 
 
 def script_args(args) -> list[str]:
@@ -161,6 +166,52 @@ def run_trainyard(work: Path, args, head: RayHead) -> dict:
     return {"t0": t0, "rates": found, **{f"{k}_s": v - t0 for k, v in phases.items() if v is not None}}
 
 
+class RunningService:
+    """One `trainyard serve` on the bench's Ray head, started at its first run and kept for the others."""
+
+    def __init__(self) -> None:
+        self.server: Server | None = None
+
+    def get(self, home: Path, head: RayHead) -> Server:
+        if self.server is None:
+            self.server = Server(home, f"sqlite:///{home}/trainyard.db", head.address, **RAY_ENV).start(timeout=180)
+        return self.server
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+SERVICE = RunningService()
+
+
+def run_trainyard_service(work: Path, args, head: RayHead) -> dict:
+    work.mkdir(parents=True)
+    server = SERVICE.get(work.parent / "service", head)
+    code = server.home / "storage" / "code-src" / work.name  # a path under the storage root a tenant may name
+    shutil.copytree(SCRIPT_DIR, code, ignore=shutil.ignore_patterns("__pycache__", "checkpoints"))
+    spec = {"name": "bench-programs-service",
+            "program": {"command": ["python", "train.py", *script_args(args)], "working_dir": str(code)},
+            "resources": {"workers": WORLD, "cpus_per_worker": 1}, "checkpoint": {"keep": 2},
+            "fault_tolerance": {"max_restarts": 0}}
+    with server.client() as c:
+        _wait_warm(head.address, busy={j["supervisor"] for j in c.get("/v1/jobs").json()["jobs"]}, workers=WORLD)
+        t0 = time.time()
+        r = c.post("/v1/jobs", json=spec)
+        if r.status_code != 201:
+            raise RuntimeError(f"POST /v1/jobs answered {r.status_code}: {r.text[:500]}")
+        job_id = r.json()["id"]
+        job = _until(lambda: (j := c.get(f"/v1/jobs/{job_id}").json())["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+                     and j, args.run_timeout_s, "the service's job end", poll_s=0.5)
+    logs = server.home / "storage" / "jobs" / job_id / "logs"
+    if job["state"] != "SUCCEEDED":
+        raise RuntimeError(f"the service's job ended {job['state']}: {job.get('error')}")
+    rank0 = (logs / "rank-0.log").read_text()
+    running = _log_time(logs / "supervisor.log", "state RUNNING")
+    return {"t0": t0, "rates": rates(rank0, args.steps, f"trainyard service ({logs})"),
+            "prestarted": "pre-started Python" in rank0, **({"running_s": running - t0} if running else {})}
+
+
 def _log_time(path: Path, text: str) -> float | None:
     """The unix time of the first line of a Python log (`2026-01-01 12:00:00,123 ...`) that contains text."""
     import datetime
@@ -222,8 +273,8 @@ def run_ray_jobs(work: Path, args, head: RayHead) -> dict:
     return {"t0": t0, "rates": rates(logs, args.steps, "Ray Jobs")}
 
 
-RUN = {"torchrun": run_torchrun, "trainyard run": run_trainyard, "Ray Train": run_raytrain,
-       "Ray Jobs": run_ray_jobs}
+RUN = {"torchrun": run_torchrun, "trainyard run": run_trainyard, "trainyard service": run_trainyard_service,
+       "Ray Train": run_raytrain, "Ray Jobs": run_ray_jobs}
 
 
 def measure(run: dict, batch: int) -> dict:
@@ -274,31 +325,32 @@ def main() -> None:
     started, load_before = time.time(), os.getloadavg()[0]
     try:
         with RayHead() as head:
-            print(f"Ray head {head.address} up in {time.time() - started:.1f} s; {args.steps} steps x "
-                  f"{args.reps} reps per runner; work in {work}", flush=True)
-            for rep in range(args.reps):
-                order = runners[rep % len(runners):] + runners[:rep % len(runners)]
-                for name in order:
-                    if name in failures:
-                        continue
-                    tag = f"{name.replace(' ', '-').lower()}-{rep + 1}"
-                    wait_for_quiet(args.quiet_wait_s)
-                    try:
-                        with RunnableSampler() as sampler:
-                            run = RUN[name](work / tag, args, head)
-                        r = {**measure(run, args.batch), "runnable": sampler.mean}
-                    except Exception as exc:  # the others still run; the reason goes under the table
-                        failures[name] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
-                        print(f"  {tag}: FAILED {failures[name][:300]}", flush=True)
-                        continue
-                    results[name].append(r)
-                    print(f"  {tag}: {r['sps']:.0f} samples/s, first step {r['first_step_s']:.2f} s, "
-                          f"{r['runnable']:.1f} runnable tasks on average", flush=True)
+            try:
+                print(f"Ray head {head.address} up in {time.time() - started:.1f} s; {args.steps} steps x "
+                      f"{args.reps} reps per runner; work in {work}", flush=True)
+                for rep in range(args.reps):
+                    order = runners[rep % len(runners):] + runners[:rep % len(runners)]
+                    for name in order:
+                        if name in failures:
+                            continue
+                        tag = f"{name.replace(' ', '-').lower()}-{rep + 1}"
+                        wait_for_quiet(args.quiet_wait_s)
+                        try:
+                            with RunnableSampler() as sampler:
+                                run = RUN[name](work / tag, args, head)
+                            r = {**measure(run, args.batch), "runnable": sampler.mean}
+                        except Exception as exc:  # the others still run; the reason goes under the table
+                            failures[name] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
+                            print(f"  {tag}: FAILED {failures[name][:300]}", flush=True)
+                            continue
+                        results[name].append(r)
+                        print(f"  {tag}: {r['sps']:.0f} samples/s, first step {r['first_step_s']:.2f} s, "
+                              f"{r['runnable']:.1f} runnable tasks on average", flush=True)
+            finally:
+                SERVICE.stop()  # before the head it runs on
     finally:
         signal.alarm(0)
         if not args.keep:
-            import shutil
-
             shutil.rmtree(work, ignore_errors=True)
     report(args, runners, results, failures, time.time() - started, (load_before, os.getloadavg()[0]))
 
@@ -339,6 +391,12 @@ def report(args, runners: list[str], results: dict[str, list[dict]], failures: d
     if phases:
         print("trainyard run, seconds from launch: connected to Ray / job RUNNING (rank actors up) / first step: "
               + ", ".join(f"{c:.1f} / {u:.1f} / {f:.1f}" for c, u, f in phases))
+    service = [(r.get("running_s"), r["first_step_s"], r["prestarted"]) for r in results.get("trainyard service", [])]
+    if service:
+        print("trainyard service, seconds from the POST: job RUNNING (rank actors up) / first step, and whether the "
+              "ranks ran in their pre-started Python: " + ", ".join(
+                  f"{u if u is None else round(u, 2)} / {f:.2f} ({'pre-started' if p else 'new process'})"
+                  for u, f, p in service))
     for name, why in failures.items():
         print(f"{name} FAILED: {why}")
     print(f"bench wall time {wall_s:.0f} s; host load average (1 min) {load[0]:.1f} at the start, {load[1]:.1f} "
@@ -350,10 +408,9 @@ def report(args, runners: list[str], results: dict[str, list[dict]], failures: d
 
     target("trainyard run steady samples/s >= 0.99 x torchrun's", ratio("trainyard run", "sps", "torchrun"),
            lambda v: v >= 0.99)
-    target("trainyard run first step < 0.1 x Ray Train's", ratio("trainyard run", "first_step_s", "Ray Train"),
-           lambda v: v < 0.1)
-    target("trainyard run first step < 0.1 x Ray Jobs'", ratio("trainyard run", "first_step_s", "Ray Jobs"),
-           lambda v: v < 0.1)
+    for runner in ("trainyard run", "trainyard service"):
+        for base in ("Ray Train", "Ray Jobs"):
+            target(f"{runner} first step < 0.1 x {base}'s", ratio(runner, "first_step_s", base), lambda v: v < 0.1)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,10 @@ def test_commands_it_cannot_run_alike_start_a_new_process():
     env = rank_env()
     assert launch_plan(["python", "t.py", "-x"], env, env) == Launch(["t.py", "-x"])
     assert launch_plan(["python", "-u", "-m", "m"], env, env) == Launch(["-m", "m"])
+    other_name = next(n for n in ("python3", "python") if Path(sys.executable).with_name(n).exists()
+                      and Path(sys.executable).with_name(n).resolve() == Path(sys.executable).resolve()
+                      and n != Path(sys.executable).name)
+    assert launch_plan([other_name, "t.py"], env, env) == Launch(["t.py"])  # python3 and python of one venv
     for command, reason in ((["bash", "run.sh"], "is not this environment's python"),
                             (["/usr/bin/env", "python", "t.py"], "is not this environment's python"),
                             (["python", "-O", "t.py"], "python option '-O'"),

@@ -1,6 +1,7 @@
 """A pre-started Python for one `python script.py` / `python -m module` rank: the process's entry point.
 
-`python -m workers.program.prestart` imports torch (the bulk of a Python training script's start),
+`python -m workers.program.prestart` imports torch and the torch modules a training script's start
+imports (DDP, FSDP, DCP, and torch._dynamo, which DDP's constructor imports): the bulk of its start;
 says `ready` on stdout and waits for one launch on stdin: a JSON line with the command's argv after
 `python`, its working directory, its whole environment and the rank's log file. It then becomes
 that program, as `python` would have run it: environment, working directory, sys.argv, sys.path[0],
@@ -8,8 +9,8 @@ stdin from /dev/null, stdout and stderr appended to the log, the script or modul
 new `__main__`, and its exit code (SystemExit, or 1 with a traceback) as the process's.
 The actor side (what may launch here, and how) is workers/program/prestarted.py.
 
-Only the standard library and torch are imported before the launch, so the program finds nothing
-of Trainyard's in sys.modules that it did not import itself.
+Only the standard library and torch's own modules are imported before the launch, so the program
+finds nothing of Trainyard's in sys.modules that it did not import itself.
 """
 
 import json
@@ -34,10 +35,19 @@ def _become(launch: dict) -> None:
 
 
 def main() -> None:
-    import torch  # noqa: F401  (the point of starting early; CUDA is not initialised: devices are chosen later)
+    # The point of starting early: what a training script's start imports. DDP's constructor alone imports
+    # torch._dynamo (1.2 s here). CUDA is not initialised: devices are chosen after the launch.
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch.distributed.checkpoint  # noqa: F401
+    import torch.distributed.fsdp  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
 
     print("ready", flush=True)
-    launch = json.loads(sys.stdin.readline())
+    line = sys.stdin.readline()
+    if not line:  # closed unused: its actor went, or the job was of another kind
+        return
+    launch = json.loads(line)
     _become(launch)
     args: list[str] = launch["args"]
     sys.modules["__main__"] = types.ModuleType("__main__")  # the program's own, not this file's namespace

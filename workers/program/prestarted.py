@@ -48,7 +48,7 @@ class Launch:
 def launch_plan(command: list[str], env: dict[str, str], prestart_env: dict[str, str]) -> Launch | str:
     """The launch, or why this command needs a new process (a sentence for the rank's log)."""
     python = shutil.which(command[0], path=env.get("PATH"))
-    if python is None or Path(python).absolute() != Path(sys.executable).absolute():
+    if python is None or not _same_python(Path(python), Path(sys.executable)):
         return f"{command[0]!r} is not this environment's python ({sys.executable})"
     args = list(command[1:])
     while args and args[0] == "-u":
@@ -62,6 +62,12 @@ def launch_plan(command: list[str], env: dict[str, str], prestart_env: dict[str,
     if changed:
         return f"start-time variables differ from the pre-started Python's: {', '.join(changed)}"
     return Launch(args)
+
+
+def _same_python(a: Path, b: Path) -> bool:
+    """One interpreter in one environment: `python` and `python3` of a venv are two names of it; the
+    base interpreter they link to is another environment (without the venv's packages)."""
+    return a.absolute().parent == b.absolute().parent and a.resolve() == b.resolve()
 
 
 class PrestartedPython:
