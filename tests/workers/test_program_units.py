@@ -13,7 +13,7 @@ import pytest
 from service.supervisor.policies.sizing import relayout
 from service.supervisor.program_steps import ProgramStepJoiner
 from trainyard.checkpoints import complete_checkpoints_in, latest_checkpoint_in
-from workers.program.environment import RankPlace, rank_environment
+from workers.program.environment import RankPlace, Rendezvous, rank_environment
 from workers.program.errors import ProgramUnfixable, exit_failure
 from workers.spec import SPEC_ERRORS, JobSpec, format_validation_error
 from workers.spec_loading import parse_spec
@@ -107,13 +107,16 @@ def test_exit_classification(code, tail, unfixable):
 def test_rank_environment_is_torchruns():
     spec = parse_spec(program_spec(resources={"workers": 3}))
     place = RankPlace.of(2, ["n1", "n2", "n2"])
-    env = rank_environment(spec, Path("/s/jobs/j1"), place, ("10.0.0.1", 29500), 1, "/tmp/s")
+    env = rank_environment(spec, Path("/s/jobs/j1"), place, Rendezvous("10.0.0.1", 29500), 1, "/tmp/s")
     assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
                                 "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID",
                                 "TRAINYARD_TRIAL", "TRAINYARD_CHECKPOINT_DIR")} == {
         "RANK": "2", "LOCAL_RANK": "1", "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
         "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "1",
         "TORCHELASTIC_RUN_ID": "j1", "TRAINYARD_TRIAL": "1", "TRAINYARD_CHECKPOINT_DIR": "/s/jobs/j1/checkpoints"}
+    assert "TORCHELASTIC_USE_AGENT_STORE" not in env  # rank 0's program hosts the store
+    agent = rank_environment(spec, Path("/s/jobs/j1"), place, Rendezvous("10.0.0.1", 29500, True), 1, None)
+    assert agent["TORCHELASTIC_USE_AGENT_STORE"] == "True"  # rank 0's actor hosts it, as torchrun's agent
 
 
 def test_every_rank_sees_its_nodes_gpus_in_local_rank_order():

@@ -36,6 +36,16 @@ class RankPlace:
         return RankPlace(rank, len(nodes), nodes[:rank].count(mine), nodes.count(mine), order.index(mine), devices)
 
 
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where a program's ranks meet: MASTER_ADDR:MASTER_PORT, and whether that TCP store is hosted by
+    rank 0's actor (as torchrun's agent hosts it: every rank connects as a client) or by rank 0's program."""
+
+    addr: str
+    port: int
+    agent_store: bool = False
+
+
 def checkpoint_dir(job: Storage | str | os.PathLike) -> Storage:
     return Storage.of(job) / "checkpoints"
 
@@ -44,14 +54,14 @@ def mesh_degrees(spec: JobSpec) -> dict[str, int]:
     return {"dp": spec.dp, "tp": spec.parallel.tp} if spec.parallel.tp > 1 else {"dp": spec.dp}
 
 
-def rank_environment(spec: JobSpec, job: Storage | str | os.PathLike, place: RankPlace, master: tuple[str, int],
+def rank_environment(spec: JobSpec, job: Storage | str | os.PathLike, place: RankPlace, master: Rendezvous,
                      attempt: int, socket_path: str | None) -> dict[str, str]:
     assert spec.program is not None
     job = Storage.of(job)
     env = {
         "RANK": place.rank, "LOCAL_RANK": place.local_rank, "WORLD_SIZE": place.world_size,
         "LOCAL_WORLD_SIZE": place.local_world_size, "GROUP_RANK": place.group_rank,
-        "MASTER_ADDR": master[0], "MASTER_PORT": master[1],
+        "MASTER_ADDR": master.addr, "MASTER_PORT": master.port,
         "TORCHELASTIC_RESTART_COUNT": attempt, "TORCHELASTIC_MAX_RESTARTS": spec.fault_tolerance.max_restarts,
         "TORCHELASTIC_RUN_ID": job.name,
         # a path on local storage, else the URI: user code writes it with fsspec or DCP
@@ -59,6 +69,8 @@ def rank_environment(spec: JobSpec, job: Storage | str | os.PathLike, place: Ran
         MESH_ENV: json.dumps(mesh_degrees(spec)),
         "PYTHONUNBUFFERED": "1",  # the rank's log follows the program as it runs
     }
+    if master.agent_store:
+        env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # torch's env:// rendezvous: rank 0 connects as a client too
     if socket_path is not None:
         env[SOCKET_ENV] = socket_path
     if place.node_devices is not None:

@@ -19,7 +19,7 @@ from typing import Any
 import trainyard.session as session
 from workers.events import RankEvent
 from workers.program.checkpoint_watch import CheckpointWatch
-from workers.program.environment import RankPlace, checkpoint_dir, rank_environment
+from workers.program.environment import RankPlace, Rendezvous, checkpoint_dir, rank_environment
 from workers.program.errors import ProgramFailed, ProgramUnfixable, exit_failure
 from workers.program.prestarted import Launch, PrestartedPython, die_with_parent
 from workers.program.reports import ReportSink
@@ -33,7 +33,7 @@ KILL_AFTER_S = 5.0  # SIGTERM to SIGKILL, once the grace period (program.grace_p
 
 
 class ProgramRunner:
-    def __init__(self, spec: JobSpec, place: RankPlace, job: Storage, attempt: int, master: tuple[str, int],
+    def __init__(self, spec: JobSpec, place: RankPlace, job: Storage, attempt: int, master: Rendezvous,
                  log_path: Path, timeout_s: float, prestarted: PrestartedPython | None = None):
         assert spec.program is not None
         self.prestarted = prestarted
@@ -143,7 +143,7 @@ class FunctionRunner(ProgramRunner):
         if use_cuda:
             torch.cuda.set_device(0)
         fn = _import(self.program.function, self.workdir, self.place.rank)
-        dist.init_process_group("nccl" if use_cuda else "gloo", init_method=f"tcp://{self.master[0]}:{self.master[1]}",
+        dist.init_process_group("nccl" if use_cuda else "gloo", init_method=f"tcp://{self.master.addr}:{self.master.port}",
                                 rank=self.place.rank, world_size=self.place.world_size,
                                 timeout=timedelta(seconds=self.timeout_s))
         session.bind(_InProcess(sink, stop))
@@ -174,7 +174,7 @@ class _InProcess:
         return self.stop.is_set()
 
 
-def program_runner(spec: JobSpec, place: RankPlace, job: Storage, attempt: int, master: tuple[str, int],
+def program_runner(spec: JobSpec, place: RankPlace, job: Storage, attempt: int, master: Rendezvous,
                    log_path: Path, timeout_s: float, prestarted: PrestartedPython | None = None) -> ProgramRunner:
     assert spec.program is not None
     kind = CommandRunner if spec.program.command is not None else FunctionRunner

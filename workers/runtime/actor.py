@@ -25,6 +25,7 @@ from workers.storage.log_output import capture_output, end_output
 from workers.training.control import RankControl
 
 if TYPE_CHECKING:
+    from workers.program.environment import Rendezvous
     from workers.program.prestarted import PrestartedPython
     from workers.program.runner import ProgramRunner
     from workers.training.trainer import Trainer
@@ -86,16 +87,33 @@ class TrainWorker:
             port = s.getsockname()[1]
         return ray.util.get_node_ip_address(), port
 
+    def host_agent_store(self) -> tuple[str, int] | None:
+        """For a command program, rank 0's actor hosts the ranks' TCP store, as torchrun's agent does, so that
+        no rank's first connection finds it not yet listening and backs off. Only where torch is imported
+        already (a warm worker): importing it here would delay a cold start more than it saves."""
+        if "torch.distributed" not in sys.modules:
+            return None
+        from datetime import timedelta
+
+        from torch.distributed import TCPStore
+
+        addr = ray.util.get_node_ip_address()
+        self._agent_store = TCPStore(addr, 0, is_master=True, wait_for_workers=False, timeout=timedelta(minutes=5))
+        return addr, self._agent_store.port
+
     def setup(self, spec_json: dict, master_addr: str, master_port: int, timeout_s: float,
               shares: list[int] | None = None, attempt: int = 0, nodes: list[str] | None = None,
-              gpus: list[list[str]] | None = None) -> dict:
+              gpus: list[list[str]] | None = None, agent_store: bool = False) -> dict:
         from workers.spec import JobSpec
 
         spec = JobSpec.model_validate(spec_json)  # admitted at submit
         if self.prestarted is not None and (spec.program is None or spec.program.command is None):
             self.prestarted.close()  # only a command program runs in it
         if spec.program is not None:
-            return self._setup_program(spec, (master_addr, master_port), timeout_s, attempt, nodes, gpus)
+            from workers.program.environment import Rendezvous
+
+            return self._setup_program(spec, Rendezvous(master_addr, master_port, agent_store), timeout_s, attempt,
+                                       nodes, gpus)
         import torch
         import torch.distributed as dist
 
@@ -117,7 +135,7 @@ class TrainWorker:
         print(f"[rank {self.rank}] ready at step {start}", flush=True)
         return {"rank": self.rank, "start_step": start, "device": str(device)}
 
-    def _setup_program(self, spec, master: tuple[str, int], timeout_s: float, attempt: int,
+    def _setup_program(self, spec, master: Rendezvous, timeout_s: float, attempt: int,
                        nodes: list[str] | None, gpus: list[list[str]] | None) -> dict:
         from workers.program.environment import RankPlace
         from workers.program.runner import program_runner

@@ -106,14 +106,17 @@ class WorkerGroup:
         spec_json = self.spec.model_dump(mode="json")
         try:
             self._place_actors(timeout_s)
-            addr, port = self.master = ray.get(self.actors[0].address.remote(), timeout=timeout_s)
+            hosted = (ray.get(self.actors[0].host_agent_store.remote(), timeout=timeout_s)
+                      if not self._needs_training_stack() else None)
+            addr, port = self.master = hosted or ray.get(self.actors[0].address.remote(), timeout=timeout_s)
             # Collectives time out well after the supervisor's own hang timer, so that a hang is
             # diagnosed as one (by the supervisor) rather than as a peer's collective error.
             collective_timeout = 2 * self.spec.fault_tolerance.hang_timeout_s + 30
             gpus = (ray.get([a.gpu_ids.remote() for a in self.actors], timeout=timeout_s)
                     if self.spec.program is not None and self.spec.resources.gpus_per_worker else None)
             setups = ray.get([a.setup.remote(spec_json, addr, port, collective_timeout, shares, self.attempt,
-                                             self.nodes, gpus) for a in self.actors], timeout=timeout_s)
+                                             self.nodes, gpus, hosted is not None) for a in self.actors],
+                             timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             retryable = not isinstance(exc.cause, CONFIGURATION_ERRORS)
             raise GroupFailure(f"group did not form: {_reason(exc)}", retryable,
