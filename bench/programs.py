@@ -12,7 +12,9 @@
                     the script forms its own, so the loop agrees a fresh port over Ray Train's
                     group, closes it, and main() runs unchanged from the torchrun variables Ray
                     Train set (RANK, WORLD_SIZE, MASTER_ADDR, ...); details in that file
-4. Ray Jobs:        `ray job submit -- python -m torch.distributed.run --nproc-per-node 2 train.py ...`
+4. Ray Jobs:        `python -m torch.distributed.run --nproc-per-node 2 train.py ...` submitted to the head's
+                    job server by the REST call `ray job submit` makes (JobSubmissionClient.submit_job,
+                    from this process, so that its clock starts as trainyard service's: at the call)
 
 Every run is the same script with the same arguments (`--steps N --sleep S --batch B --log-rate`);
 `--log-rate` only adds a line `rate STEP SAMPLES_PER_S UNIX_TIME` on rank 0 after each step (the
@@ -24,17 +26,17 @@ What the columns measure:
   over the steps after the first 20% (warm-up): everything between two steps counts (the
   runner's per-step work, e.g. trainyard.report over the rank's socket, and the script's own
   checkpoint every 10 steps), which is why the steps are kept short (--sleep, ~25 ms).
-- first step s: from just before the bench starts the launcher process (the torchrun, trainyard,
-  Ray Train driver or `ray job submit` command) to rank 0's timestamp of its first finished
-  step, both time.time() on this host. It includes each launcher's interpreter start and imports,
-  spawning the ranks and torch's import in them (Ray Train's workers import it before the loop,
-  and main() then runs in them), the process group and step 1. It excludes Ray's start for all
-  three Ray runners: one Ray head (`ray start --head`, with the dashboard for Ray Jobs, its own
-  ports and temp dir) is started once before any run and used by trainyard
-  (TRAINYARD_RAY_ADDRESS), Ray Train (RAY_ADDRESS) and Ray Jobs alike; torchrun needs no Ray.
-  For trainyard service the clock starts just before the POST (the service, like the Ray head,
-  is already running). Under the table: Ray Train from its fit() call (the driver prints when it calls it), and
-  trainyard run's phases (the CLI's "Connected to Ray cluster" log line, the supervisor log's
+- first step s: from just before the bench starts the launcher process (the torchrun, trainyard
+  run or Ray Train driver command), or makes the submitting REST call (trainyard service, Ray
+  Jobs), to rank 0's timestamp of its first finished step, both time.time() on this host. It
+  includes each launcher's interpreter start and imports, spawning the ranks and torch's import
+  in them (Ray Train's workers import it before the loop, and main() then runs in them), the
+  process group and step 1. It excludes Ray's start for all four Ray runners: one Ray head (`ray
+  start --head`, with the dashboard for Ray Jobs, its own ports and temp dir) is started once
+  before any run and used by trainyard (TRAINYARD_RAY_ADDRESS), Ray Train (RAY_ADDRESS) and Ray
+  Jobs alike; torchrun needs no Ray. The services (trainyard's, Ray's job server) are already
+  running. Under the table: Ray Train from its fit() call (the driver prints when it calls it),
+  and trainyard's phases (the CLI's "Connected to Ray cluster" log line, the supervisor log's
   "state RUNNING" once the rank actors are up, then the first step).
 
 This machine is shared: before each run the bench waits (at most --quiet-wait-s) for the CPUs to
@@ -68,7 +70,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.api_load import RAY_CLI, RAY_ENV, RayHead, _until, _wait_warm  # noqa: E402
+from bench.api_load import RAY_ENV, RayHead, _until, _wait_warm  # noqa: E402
 from bench.ddp_overhead import RunnableSampler, wait_for_quiet  # noqa: E402
 from bench.table import print_markdown_table  # noqa: E402
 from tests.live import Server, free_port  # noqa: E402
@@ -78,6 +80,7 @@ SCRIPT = SCRIPT_DIR / "train.py"
 STEADY_SKIP = 0.2  # the first 20% of steps are warm-up, left out of throughput
 WORLD = 2
 RATE = re.compile(r"^rate (\d+) (\S+) (\S+)$", re.M)
+WARM_POOL = 4  # the service's default warm_workers (service/settings.py)
 RUNNERS = ("torchrun", "trainyard run", "trainyard service", "Ray Train", "Ray Jobs")
 
 
@@ -195,7 +198,10 @@ def run_trainyard_service(work: Path, args, head: RayHead) -> dict:
             "resources": {"workers": WORLD, "cpus_per_worker": 1}, "checkpoint": {"keep": 2},
             "fault_tolerance": {"max_restarts": 0}}
     with server.client() as c:
-        _wait_warm(head.address, busy={j["supervisor"] for j in c.get("/v1/jobs").json()["jobs"]}, workers=WORLD)
+        # The service's steady state: its whole warm pool and a standby supervisor ready, its refills done.
+        _wait_warm(head.address, busy={j["supervisor"] for j in c.get("/v1/jobs").json()["jobs"]},
+                   workers=WARM_POOL)
+        wait_for_quiet(args.quiet_wait_s)
         t0 = time.time()
         r = c.post("/v1/jobs", json=spec)
         if r.status_code != 201:
@@ -247,18 +253,20 @@ def run_ray_jobs(work: Path, args, head: RayHead) -> dict:
     # `ray job submit -- A B` runs shlex.join([A, B]) in a shell: the cd needs a shell of its own.
     entrypoint = ["sh", "-c", f"cd {shlex.quote(str(work / 'cwd'))} && exec {shlex.join(torchrun)}"]
     # The job's environment as the other runners get theirs (this checkout on the path, 1 thread).
-    runtime_env = json.dumps({"env_vars": {k: base_env()[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS")}})
+    runtime_env = {"env_vars": {k: base_env()[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS")}}
     submission_id = f"programs-{uuid.uuid4().hex[:8]}"
+    client = JobSubmissionClient(head.dashboard)  # connected before the clock starts, as the service's client
     for _ in range(10):  # the head's job agent may not have registered yet on a busy host
-        t0, rc = launch([str(RAY_CLI), "job", "submit", "--address", head.dashboard, "--no-wait",
-                         "--submission-id", submission_id, "--runtime-env-json", runtime_env, "--", *entrypoint],
-                        work / "submit.log", 120, work)
-        if rc == 0 or "No available agent" not in _tail(work / "submit.log"):
+        t0 = time.time()
+        try:  # the REST call `ray job submit` makes, from this process: the same start as trainyard service's POST
+            client.submit_job(entrypoint=shlex.join(entrypoint), runtime_env=runtime_env, submission_id=submission_id)
             break
-        time.sleep(5)
-    if rc:
-        raise RuntimeError(f"ray job submit exited {rc}:\n{_tail(work / 'submit.log')}")
-    client = JobSubmissionClient(head.dashboard)
+        except RuntimeError as exc:
+            if "No available agent" not in str(exc):
+                raise
+            time.sleep(5)
+    else:
+        raise RuntimeError("the Ray head's job agent did not register")
     try:
         status = _until(lambda: (s := client.get_job_status(submission_id)) not in
                         (JobStatus.PENDING, JobStatus.RUNNING) and s, args.run_timeout_s, "the Ray Jobs run's end",
