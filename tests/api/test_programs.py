@@ -104,6 +104,11 @@ def test_torchrun_script_matches_torchrun_and_resumes_after_a_crash(server, torc
         env = c.get(f"/v1/jobs/{clean['id']}/logs", params={"rank": 0}).text
         assert "started ['python', 'train.py'" in env
         assert "pre-started Python" in env  # torch already imported when the job came (prestarted.py)
+        # Warm workers (torch imported) host the ranks' store in rank 0's actor, as torchrun's agent does.
+        warm = int(re.search(r"\((\d+) from the warm pool\)",
+                             (job_dir(server, clean["id"]) / "logs" / "supervisor.log").read_text()).group(1))
+        hosts = {2: ["actor"], 0: ["program"]}.get(warm, ["actor", "program"])  # with 1, rank 0 may be either
+        assert any(f"a TCP store hosted by rank 0's {h}" in env for h in hosts), (warm, env[-2000:])
 
         crashed_job = wait_for(c, crashed["id"], {"SUCCEEDED", "FAILED"}, timeout=240)
         assert crashed_job["state"] == "SUCCEEDED", crashed_job

@@ -141,6 +141,9 @@ class TrainWorker:
         from workers.program.runner import program_runner
 
         place = RankPlace.of(self.rank, nodes or ["local"] * self.world_size, gpus)
+        if self.rank == 0:
+            print(f"[rank 0] the ranks meet at {master.addr}:{master.port}, a TCP store hosted by rank 0's "
+                  f"{'actor' if master.agent_store else 'program'}", flush=True)
         self.trainer = program_runner(spec, place, self.storage, attempt, master, self.log_path, timeout_s,
                                       self.prestarted)
         return {"rank": self.rank, "start_step": 0, "device": "program"}
