@@ -23,6 +23,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from workers.events import RankEvent, RestartCause
 from workers.model_io import UserModelError
 from workers.program.errors import ProgramFailed
+from workers.program.prestarted import ENABLED as PRESTART
 from workers.runtime.actor import TrainWorker
 from workers.runtime.node_loss import node_lost
 from workers.runtime.pool import take_warm
@@ -144,7 +145,7 @@ class WorkerGroup:
                 actor = TrainWorker.options(  # type: ignore[attr-defined]
                     num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker, max_restarts=0,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-                ).remote(preload=self._needs_training_stack(), prestart=not self._needs_training_stack())
+                ).remote(preload=self._needs_training_stack(), prestart=PRESTART and not self._needs_training_stack())
             actors.append(actor)
             assigned.append(actor.assign.remote(i, n, self.storage.uri, f"rank-{i}.log",
                                                 self.pg if name is not None else None, self.store_env))

@@ -17,6 +17,7 @@ import uuid
 
 import ray
 
+from workers.program.prestarted import ENABLED as PRESTART
 from workers.runtime.actor import TrainWorker
 
 POOL_NAME = "trainyard-worker-pool"
@@ -50,7 +51,7 @@ class WarmPool:
             name = f"trainyard-warm-{uuid.uuid4().hex[:12]}"
             # @ray.remote adds .options (mypy ignores class decorators)
             actor = TrainWorker.options(name=name, lifetime="detached", num_cpus=0).remote(  # type: ignore[attr-defined]
-                prestart=True)  # ready for a command program too (workers/program/prestarted.py)
+                prestart=PRESTART)  # ready for a command program too (workers/program/prestarted.py)
             self.starting[actor.node_id.remote()] = name
 
     def _harvest(self) -> None:
