@@ -1,14 +1,19 @@
-"""Reproduces a known fault: a command rank in a pre-started Python sometimes does not exit.
+"""Counts runs in which a command rank does not exit: pre-started Pythons against new processes.
 
-    .venv/bin/python bench/prestarted_exit_loop.py [RUNS]      (about 9 s per run here)
+    .venv/bin/python bench/prestarted_exit_loop.py [RUNS] [--new-processes [--dynamo-first]]   (9 s a run here)
 
-Each run launches examples/torchrun-script/train.py (30 steps) on 2 ranks in pre-started Pythons
-(workers/program/prestarted.py) that meet at a TCP store this process hosts, as a warm rank 0 actor
-does (TORCHELASTIC_USE_AGENT_STORE=True). A rank still alive 60 s after the launch is dumped with
-py-spy and killed. Measured 2026-12-03: 1 of 20 runs, rank 1, idle in train.py's last line (the
-call of main(), i.e. in the destructors of main()'s locals after destroy_process_group), with one
-other thread. The same loop with new processes instead (bench: agent store, `python train.py`)
-hung 0 of 25 times. Cause not found yet (docs/programs-bench.md, "A program that did not end").
+Each run launches examples/torchrun-script/train.py (30 steps) on 2 ranks that meet at a TCP store this
+process hosts, as a warm rank 0 actor does (TORCHELASTIC_USE_AGENT_STORE=True). The ranks start either in
+pre-started Pythons (workers/program/prestarted.py) or, with --new-processes, as `python train.py`
+(with --dynamo-first, a sitecustomize imports torch._dynamo before the script runs). In both modes the next
+run's two pre-started Pythons import torch while the run trains (as a warm pool refills), so the only
+difference is how the ranks started. A rank still alive 60 s after the launch is dumped with py-spy
+(--native) and killed.
+
+The fault it counts is torch's (docs/programs-bench.md, "A program that did not end"): when main() returns,
+DDP's Reducer frees the process group holding the GIL and joins gloo's worker thread, which is freeing a
+finished collective that holds a tensor with a Python object, and waits for the GIL. Measured here
+(torch 2.13) only when torch._dynamo was imported before the script's init_process_group.
 """
 
 import os
@@ -25,7 +30,13 @@ from torch.distributed import TCPStore  # noqa: E402
 from workers.program.prestarted import Launch, PrestartedPython  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "torchrun-script" / "train.py"
-runs = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+COMMAND = ["python", str(SCRIPT), "--steps", "30", "--checkpoint-every", "10"]
+new_processes = "--new-processes" in sys.argv
+site = Path(tempfile.mkdtemp())
+if "--dynamo-first" in sys.argv:
+    (site / "sitecustomize.py").write_text("import torch._dynamo\n")
+numbers = [a for a in sys.argv[1:] if not a.startswith("--")]
+runs = int(numbers[0]) if numbers else 20
 hangs = 0
 pres = [PrestartedPython() for _ in range(2)]
 for i in range(runs):
@@ -36,10 +47,18 @@ for i in range(runs):
         env = {**os.environ, "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r), "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": str(store.port), "TORCHELASTIC_USE_AGENT_STORE": "True", "PYTHONUNBUFFERED": "1",
                "PATH": os.path.dirname(sys.executable) + ":" + os.environ["PATH"]}
-        plan = pres[r].plan(["python", str(SCRIPT), "--steps", "30", "--checkpoint-every", "10"], env)
-        assert isinstance(plan, Launch), plan
-        procs.append(pres[r].launch(plan, cwd, env, cwd / f"r{r}.log"))
-    pres = [PrestartedPython() for _ in range(2)]  # the next run's, importing while this one runs (as a pool refills)
+        if new_processes:
+            env["PYTHONPATH"] = str(site)
+            with open(cwd / f"r{r}.log", "ab") as log:
+                procs.append(subprocess.Popen(COMMAND, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                              stderr=subprocess.STDOUT, start_new_session=True))
+        else:
+            plan = pres[r].plan(COMMAND, env)
+            assert isinstance(plan, Launch), plan
+            procs.append(pres[r].launch(plan, cwd, env, cwd / f"r{r}.log"))
+    for p in pres:
+        p.close()  # unused in --new-processes mode; launched ones are already handed over
+    pres = [PrestartedPython() for _ in range(2)]  # the next run's, importing while this one runs
     t = time.time()
     for r, p in enumerate(procs):
         try:
@@ -47,9 +66,14 @@ for i in range(runs):
         except subprocess.TimeoutExpired:
             hangs += 1
             print(f"run {i} rank {r} HUNG (pid {p.pid})", flush=True)
-            subprocess.run([str(Path(sys.executable).with_name("py-spy")), "dump", "--pid", str(p.pid)])
+            subprocess.run([str(Path(sys.executable).with_name("py-spy")), "dump", "--native", "--pid", str(p.pid)])
             p.kill()
+        else:
+            if p.returncode != 0:
+                print(f"run {i} rank {r} exited {p.returncode}: {(cwd / f'r{r}.log').read_text()[-2000:]}")
     del store
 for p in pres:
     p.close()
-print("prestarted+agent hangs", hangs, "of", runs)
+mode = "pre-started Pythons" if not new_processes else "new processes" + (
+    ", torch._dynamo imported first" if "--dynamo-first" in sys.argv else "")
+print(f"{mode}: {hangs} hangs in {runs} runs", flush=True)

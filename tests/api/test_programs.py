@@ -103,8 +103,7 @@ def test_torchrun_script_matches_torchrun_and_resumes_after_a_crash(server, torc
         assert kept == ["step-10.pt", "step-12.pt"]
         env = c.get(f"/v1/jobs/{clean['id']}/logs", params={"rank": 0}).text
         assert "started ['python', 'train.py'" in env
-        # Off by default (workers/program/prestarted.py: an exit deadlock): a new process, and the log says why.
-        assert "new process: none was started" in env
+        assert "pre-started Python" in env  # torch already imported when the job came (prestarted.py)
         # Warm workers (torch imported) host the ranks' store in rank 0's actor, as torchrun's agent does.
         warm = int(re.search(r"\((\d+) from the warm pool\)",
                              (job_dir(server, clean["id"]) / "logs" / "supervisor.log").read_text()).group(1))

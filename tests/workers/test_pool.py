@@ -72,3 +72,27 @@ def test_refill_goes_ahead_once_no_job_holds_cpus(ray_cluster):
     finally:
         ray.get(pool.shutdown.remote())
         ray.kill(pool)
+
+
+def test_refill_beside_a_running_job_starts_one_worker_at_a_time(ray_cluster):
+    """While a job holds CPUs and the node's CPUs look idle, the pool refills, but one worker at a
+    time: each imports torch (twice, with its pre-started Python) beside the job's ranks."""
+    pool = start_pool(2, refill_delay_s=0.5, busy_fraction=float("inf"))
+    job = placement_group([{"CPU": 1}])  # a job's reservation
+    try:
+        assert wait_until(lambda: ray.get(pool.stats.remote())["idle"] == 2, 120)  # the first fill
+        ray.get(job.ready())
+        node = ray.get_runtime_context().get_node_id()
+        for name in ray.get(pool.take.remote([node, node])):
+            ray.kill(ray.get_actor(name))
+        seen = []
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and (not seen or seen[-1]["idle"] < 2):
+            seen.append(ray.get(pool.stats.remote()))
+            time.sleep(0.1)
+        assert seen[-1]["idle"] == 2, seen[-1]
+        assert max(s["starting"] for s in seen) == 1, seen
+    finally:
+        remove_placement_group(job)
+        ray.get(pool.shutdown.remote())
+        ray.kill(pool)

@@ -16,11 +16,23 @@ from workers.program.prestarted import Launch, PrestartedPython, launch_plan
 
 PROBE = '''
 import json, os, sys
+
+
+def torch_modules():
+    """torch's modules once the probe imported torch: the pre-started Python may have imported no more than
+    that (DCP, FSDP or torch._dynamo imported before a DDP program's init_process_group can deadlock its
+    exit: bench/prestarted_exit_loop.py)."""
+    if not os.environ.get("PROBE_TORCH"):
+        return None
+    import torch
+    return sorted(m for m in sys.modules if m.split(".")[0] == "torch")
+
+
 if len(sys.argv) > 1 and sys.argv[1] == "fail":
     raise ValueError("the probe failed")
 print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "name": __name__,
                   "env": os.environ.get("PROBE_VALUE"), "rank": os.environ.get("RANK"),
-                  "stdin": sys.stdin.read()}))
+                  "stdin": sys.stdin.read(), "torch": torch_modules()}))
 sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
 '''
 
@@ -55,7 +67,7 @@ def run_prestarted(command: list[str], cwd: Path, env: dict[str, str], log: Path
 @pytest.mark.parametrize("command", [["python", "probe.py", "--a", "1"], ["python", "-u", "-m", "pkg.probe", "b"],
                                      [sys.executable, "probe.py"]], ids=["script", "module", "absolute"])
 def test_a_program_sees_what_a_new_python_sees(code, tmp_path, command):
-    env = rank_env()
+    env = rank_env(PROBE_TORCH="1")
     runs = {}
     for how, run in (("new", run_new), ("prestarted", run_prestarted)):
         log = tmp_path / f"{how}.log"
@@ -65,6 +77,7 @@ def test_a_program_sees_what_a_new_python_sees(code, tmp_path, command):
         assert lines[0] == "earlier lines"
         runs[how] = json.loads(lines[-1])
     assert runs["prestarted"] == runs["new"]
+    assert "torch" in runs["new"]["torch"] and "torch._dynamo" not in runs["new"]["torch"]  # as `import torch` left them
     assert runs["new"]["name"] == "__main__" and runs["new"]["env"] == "x y" and runs["new"]["rank"] == "1"
 
 

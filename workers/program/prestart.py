@@ -1,15 +1,14 @@
 """A pre-started Python for one `python script.py` / `python -m module` rank: the process's entry point.
 
-`python -m workers.program.prestart` imports torch and the torch modules a training script's start
-imports (DDP, FSDP, DCP, and torch._dynamo, which DDP's constructor imports): the bulk of its start;
-says `ready` on stdout and waits for one launch on stdin: a JSON line with the command's argv after
+`python -m workers.program.prestart` imports torch (the bulk of a training script's start), says
+`ready` on stdout and waits for one launch on stdin: a JSON line with the command's argv after
 `python`, its working directory, its whole environment and the rank's log file. It then becomes
 that program, as `python` would have run it: environment, working directory, sys.argv, sys.path[0],
 stdin from /dev/null, stdout and stderr appended to the log, the script or module run as a
 new `__main__`, and its exit code (SystemExit, or 1 with a traceback) as the process's.
 The actor side (what may launch here, and how) is workers/program/prestarted.py.
 
-Only the standard library and torch's own modules are imported before the launch, so the program
+Only the standard library and what `import torch` imports are loaded before the launch, so the program
 finds nothing of Trainyard's in sys.modules that it did not import itself.
 """
 
@@ -35,13 +34,11 @@ def _become(launch: dict) -> None:
 
 
 def main() -> None:
-    # The point of starting early: what a training script's start imports. DDP's constructor alone imports
-    # torch._dynamo (1.2 s here). CUDA is not initialised: devices are chosen after the launch.
+    # The point of starting early: `import torch`, the bulk of a training script's start. Nothing more: with
+    # torch._dynamo, or DCP and FSDP (which import DTensor), imported before a DDP program's init_process_group,
+    # torch 2.13 can deadlock as the program ends (bench/prestarted_exit_loop.py, docs/programs.md).
+    # CUDA is not initialised: devices are chosen after the launch.
     import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
-    import torch.distributed.checkpoint  # noqa: F401
-    import torch.distributed.fsdp  # noqa: F401
-    import torch.nn.parallel  # noqa: F401
 
     print("ready", flush=True)
     line = sys.stdin.readline()

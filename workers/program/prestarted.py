@@ -28,12 +28,8 @@ from pathlib import Path
 # Read by the interpreter, the allocator, OpenMP or torch while they start: fixed once the process runs.
 START_TIME_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "MALLOC_", "TORCH_",
                        "PYTORCH_")
-# Off unless TRAINYARD_PRESTART_PYTHON=1 in the workers' environment: a program that ends while torch destroys
-# DDP's reducer can deadlock in it (the main thread joins gloo's worker thread holding the GIL; that thread
-# waits for the GIL to free a Python object in the collective's thread-local state). It happened in 1 of 20
-# runs in a pre-started Python (bench/prestarted_exit_loop.py) and 0 of 25 in new processes; until the
-# difference is understood, commands start in new processes.
-ENABLED = os.environ.get("TRAINYARD_PRESTART_PYTHON") == "1"
+# On unless TRAINYARD_PRESTART_PYTHON=0 in the workers' environment (a switch to rule it out, not a tuning).
+ENABLED = os.environ.get("TRAINYARD_PRESTART_PYTHON", "1") != "0"
 READY_TIMEOUT_S = 120.0  # a pre-started Python still importing torch is waited for: it is ahead of a new one
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)  # resolved before any fork: the child only makes the call

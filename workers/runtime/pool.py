@@ -36,18 +36,25 @@ class WarmPool:
 
     def _maintain(self) -> None:
         # Refill only when it cannot slow a job down: not right after a take (the job is
-        # starting) and not while a job trains: no CPUs reserved on the cluster, or the node's
-        # CPUs idle. Importing torch in new processes costs about a CPU-second each.
+        # starting), all at once when no job holds CPUs, and beside a running job only while the
+        # node's CPUs are idle and one worker at a time: each imports torch twice (the actor and its
+        # pre-started Python), a few CPU-seconds that a job's ranks would otherwise wait behind.
         while True:
             time.sleep(1.0)
             with self._lock:
-                if time.monotonic() - self.last_take >= self.refill_delay_s and (
-                        no_cpus_reserved() or cpus_idle(self.busy_fraction)):
+                if time.monotonic() - self.last_take < self.refill_delay_s:
+                    continue
+                if no_cpus_reserved():
                     self._harvest()
                     self._fill()
+                elif cpus_idle(self.busy_fraction):
+                    self._harvest()
+                    if not self.starting:
+                        self._fill(at_most=1)
 
-    def _fill(self) -> None:
-        while len(self.idle) + len(self.starting) < self.size:
+    def _fill(self, at_most: int | None = None) -> None:
+        while len(self.idle) + len(self.starting) < self.size and (at_most is None or at_most > 0):
+            at_most = None if at_most is None else at_most - 1
             name = f"trainyard-warm-{uuid.uuid4().hex[:12]}"
             # @ray.remote adds .options (mypy ignores class decorators)
             actor = TrainWorker.options(name=name, lifetime="detached", num_cpus=0).remote(  # type: ignore[attr-defined]
