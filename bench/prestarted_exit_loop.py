@@ -13,7 +13,8 @@ difference is how the ranks started. A rank still alive 60 s after the launch is
 The fault it counts is torch's (docs/programs-bench.md, "A program that did not end"): when main() returns,
 DDP's Reducer frees the process group holding the GIL and joins gloo's worker thread, which is freeing a
 finished collective that holds a tensor with a Python object, and waits for the GIL. Measured here
-(torch 2.13) only when torch._dynamo was imported before the script's init_process_group.
+(torch 2.13) only when torch._dynamo, or DCP and FSDP, were imported before the script's
+init_process_group (the table in docs/programs.md).
 """
 
 import os

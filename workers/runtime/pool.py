@@ -53,8 +53,8 @@ class WarmPool:
                         self._fill(at_most=1)
 
     def _fill(self, at_most: int | None = None) -> None:
-        while len(self.idle) + len(self.starting) < self.size and (at_most is None or at_most > 0):
-            at_most = None if at_most is None else at_most - 1
+        missing = self.size - len(self.idle) - len(self.starting)
+        for _ in range(missing if at_most is None else min(missing, at_most)):
             name = f"trainyard-warm-{uuid.uuid4().hex[:12]}"
             # @ray.remote adds .options (mypy ignores class decorators)
             actor = TrainWorker.options(name=name, lifetime="detached", num_cpus=0).remote(  # type: ignore[attr-defined]
