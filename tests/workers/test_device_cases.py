@@ -3,9 +3,16 @@ name; `make device-check-dry` trains them (82 s, so not in `make test`)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 from bench.device_cases import NEEDS_NCCL, matrix, restart_pair
 from workers.parallel.registry import strategy_class
 from workers.spec_loading import parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED = {"ddp": "ddp", "zero1": "zero", "zero2": "zero", "fsdp2": "fsdp", "hsdp1x1": "fsdp", "tp1": "ddp",
             "sdp_block": "sdp", "fp16_compression": "ddp", "bf16_compression": "ddp", "powersgd": "ddp",
@@ -24,3 +31,16 @@ def test_every_gpu_configuration_is_valid_and_selects_its_strategy():
 def test_the_cpu_dry_run_leaves_out_only_what_needs_nccl():
     names = {name.split("-")[1] for name, _ in matrix(steps=2, gpu=False)}
     assert names == set(EXPECTED) - NEEDS_NCCL
+
+
+def test_the_checkpoint_row_times_a_real_async_save_against_a_sync_one(tmp_path):
+    """bench/device_checkpoint.py on a tiny Llama (in its own process: it forms a world-size-1 group)."""
+    code = ("import json, pathlib, sys; from bench.device_checkpoint import measure; "
+            "print(json.dumps(measure('cpu', True, pathlib.Path(sys.argv[1]))))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = json.loads(done.stdout.splitlines()[-1])
+    assert m["params"] > 0 and 0 < m["blocked_s"] <= m["durable_s"] and m["sync_s"] > 0, m
+    saved = sorted(p.name for p in (tmp_path / "async" / "checkpoints").iterdir())
+    assert saved == ["step-00000001", "step-00000002"], saved  # both async saves became durable
