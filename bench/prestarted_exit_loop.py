@@ -2,13 +2,15 @@
 
     .venv/bin/python bench/prestarted_exit_loop.py [RUNS] [--new-processes [--dynamo-first]]   (9 s a run here)
 
+(py-spy comes with the bench extra: `.venv/bin/pip install -e '.[bench]'`.)
+
 Each run launches examples/torchrun-script/train.py (30 steps) on 2 ranks that meet at a TCP store this
 process hosts, as a warm rank 0 actor does (TORCHELASTIC_USE_AGENT_STORE=True). The ranks start either in
 pre-started Pythons (workers/program/prestarted.py) or, with --new-processes, as `python train.py`
 (with --dynamo-first, a sitecustomize imports torch._dynamo before the script runs). In both modes the next
 run's two pre-started Pythons import torch while the run trains (as a warm pool refills), so the only
 difference is how the ranks started. A rank still alive 60 s after the launch is dumped with py-spy
-(--native) and killed.
+(--native) and killed; that run's directory (logs, checkpoints) is kept and named, the others' are removed.
 
 The fault it counts is torch's (docs/programs-bench.md, "A program that did not end"): when main() returns,
 DDP's Reducer frees the process group holding the GIL and joins gloo's worker thread, which is freeing a
@@ -18,6 +20,7 @@ init_process_group (the table in docs/programs.md).
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,21 +63,25 @@ for i in range(runs):
     for p in pres:
         p.close()  # unused in --new-processes mode; launched ones are already handed over
     pres = [PrestartedPython() for _ in range(2)]  # the next run's, importing while this one runs
-    t = time.time()
+    t, hung_here = time.time(), False
     for r, p in enumerate(procs):
         try:
             p.wait(timeout=max(1, 60 - (time.time() - t)))
         except subprocess.TimeoutExpired:
             hangs += 1
-            print(f"run {i} rank {r} HUNG (pid {p.pid})", flush=True)
+            hung_here = True
+            print(f"run {i} rank {r} HUNG (pid {p.pid}; logs in {cwd})", flush=True)
             subprocess.run([str(Path(sys.executable).with_name("py-spy")), "dump", "--native", "--pid", str(p.pid)])
             p.kill()
         else:
             if p.returncode != 0:
                 print(f"run {i} rank {r} exited {p.returncode}: {(cwd / f'r{r}.log').read_text()[-2000:]}")
     del store
+    if not hung_here:
+        shutil.rmtree(cwd)
 for p in pres:
     p.close()
+shutil.rmtree(site)
 mode = "pre-started Pythons" if not new_processes else "new processes" + (
     ", torch._dynamo imported first" if "--dynamo-first" in sys.argv else "")
 print(f"{mode}: {hangs} hangs in {runs} runs", flush=True)
