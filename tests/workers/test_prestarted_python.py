@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.program.prestarted import Launch, PrestartedPython, launch_plan
+from workers.program.prestarted import Launch, PrestartedPython, launch_plan, switch
 
 PROBE = '''
 import json, os, sys
@@ -122,3 +122,11 @@ def test_a_closed_prestarted_python_is_gone_and_says_so():
     pre.close()
     assert proc is not None and proc.poll() is not None
     assert pre.plan(["python", "t.py"], rank_env()) == "the pre-started Python is gone"
+
+
+def test_the_switch_reads_the_services_boolean_spellings_and_refuses_others():
+    name = "TRAINYARD_PRESTART_PYTHON"
+    assert [switch(name, v, True) for v in (None, "", "1", "true", "Yes", "ON")] == [True] * 6
+    assert [switch(name, v, True) for v in ("0", "false", "FALSE", "no", "off")] == [False] * 5
+    with pytest.raises(ValueError, match="TRAINYARD_PRESTART_PYTHON='nope': must be one of"):
+        switch(name, "nope", True)

@@ -28,8 +28,23 @@ from pathlib import Path
 # Read by the interpreter, the allocator, OpenMP or torch while they start: fixed once the process runs.
 START_TIME_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "MALLOC_", "TORCH_",
                        "PYTORCH_")
-# On unless TRAINYARD_PRESTART_PYTHON=0 in the workers' environment (a switch to rule it out, not a tuning).
-ENABLED = os.environ.get("TRAINYARD_PRESTART_PYTHON", "1") != "0"
+
+
+def switch(name: str, value: str | None, default: bool) -> bool:
+    """A boolean environment switch, spelled as the service's boolean settings are (true/false, 1/0,
+    yes/no, on/off); anything else is refused, naming the variable, rather than read as either."""
+    if value is None or value.strip() == "":
+        return default
+    word = value.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={value!r}: must be one of true/false, 1/0, yes/no, on/off")
+
+
+# On unless TRAINYARD_PRESTART_PYTHON=false in the workers' environment (a switch to rule it out, not a tuning).
+ENABLED = switch("TRAINYARD_PRESTART_PYTHON", os.environ.get("TRAINYARD_PRESTART_PYTHON"), True)
 READY_TIMEOUT_S = 120.0  # a pre-started Python still importing torch is waited for: it is ahead of a new one
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)  # resolved before any fork: the child only makes the call
