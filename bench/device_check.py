@@ -12,9 +12,9 @@ x86_64; kept out of git) are unpacked into bench/.wheels/ and put on sys.path.
 What it prints, one row per job: the strategy the registry selected, SUCCEEDED or FAILED, the
 final loss, the fp32 loss of the same job on the CPU and their difference (GPU runs, target
 1e-3), collective-rule violations (workers/parallel/collective_audit.py), and the crash-restart
-pair's params_sha256 against its fault-free twin, and how long an async DCP save blocks the loop
-against a synchronous one (bench/device_checkpoint.py). The throughput comparison against a plain
-loop (350M Llama) is not in this script yet.
+pair's params_sha256 against its fault-free twin, how long an async DCP save blocks the loop
+against a synchronous one (bench/device_checkpoint.py), and a 350M Llama's tokens/s and MFU under
+Trainyard against a plain PyTorch loop of the same model (bench/device_throughput.py).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ import torch  # noqa: E402
 
 from bench.device_cases import matrix, restart_pair  # noqa: E402
 from bench.device_checkpoint import checkpoint_row  # noqa: E402
+from bench.device_throughput import throughput_row  # noqa: E402
 from workers.parallel.registry import strategy_class  # noqa: E402
 from workers.runtime.local_ranks import run_jobs  # noqa: E402
 from workers.spec_loading import parse_spec  # noqa: E402
@@ -129,7 +130,7 @@ def main() -> int:
     restart = restart_check(max(steps, 8), gpu, device, str(Path(workdir) / "restart"))
     print(restart[0])
     print(checkpoint_row(device, args.dry_run, workdir), flush=True)
-    print("not measured by this script yet: 350M Llama tokens/s and MFU vs a plain loop")
+    print(throughput_row(device, args.dry_run, workdir), flush=True)
     failed = [n for n, _ in specs if results[n][0].get("state") != "SUCCEEDED" or results[n][0].get("violations")]
     print(f"{len(specs) - len(failed)}/{len(specs)} jobs passed in {time.monotonic() - started:.0f} s"
           + (f"; failed: {', '.join(failed)}" if failed else ""))

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 from bench.device_cases import NEEDS_NCCL, matrix, restart_pair
+from bench.device_checkpoint import LLAMA_350M
+from bench.device_throughput import measure as measure_throughput
+from bench.device_throughput import trainyard_spec
 from workers.parallel.registry import strategy_class
 from workers.spec_loading import parse_spec
 
@@ -44,3 +47,18 @@ def test_the_checkpoint_row_times_a_real_async_save_against_a_sync_one(tmp_path)
     assert m["params"] > 0 and 0 < m["blocked_s"] <= m["durable_s"] and m["sync_s"] > 0, m
     saved = sorted(p.name for p in (tmp_path / "async" / "checkpoints").iterdir())
     assert saved == ["step-00000001", "step-00000002"], saved  # both async saves became durable
+
+
+def test_the_throughput_row_trains_the_same_model_both_ways(tmp_path):
+    """bench/device_throughput.py's dry run: a tiny Llama through Trainyard's Trainer and through the plain
+    loop, each in its own process; both train, and on the same model."""
+    m = measure_throughput("cpu", True, tmp_path)
+    assert m["micro_batch"] == 2 and m["seq"] == 64, m
+    assert m["trainyard"]["params"] == m["plain"]["params"] > 0, m
+    assert m["trainyard"]["tokens_per_s"] > 0 and m["plain"]["tokens_per_s"] > 0, m
+
+
+def test_the_gpu_throughput_job_is_a_valid_bf16_ddp_job_of_350m_parameters():
+    spec = parse_spec(trainyard_spec(LLAMA_350M, 16, 2048, 25, gpu=True))
+    assert strategy_class(spec).name == "ddp" and spec.parallel.mixed_precision == "bf16"
+    assert spec.train.global_batch_size == spec.train.micro_batch_size == 16 and spec.data.seq_len == 2048

@@ -40,7 +40,7 @@ class LocalSGDAdamW(torch.optim.AdamW):
     """AdamW that averages the parameters over the group after every `period`-th step."""
 
     def __init__(self, params, *, period: int, total_steps: int, comm: CommMeter, group=None, **kwargs):
-        super().__init__(params, foreach=False, **kwargs)
+        super().__init__(params, foreach=None, **kwargs)  # as base.adamw
         self.period, self.total_steps, self.comm, self.group = period, total_steps, comm, group
         self.in_sync = True  # whether the replicas are identical: right after an average (and before step 1)
 

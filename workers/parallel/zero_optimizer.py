@@ -65,7 +65,7 @@ class ShardedAdamW(torch.optim.Optimizer):
                  comm: CommMeter, offload: bool = False, bucket_bytes: int | None = None):
         # AdamW's own defaults (amsgrad, foreach, ...) so that checkpoints carry the same param_groups keys.
         defaults = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=lr, weight_decay=weight_decay,
-                                     foreach=False).defaults
+                                     foreach=None).defaults
         super().__init__(params, defaults)
         self.stage, self.mesh, self.comm, self.offload = stage, mesh, comm, offload
         self.group = mesh.get_group()
