@@ -37,9 +37,12 @@ SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "torchrun-script"
 COMMAND = ["python", str(SCRIPT), "--steps", "30", "--checkpoint-every", "10"]
 new_processes = "--new-processes" in sys.argv
 site = Path(tempfile.mkdtemp())
+first = sys.argv[sys.argv.index("--first") + 1] if "--first" in sys.argv else None
 if "--dynamo-first" in sys.argv:
-    (site / "sitecustomize.py").write_text("import torch._dynamo\n")
-numbers = [a for a in sys.argv[1:] if not a.startswith("--")]
+    first = "torch._dynamo"
+if first:
+    (site / "sitecustomize.py").write_text(f"import {first}\n")
+numbers = [a for a in sys.argv[1:] if not a.startswith("--") and a != first]
 runs = int(numbers[0]) if numbers else 20
 hangs = 0
 pres = [PrestartedPython() for _ in range(2)]

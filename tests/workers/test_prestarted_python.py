@@ -18,21 +18,23 @@ PROBE = '''
 import json, os, sys
 
 
-def torch_modules():
-    """torch's modules once the probe imported torch: the pre-started Python may have imported no more than
-    that (DCP, FSDP or torch._dynamo imported before a DDP program's init_process_group can deadlock its
-    exit: bench/prestarted_exit_loop.py)."""
+def ours():
+    """Trainyard's modules the program finds loaded: none (the pre-started Python imports only torch's)."""
+    return sorted(m for m in sys.modules if m.split(".")[0] in ("workers", "service", "trainyard", "deploy"))
+
+
+def torch_imported():
     if not os.environ.get("PROBE_TORCH"):
         return None
     import torch
-    return sorted(m for m in sys.modules if m.split(".")[0] == "torch")
+    return torch.__version__
 
 
 if len(sys.argv) > 1 and sys.argv[1] == "fail":
     raise ValueError("the probe failed")
 print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "name": __name__,
                   "env": os.environ.get("PROBE_VALUE"), "rank": os.environ.get("RANK"),
-                  "stdin": sys.stdin.read(), "torch": torch_modules()}))
+                  "stdin": sys.stdin.read(), "torch": torch_imported(), "ours": ours()}))
 sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
 '''
 
@@ -77,7 +79,7 @@ def test_a_program_sees_what_a_new_python_sees(code, tmp_path, command):
         assert lines[0] == "earlier lines"
         runs[how] = json.loads(lines[-1])
     assert runs["prestarted"] == runs["new"]
-    assert "torch" in runs["new"]["torch"] and "torch._dynamo" not in runs["new"]["torch"]  # as `import torch` left them
+    assert runs["new"]["torch"] and runs["new"]["ours"] == []
     assert runs["new"]["name"] == "__main__" and runs["new"]["env"] == "x y" and runs["new"]["rank"] == "1"
 
 
@@ -130,3 +132,43 @@ def test_the_switch_reads_the_services_boolean_spellings_and_refuses_others():
     assert [switch(name, v, True) for v in ("0", "false", "FALSE", "no", "off")] == [False] * 5
     with pytest.raises(ValueError, match="TRAINYARD_PRESTART_PYTHON='nope': must be one of"):
         switch(name, "nope", True)
+
+
+ENDINGS = '''
+import atexit, os, sys, threading, time
+import torch
+import torch.distributed as dist
+
+atexit.register(lambda: print("atexit ran"))
+mode = sys.argv[1]
+if mode == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.5), print("thread finished", flush=True))).start()
+elif mode == "message":
+    sys.exit("bad config")
+elif mode == "interrupt":
+    raise KeyboardInterrupt
+elif mode == "group":
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(os.getcwd(), "store-" + sys.argv[2]),
+                            rank=0, world_size=1)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    print("group", t.tolist(), dist.is_initialized(), flush=True)
+sys.stdout.write("unflushed at the end")
+'''
+
+
+@pytest.mark.parametrize("mode,code_expected", [("thread", 0), ("message", 1), ("interrupt", -2), ("group", 0)])
+def test_a_program_ends_as_in_a_new_python(tmp_path, mode, code_expected):
+    """The pre-started Python ends without tearing its modules down (workers/program/prestart.py, _end): it still
+    waits for the program's threads, runs its atexit handlers, flushes its output and keeps its exit code."""
+    (tmp_path / "endings.py").write_text(ENDINGS)
+    outputs = {}
+    for how, run in (("new", run_new), ("prestarted", run_prestarted)):
+        log = tmp_path / f"{how}.log"
+        code = run(["python", "endings.py", mode, how], tmp_path, rank_env(), log)
+        assert code == code_expected, (how, code, log.read_text())
+        outputs[how] = [line for line in log.read_text().splitlines() if "Traceback" not in line]
+    assert outputs["new"][-1].endswith("atexit ran") and outputs["prestarted"][-1] == outputs["new"][-1]
+    if mode != "interrupt":  # the traceback's frames differ (runpy's), its last line does not
+        assert outputs["prestarted"] == outputs["new"], outputs
