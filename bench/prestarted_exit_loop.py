@@ -1,13 +1,15 @@
 """Counts runs in which a command rank does not exit: pre-started Pythons against new processes.
 
-    .venv/bin/python bench/prestarted_exit_loop.py [RUNS] [--new-processes [--dynamo-first]]   (9 s a run here)
+    .venv/bin/python bench/prestarted_exit_loop.py [RUNS] [--new-processes [--dynamo-first | --first MODULE]]
+    (4-9 s a run here)
 
 (py-spy comes with the bench extra: `.venv/bin/pip install -e '.[bench]'`.)
 
 Each run launches examples/torchrun-script/train.py (30 steps) on 2 ranks that meet at a TCP store this
 process hosts, as a warm rank 0 actor does (TORCHELASTIC_USE_AGENT_STORE=True). The ranks start either in
 pre-started Pythons (workers/program/prestarted.py) or, with --new-processes, as `python train.py`
-(with --dynamo-first, a sitecustomize imports torch._dynamo before the script runs). In both modes the next
+(with --dynamo-first, a sitecustomize imports torch._dynamo before the script runs; --first MODULE another
+module). In both modes the next
 run's two pre-started Pythons import torch while the run trains (as a warm pool refills), so the only
 difference is how the ranks started. A rank still alive 60 s after the launch is dumped with py-spy
 (--native) and killed; that run's directory (logs, checkpoints) is kept and named, the others' are removed.
@@ -16,7 +18,8 @@ The fault it counts is torch's (docs/programs-bench.md, "A program that did not 
 DDP's Reducer frees the process group holding the GIL and joins gloo's worker thread, which is freeing a
 finished collective that holds a tensor with a Python object, and waits for the GIL. Measured here
 (torch 2.13) only when torch._dynamo, or DCP and FSDP, were imported before the script's
-init_process_group (the table in docs/programs.md).
+init_process_group, and no longer in the pre-started Python, which ends without destroying process
+groups (the table in docs/programs.md).
 """
 
 import os
@@ -86,5 +89,5 @@ for p in pres:
     p.close()
 shutil.rmtree(site)
 mode = "pre-started Pythons" if not new_processes else "new processes" + (
-    ", torch._dynamo imported first" if "--dynamo-first" in sys.argv else "")
+    f", {first} imported first" if first else "")
 print(f"{mode}: {hangs} hangs in {runs} runs", flush=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,41 @@ def test_program_steps_take_rank_zeros_values_and_every_ranks_time():
                                                                                                   {"acc": 0.9}, 0.5)
     assert [r["compute_time_s"] for r in joined["ranks"]] == [0.1, 0.4]
     assert isinstance(JobSpec.model_validate(parse_spec(program_spec()).model_dump()), JobSpec)
+
+
+def test_the_session_socket_answers_reports_and_a_rank_that_goes_mid_exchange_is_no_error(monkeypatch):
+    import socket
+    import struct
+    import threading
+
+    from trainyard.channel import SocketSession
+    from workers.program.session_server import SessionServer
+
+    class Sink:
+        def __init__(self):
+            self.seen: list = []
+
+        def report(self, metrics, step):
+            self.seen.append((metrics, step))
+
+    errors: list = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    stop, sink = threading.Event(), Sink()
+    server = SessionServer(sink, stop)  # type: ignore[arg-type]
+    try:
+        session = SocketSession(server.path)
+        session.report({"loss": 1.5}, 3)
+        stop.set()
+        assert session.should_stop() is True and sink.seen == [({"loss": 1.5}, 3)]
+        gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        gone.connect(server.path)
+        gone.sendall(b'{"op": "report", "metrics": {}, "step": 1}\n' * 2000)  # answers it will never read
+        gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        gone.close()  # reset: the server's next write fails
+        deadline = time.monotonic() + 5
+        while len(sink.seen) < 2001 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert errors == [], errors
+    finally:
+        server.close()

@@ -34,15 +34,18 @@ class SessionServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("rwb") as stream:
-            for line in stream:
-                try:
-                    request = json.loads(line)
-                    answer = self._answer(request)
-                except (ValueError, KeyError, TypeError) as exc:
-                    answer = {"error": f"{type(exc).__name__}: {exc}"}
-                stream.write(json.dumps(answer).encode() + b"\n")
-                stream.flush()
+        try:
+            with conn, conn.makefile("rwb") as stream:
+                for line in stream:
+                    try:
+                        request = json.loads(line)
+                        answer = self._answer(request)
+                    except (ValueError, KeyError, TypeError) as exc:
+                        answer = {"error": f"{type(exc).__name__}: {exc}"}
+                    stream.write(json.dumps(answer).encode() + b"\n")
+                    stream.flush()
+        except OSError:
+            pass  # the rank's process went (killed, or ended mid-exchange): the group's exit says why
 
     def _answer(self, request: dict) -> dict:
         op = request["op"]
