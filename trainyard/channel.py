@@ -1,7 +1,8 @@
 """A command rank's line to its actor: newline-delimited JSON over a Unix socket.
 
 Reports are pipelined: `report` writes its line and returns; the actor's answer (which also says
-whether the rank should stop) is read at the next call, by when it has long arrived. A step
+whether the rank should stop) is read at the next report, by when it has long arrived, and
+`should_stop` answers from the last answer read while that is under STOP_FRESH_S old. A step
 therefore costs one write and one read of a waiting line, not a round trip. An injected `slow` or
 `hang` fault holds the answer, so the rank is held at its next call.
 """
@@ -48,7 +49,11 @@ class SocketSession:
 
     def should_stop(self) -> bool:
         with self._lock:
-            if self._unanswered == 0 and time.monotonic() - self._stop_at > STOP_FRESH_S:
+            if time.monotonic() - self._stop_at <= STOP_FRESH_S:
+                # Fresh enough: a report's answer still on its way is read at the next call, so the usual
+                # `report(); should_stop()` step costs no round trip (bench/report_cost.py).
+                return self._stop
+            if self._unanswered == 0:
                 self._send({"op": "should_stop"})
             self._read_answers()
             return self._stop

@@ -172,8 +172,12 @@ def test_the_session_socket_answers_reports_and_a_rank_that_goes_mid_exchange_is
     try:
         session = SocketSession(server.path)
         session.report({"loss": 1.5}, 3)
+        assert session.should_stop() is False  # the report's answer, read: the first call has no fresh one
         stop.set()
-        assert session.should_stop() is True and sink.seen == [({"loss": 1.5}, 3)]
+        session.report({"loss": 1.25}, 4)
+        assert session.should_stop() is False  # fresh enough: step 4's answer waits for the next call
+        session.report({"loss": 1.0}, 5)
+        assert session.should_stop() is True and [s for _, s in sink.seen][:2] == [3, 4]
         gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         gone.connect(server.path)
         gone.sendall(b'{"op": "report", "metrics": {}, "step": 1}\n' * 2000)  # answers it will never read
