@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 
+from workers.spec_loading import parse_spec
+
 GPT = {"name": "gpt", "n_layers": 2, "d_model": 64, "n_heads": 4, "seq_len": 64}
 LLAMA = {"hf": {"model_type": "llama", "config": {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -61,3 +63,14 @@ def restart_pair(steps: int, gpu: bool) -> list[tuple[str, dict]]:
     crash = copy.deepcopy(base)
     crash["fault_injection"] = [{"at_step": every * 2 + 1, "rank": 0, "kind": "crash"}]
     return [("restart-twin", base), ("restart-crash", crash)]
+
+
+def build(cases: list[tuple[str, dict]]) -> list[tuple[str, object]]:
+    """Every configuration as a validated JobSpec (raises naming the job and the rule otherwise)."""
+    specs = []
+    for name, data in cases:
+        try:
+            specs.append((name, parse_spec(data, allow_fault_injection=True)))
+        except Exception as exc:
+            raise SystemExit(f"{name}: invalid configuration: {exc}") from exc
+    return specs

@@ -47,23 +47,11 @@ _use_bundled_wheels()
 
 import torch  # noqa: E402
 
-from bench.device_cases import matrix, restart_pair  # noqa: E402
+from bench.device_cases import build, matrix, restart_pair  # noqa: E402
 from bench.device_checkpoint import checkpoint_row  # noqa: E402
 from bench.device_throughput import throughput_row  # noqa: E402
 from workers.parallel.registry import strategy_class  # noqa: E402
 from workers.runtime.local_ranks import run_jobs  # noqa: E402
-from workers.spec_loading import parse_spec  # noqa: E402
-
-
-def build(cases: list[tuple[str, dict]]) -> list[tuple[str, object]]:
-    """Every configuration as a validated JobSpec (raises naming the job and the rule otherwise)."""
-    specs = []
-    for name, data in cases:
-        try:
-            specs.append((name, parse_spec(data, allow_fault_injection=True)))
-        except Exception as exc:
-            raise SystemExit(f"{name}: invalid configuration: {exc}") from exc
-    return specs
 
 
 def rows(specs, results, reference=None) -> list[list[str]]:

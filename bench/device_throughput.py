@@ -41,6 +41,8 @@ def _llama(config: dict, device: str):
 
 def plain_loop(config: dict, device: str, micro_batch: int, seq: int, warmup: int, steps: int) -> dict:
     """Tokens/s of the hand-written loop over `steps` steps after `warmup` (raises on OOM)."""
+    if device == "cpu":
+        torch.set_num_threads(1)  # as Trainyard's ranks in a dry run (workers/runtime/local_ranks.py)
     model = _llama(config, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, config["vocab_size"], (micro_batch, seq + 1), device=device)
@@ -79,7 +81,7 @@ def trainyard_spec(config: dict, micro_batch: int, seq: int, steps: int, gpu: bo
 def trainyard_loop(config: dict, device: str, micro_batch: int, seq: int, warmup: int, steps: int,
                    workdir: str) -> dict:
     """Tokens/s of Trainyard's Trainer between its step records after `warmup` (raises with its error)."""
-    from bench.device_check import build
+    from bench.device_cases import build
     from workers.runtime.local_ranks import run_jobs
     name, spec = build([("throughput", trainyard_spec(config, micro_batch, seq, warmup + steps, device == "cuda"))])[0]
     result = run_jobs([(name, spec)], 1, workdir, device, timeout_s=900)[name][0]

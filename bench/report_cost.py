@@ -4,9 +4,9 @@
 
 A rank process (spawned, as a command rank is its own process) calls report() and then should_stop(), as
 examples/torchrun-script/train.py does, over the session socket (trainyard/channel.py) to a SessionServer in
-this process whose sink does nothing, once per step of --step-ms (a sleep, as bench/programs.py's steps). It prints the call's mean and 99th-percentile time and
-both as a fraction of the step: the part of a step the reporting adds before the actor's own work
-(which runs beside the rank, in the actor's process).
+this process whose sink does nothing, once per step of --step-ms (a sleep, as bench/programs.py's steps).
+It prints the calls' mean and 99th-percentile time and both as a fraction of the step: the part of a
+step the reporting adds before the actor's own work (which runs beside the rank, in the actor's process).
 """
 
 from __future__ import annotations
