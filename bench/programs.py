@@ -37,7 +37,9 @@ What the columns measure:
   Jobs alike; torchrun needs no Ray. The services (trainyard's, Ray's job server) are already
   running. Under the table: Ray Train from its fit() call (the driver prints when it calls it),
   and trainyard's phases (the CLI's "Connected to Ray cluster" log line, the supervisor log's
-  "state RUNNING" once the rank actors are up, then the first step).
+  "state RUNNING" once the rank actors are up, then the first step). Once per rep, a Ray driver's
+  floor: a new Python's `import ray; ray.init(address)` on the running head, the least any launcher
+  that is a Ray driver (trainyard run, Ray Train's driver) spends before its ranks exist.
 
 This machine is shared: before each run the bench waits (at most --quiet-wait-s) for the CPUs to
 be mostly idle, and it prints the mean number of runnable tasks during each run (a 2-rank run alone
@@ -132,6 +134,19 @@ def rates(text: str, steps: int, where: str) -> list[tuple[int, float, float]]:
 
 
 # --- the four runners: each returns {"t0": launch time, "rates": rank 0's rate lines} -----------------
+
+
+def ray_driver_floor(work: Path, head: RayHead) -> float:
+    """Seconds from starting a new Python to `import ray; ray.init(address)` returning on the running
+    head: no launcher that is a Ray driver (trainyard run, Ray Train's) reaches its first step sooner."""
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "driver.log"
+    t0, rc = launch([sys.executable, "-c", "import time, ray; ray.init(); print('connected', time.time())"],
+                    log, 120, work, RAY_ADDRESS=head.address)
+    found = re.search(r"^connected (\d+\.\d+)$", log.read_text(), re.M)
+    if rc != 0 or found is None:
+        raise RuntimeError(f"a Ray driver could not connect (exit {rc}):\n{_tail(log)}")
+    return float(found.group(1)) - t0
 
 
 def run_torchrun(work: Path, args, head: RayHead) -> dict:
@@ -330,6 +345,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ty-bench-programs-"))
     results: dict[str, list[dict]] = {r: [] for r in runners}
     failures: dict[str, str] = {}
+    floors: list[float] = []  # a bare Ray driver's start, once per rep
     started, load_before = time.time(), os.getloadavg()[0]
     try:
         with RayHead() as head:
@@ -354,17 +370,19 @@ def main() -> None:
                         results[name].append(r)
                         print(f"  {tag}: {r['sps']:.0f} samples/s, first step {r['first_step_s']:.2f} s, "
                               f"{r['runnable']:.1f} runnable tasks on average", flush=True)
+                    wait_for_quiet(args.quiet_wait_s)
+                    floors.append(ray_driver_floor(work / f"ray-driver-{rep + 1}", head))
             finally:
                 SERVICE.stop()  # before the head it runs on
     finally:
         signal.alarm(0)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    report(args, runners, results, failures, time.time() - started, (load_before, os.getloadavg()[0]))
+    report(args, runners, results, failures, floors, time.time() - started, (load_before, os.getloadavg()[0]))
 
 
-def report(args, runners: list[str], results: dict[str, list[dict]], failures: dict[str, str], wall_s: float,
-           load: tuple[float, float]) -> None:
+def report(args, runners: list[str], results: dict[str, list[dict]], failures: dict[str, str], floors: list[float],
+           wall_s: float, load: tuple[float, float]) -> None:
     med = {name: {k: statistics.median(r[k] for r in runs) for k in ("sps", "first_step_s")}
            for name, runs in results.items() if runs}
 
@@ -405,6 +423,12 @@ def report(args, runners: list[str], results: dict[str, list[dict]], failures: d
               "ranks ran in their pre-started Python: " + ", ".join(
                   f"{u if u is None else round(u, 2)} / {f:.2f} ({'pre-started' if p else 'new process'})"
                   for u, f, p in service))
+    if floors:
+        floor = statistics.median(floors)
+        print(f"a Ray driver's floor (a new Python's `import ray; ray.init(address)` on the running head), s: "
+              f"{[round(f, 2) for f in floors]}, median {floor:.2f}: "
+              + ", ".join(f"{floor / med[b]['first_step_s']:.3f} of {b}'s first step" for b in ("Ray Train", "Ray Jobs")
+                          if b in med))
     for name, why in failures.items():
         print(f"{name} FAILED: {why}")
     print(f"bench wall time {wall_s:.0f} s; host load average (1 min) {load[0]:.1f} at the start, {load[1]:.1f} "

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from trainyard.checkpoints import latest_checkpoint_in
 
 SOCKET_ENV = "TRAINYARD_SESSION_SOCKET"
+REPORT_EVERY_ENV = "TRAINYARD_REPORT_EVERY_S"  # seconds between a command rank's report batches (trainyard/channel.py)
 CHECKPOINT_DIR_ENV = "TRAINYARD_CHECKPOINT_DIR"
 MESH_ENV = "TRAINYARD_MESH"  # JSON {"dp": 2, "tp": 2}: the degrees of program.function's parallel
 
@@ -49,9 +50,9 @@ def _session() -> Session:
     if _bound is None:
         path = os.environ.get(SOCKET_ENV)
         if path:
-            from trainyard.channel import SocketSession
+            from trainyard.channel import SEND_EVERY_S, SocketSession
 
-            _bound = SocketSession(path)
+            _bound = SocketSession(path, float(os.environ.get(REPORT_EVERY_ENV, SEND_EVERY_S)))
         else:
             _bound = _Outside()
     return _bound

@@ -118,6 +118,11 @@ def test_rank_environment_is_torchruns():
     assert "TORCHELASTIC_USE_AGENT_STORE" not in env  # rank 0's program hosts the store
     agent = rank_environment(spec, Path("/s/jobs/j1"), place, Rendezvous("10.0.0.1", 29500, True), 1, None)
     assert agent["TORCHELASTIC_USE_AGENT_STORE"] == "True"  # rank 0's actor hosts it, as torchrun's agent
+    assert "TRAINYARD_REPORT_EVERY_S" not in env  # reports travel in batches (trainyard/channel.py)
+    faulty = parse_spec(program_spec(fault_injection=[{"at_step": 3, "rank": 0, "kind": "crash"}]),
+                        allow_fault_injection=True)
+    faulty_env = rank_environment(faulty, Path("/s/jobs/j1"), place, Rendezvous("10.0.0.1", 29500), 1, "/tmp/s")
+    assert faulty_env["TRAINYARD_REPORT_EVERY_S"] == "0"  # each sent at once: the fault acts at its step
 
 
 def test_every_rank_sees_its_nodes_gpus_in_local_rank_order():
@@ -150,11 +155,12 @@ def test_program_steps_take_rank_zeros_values_and_every_ranks_time():
     assert isinstance(JobSpec.model_validate(parse_spec(program_spec()).model_dump()), JobSpec)
 
 
-def test_the_session_socket_answers_reports_and_a_rank_that_goes_mid_exchange_is_no_error(monkeypatch):
+def test_the_session_socket_batches_reports_and_a_rank_that_goes_mid_exchange_is_no_error(monkeypatch):
     import socket
     import struct
     import threading
 
+    from trainyard import channel
     from trainyard.channel import SocketSession
     from workers.program.session_server import SessionServer
 
@@ -162,29 +168,46 @@ def test_the_session_socket_answers_reports_and_a_rank_that_goes_mid_exchange_is
         def __init__(self):
             self.seen: list = []
 
-        def report(self, metrics, step):
-            self.seen.append((metrics, step))
+        def report(self, metrics, step, wall_s=None, own_s=None):
+            self.seen.append((step, wall_s, own_s))
 
     errors: list = []
     monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    monkeypatch.setattr(channel, "STOP_FRESH_S", 0.05)
     stop, sink = threading.Event(), Sink()
     server = SessionServer(sink, stop)  # type: ignore[arg-type]
     try:
         session = SocketSession(server.path)
-        session.report({"loss": 1.5}, 3)
-        assert session.should_stop() is False  # the report's answer, read: the first call has no fresh one
+        session.report({"loss": 1.5}, 3)  # the first report is sent at once
+        assert session.should_stop() is False  # its answer, read: the first call has no fresh one
         stop.set()
         session.report({"loss": 1.25}, 4)
-        assert session.should_stop() is False  # fresh enough: step 4's answer waits for the next call
         session.report({"loss": 1.0}, 5)
-        assert session.should_stop() is True and [s for _, s in sink.seen][:2] == [3, 4]
+        assert session.should_stop() is False  # fresh enough: no round trip
+        assert [s for s, _, _ in sink.seen] == [3]  # 4 and 5 wait for their line, sent when due
+        deadline = time.monotonic() + 5
+        while len(sink.seen) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [s for s, _, _ in sink.seen] == [3, 4, 5]
+        assert all(wall >= 0 and own >= 0 for _, wall, own in sink.seen)  # the rank's own timing travels
+        time.sleep(0.1)
+        assert session.should_stop() is True  # stale: the sent line's answer is read, and it says stop
+        # A process's last reports, still waiting at its exit, are sent as it ends.
+        subprocess.run([sys.executable, "-c", "import sys; from trainyard.channel import SocketSession; "
+                        "s = SocketSession(sys.argv[1]); [s.report({'loss': 1.0}, i) for i in (10, 11, 12)]",
+                        server.path], check=True, timeout=60, cwd=str(Path(__file__).resolve().parents[2]))
+        deadline = time.monotonic() + 5
+        while len(sink.seen) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [s for s, _, _ in sink.seen][3:] == [10, 11, 12]
         gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         gone.connect(server.path)
-        gone.sendall(b'{"op": "report", "metrics": {}, "step": 1}\n' * 2000)  # answers it will never read
+        line = b'{"op": "report", "reports": [{"metrics": {}, "step": 1, "wall_s": 0, "own_s": 0}]}\n'
+        gone.sendall(line * 2000)  # answers it will never read
         gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         gone.close()  # reset: the server's next write fails
         deadline = time.monotonic() + 5
-        while len(sink.seen) < 2001 and time.monotonic() < deadline:
+        while len(sink.seen) < 2006 and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.2)
         assert errors == [], errors

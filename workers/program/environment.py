@@ -7,7 +7,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from trainyard.session import CHECKPOINT_DIR_ENV, MESH_ENV, SOCKET_ENV
+from trainyard.session import CHECKPOINT_DIR_ENV, MESH_ENV, REPORT_EVERY_ENV, SOCKET_ENV
 from workers.spec import JobSpec
 from workers.storage import Storage
 
@@ -73,6 +73,8 @@ def rank_environment(spec: JobSpec, job: Storage | str | os.PathLike, place: Ran
         env["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # torch's env:// rendezvous: rank 0 connects as a client too
     if socket_path is not None:
         env[SOCKET_ENV] = socket_path
+        if spec.fault_injection:  # an injected fault acts at the report of the step it names: send each at once
+            env[REPORT_EVERY_ENV] = 0
     if place.node_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = place.node_devices
     return {**spec.program.env, **{k: str(v) for k, v in env.items()}}

@@ -32,11 +32,15 @@ class ReportSink:
         self._last_report = self._last_return = time.perf_counter()
         self._lock = threading.Lock()
 
-    def report(self, metrics: dict[str, float], step: int | None) -> None:
+    def report(self, metrics: dict[str, float], step: int | None, wall_s: float | None = None,
+               own_s: float | None = None) -> None:
+        """wall_s and own_s: the rank's own timing where it measured it (a command rank's batched reports
+        arrive together, trainyard/channel.py); else the time between this sink's calls."""
         with self._lock:
             now = time.perf_counter()
             step = self.last_step + 1 if step is None else step
-            wall, own = now - self._last_report, now - self._last_return
+            wall = now - self._last_report if wall_s is None else wall_s
+            own = now - self._last_return if own_s is None else own_s
             self._last_report, self.last_step = now, step
         # An injected `slow` fault makes this rank's own work `factor` times longer (held here).
         factor = self.faults.slow_factor(step)

@@ -1,5 +1,6 @@
 """The actor's end of a command rank's session (trainyard/channel.py): a Unix socket that takes
-reports and says whether to stop (in every answer), served from its own thread while the rank runs."""
+batches of reports and says whether to stop (in every answer), served from its own thread while the
+rank runs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from workers.program.reports import ReportSink
@@ -23,6 +25,7 @@ class SessionServer:
         self._sock.bind(self.path)
         self._sock.listen(8)
         self._closed = False
+        self._serving: list[threading.Thread] = []
         threading.Thread(target=self._accept, name="trainyard-session", daemon=True).start()
 
     def _accept(self) -> None:
@@ -31,7 +34,9 @@ class SessionServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return  # closed
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            serving = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._serving.append(serving)
+            serving.start()
 
     def _serve(self, conn: socket.socket) -> None:
         try:
@@ -50,13 +55,19 @@ class SessionServer:
     def _answer(self, request: dict) -> dict:
         op = request["op"]
         if op == "report":
-            self.sink.report(dict(request["metrics"]), request.get("step"))
+            for r in request["reports"]:
+                self.sink.report(dict(r["metrics"]), r.get("step"), wall_s=float(r["wall_s"]), own_s=float(r["own_s"]))
         elif op != "should_stop":
             raise ValueError(f"unknown op {op!r}")
         return {"stop": self.stop.is_set()}  # every answer says whether to stop
 
-    def close(self) -> None:
+    def close(self, drain_s: float = 2.0) -> None:
+        """After the rank's process ended: take the last line it sent (its final reports, sent at exit),
+        waiting at most drain_s, then remove the socket."""
         self._closed = True
+        deadline = time.monotonic() + drain_s
+        for serving in list(self._serving):
+            serving.join(timeout=max(0.0, deadline - time.monotonic()))
         try:
             self._sock.close()
             os.unlink(self.path)
