@@ -13,12 +13,10 @@ from typing import Any, Mapping
 
 import torch
 
+from workers.user_model_error import UserModelError
+
 Inputs = torch.Tensor | dict[str, torch.Tensor]
 Batch = tuple[Inputs, torch.Tensor | None]
-
-
-class UserModelError(ValueError):
-    """The user's model or data breaks a convention: the same on every rank, so restarting cannot help."""
 
 
 def collate(items: list) -> Batch:

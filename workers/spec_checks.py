@@ -9,11 +9,12 @@ from workers.spec import JobSpec, SpecError, Violation, rule_violations
 
 
 def spec_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None) -> list[Violation]:
-    from workers.parallel.registry import layout_errors  # imports torch: not at CLI start-up
-
     rules = list(rule_violations(spec, allow_fault_injection=allow_fault_injection))
-    # A program's layout is only the mesh it is handed; the strategies' rules are about Trainyard's loop.
-    return rules if spec.program is not None else [*rules, *layout_errors(spec)]
+    if spec.program is not None:
+        return rules  # a program's layout is only the mesh it is handed; the strategies' rules are about our loop
+    from workers.parallel.registry import layout_errors  # imports torch: not at CLI start-up, nor for a program
+
+    return [*rules, *layout_errors(spec)]
 
 
 def checked_spec(data: Any, *, allow_fault_injection: bool | None = None) -> JobSpec:

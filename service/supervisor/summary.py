@@ -5,14 +5,18 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from workers.parallel import strategy_name
 from workers.parallel.pipeline.bubble import pipeline_summary
 from workers.spec import JobSpec
 
 
 def layout_of(spec: JobSpec) -> dict[str, Any]:
     p = spec.parallel
-    strategy = "program" if spec.program is not None else strategy_name(spec)
+    if spec.program is not None:
+        strategy = "program"
+    else:  # the strategy registry imports torch: not for a program's supervisor
+        from workers.parallel import strategy_name
+
+        strategy = strategy_name(spec)
     return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy, "world_size": spec.world_size}
 
 

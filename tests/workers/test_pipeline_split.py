@@ -12,7 +12,6 @@ from tests.helpers import spec_of
 from workers.models import build_model
 from workers.models.description import describe_spec_model
 from workers.parallel.pipeline.bubble import (
-    StageTimes,
     join_stage_reports,
     pipeline_summary,
     theoretical_bubble,
@@ -31,6 +30,7 @@ from workers.parallel.pipeline.stage import (
     pruned_copy,
     replacements_for,
 )
+from workers.parallel.pipeline.stage_meter import StageTimes
 
 
 def pp_spec(**overrides):

@@ -213,3 +213,20 @@ def test_the_session_socket_batches_reports_and_a_rank_that_goes_mid_exchange_is
         assert errors == [], errors
     finally:
         server.close()
+
+
+def test_trainyard_run_reaches_a_programs_first_step_without_importing_torch():
+    # The CLI is the supervisor under `trainyard run`: torch and every strategy cost it ~3 s before
+    # its ranks start (bench/programs.py), and a program's supervisor needs neither.
+    code = ("import sys; from pathlib import Path\n"
+            "from api.cli.local import read_spec_or_exit\n"
+            "from service.supervisor.run import JobRun\n"
+            "from service.supervisor.summary import layout_of\n"
+            "from workers.parallel.pipeline.bubble import pipeline_summary\n"
+            "spec = read_spec_or_exit(Path('examples/torchrun-script/spec.yaml'))\n"
+            "assert layout_of(spec)['strategy'] == 'program' and pipeline_summary(spec, []) is None\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[]", out.stdout

@@ -1,13 +1,19 @@
-"""Parallel strategies: one file per strategy behind one interface (base.py), chosen by registry.py."""
+"""Parallel strategies: one file per strategy behind one interface (base.py), chosen by registry.py.
+
+Its names load on first use (workers/lazy.py): the supervisor and the API import torch-free
+modules of this package (pipeline/bubble.py)."""
 
 from __future__ import annotations
 
-from workers.parallel.base import Strategy, StrategyContext
-from workers.parallel.registry import (
-    REGISTRY,
-    STRATEGIES,
-    build_strategy,
-    strategy_name,
-)
+from typing import TYPE_CHECKING
+
+from workers.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from workers.parallel.base import Strategy, StrategyContext
+    from workers.parallel.registry import REGISTRY, STRATEGIES, build_strategy, strategy_name
 
 __all__ = ["REGISTRY", "STRATEGIES", "Strategy", "StrategyContext", "build_strategy", "strategy_name"]
+__getattr__ = lazy_names(__name__, {**dict.fromkeys(("Strategy", "StrategyContext"), "base"),
+                                    **dict.fromkeys(("REGISTRY", "STRATEGIES", "build_strategy", "strategy_name"),
+                                                    "registry")})

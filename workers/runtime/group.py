@@ -21,7 +21,6 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.events import RankEvent, RestartCause
-from workers.model_io import UserModelError
 from workers.program.errors import ProgramFailed
 from workers.program.prestarted import ENABLED as PRESTART
 from workers.runtime.actor import TrainWorker
@@ -29,6 +28,7 @@ from workers.runtime.node_loss import node_lost
 from workers.runtime.pool import take_warm
 from workers.spec import JobSpec
 from workers.storage import Storage, client_env
+from workers.user_model_error import UserModelError
 
 
 class GroupFailure(RuntimeError):

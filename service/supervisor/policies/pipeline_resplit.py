@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.parallel.pipeline.split import rebalanced_split
 from workers.spec import JobSpec
 from workers.spec_checks import checked_spec
 
@@ -33,6 +32,10 @@ class ResplitDecision:
 def on_stage_times(status: PipelineStatus) -> ResplitDecision | None:
     if status.already_resplit:
         return None
+    # Here, not at the top: the split's cost model builds the model with torch, which a supervisor
+    # (and `trainyard run`'s CLI, where it runs) should not import before its job's first step.
+    from workers.parallel.pipeline.split import rebalanced_split
+
     split = rebalanced_split(status.spec, list(status.stage_busy_s), status.threshold)
     return None if split is None else ResplitDecision(tuple(split), status.stage_busy_s)
 

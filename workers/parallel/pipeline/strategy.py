@@ -43,7 +43,7 @@ from workers.parallel.base import (
 )
 from workers.parallel.common import average_in_place
 from workers.parallel.layout import Layout
-from workers.parallel.pipeline.bubble import StageMeter, theoretical_bubble
+from workers.parallel.pipeline.bubble import theoretical_bubble
 from workers.parallel.pipeline.memory import pipeline_peak
 from workers.parallel.pipeline.probe import Probe
 from workers.parallel.pipeline.probe import probe as probe_model
@@ -55,6 +55,7 @@ from workers.parallel.pipeline.stage import (
     pruned_copy,
     replacements_for,
 )
+from workers.parallel.pipeline.stage_meter import StageMeter
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.tensor_parallel import apply_tensor_parallel
 from workers.spec import (
