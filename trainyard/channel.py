@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import socket
 import threading
 import time
@@ -40,6 +41,7 @@ class SocketSession:
         self._sent_at = float("-inf")
         self._called = self._returned = time.monotonic()
         self._error: Exception | None = None  # the sending thread's, raised at the rank's next call
+        self._pid = os.getpid()  # a forked child (a data loader's worker) shares the socket, not the session
         self._due = threading.Event()  # records wait: the sending thread sends them once due
         threading.Thread(target=self._send_when_due, name="trainyard-reports", daemon=True).start()
         atexit.register(self._send_at_exit)  # the last steps' records, sent before the process ends
@@ -111,6 +113,8 @@ class SocketSession:
             raise self._error
 
     def _send_at_exit(self) -> None:
+        if os.getpid() != self._pid:
+            return  # a forked child's copy of the records: its parent sends them
         with self._lock:
             if self._pending and self._error is None:
                 try:
