@@ -33,7 +33,7 @@ class StepRecord:
     comm_bytes: int
     model_state_bytes: int | None = None
     skipped: bool = False  # the update was skipped (non-finite gradients)
-    stage: dict | None = None  # pipeline: this rank's stage accounting (see workers/parallel/pipeline/bubble.py)
+    stage: dict | None = None  # pipeline: this rank's stage accounting (see workers/parallel/pipeline/stage_meter.py)
     # The high-water mark during this step (workers/step_memory.py) and what it held by category
     # (params, grads, optimizer, activations); None on steps the CPU schedule does not measure.
     peak_memory_bytes: int | None = None

@@ -53,7 +53,7 @@ SITES: dict[str, str] = {
     "workers.parallel.tensor_parallel:TensorParallelStrategy._average_over_dp": DATA,
     "workers.parallel.tensor_plan:apply_tensor_plan": DATA,  # distribute_tensor: rank 0's weights, scattered
     "workers.parallel.pipeline.strategy:PipelineStrategy.forward_backward": DATA,
-    "workers.parallel.pipeline.bubble:StageMeter._timed_p2p.<locals>.timed": DATA,  # the schedule's p2p
+    "workers.parallel.pipeline.stage_meter:StageMeter._timed_p2p.<locals>.timed": DATA,  # the schedule's p2p
     "workers.parallel.pipeline.strategy:PipelineStrategy.clip_grad_norm": DATA,
     "workers.parallel.pipeline.strategy:PipelineRank.forward": DATA,  # evaluation across the stages
     "workers.parallel.pipeline.strategy:PipelineStrategy.full_model_state": DATA,  # TP shards' full_tensor
