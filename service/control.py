@@ -291,6 +291,7 @@ class _Loops:
     """The leader's scheduler, reconciler and standby pool, built when this replica takes the lease."""
 
     def __init__(self, plane: ControlPlane, lease: LeaderLease):
+        from service.leaked_groups import LeakedGroups
         from service.reconciler import Reconciler
         from service.scheduler import Scheduler
         from service.supervisor.launch import Launcher
@@ -310,6 +311,7 @@ class _Loops:
         self.scheduler = Scheduler(fenced, settings, launcher, self.reconciler.handles, metrics=plane.live,
                                    capacity=lambda: plane.capacity)
         self.count = 0
+        self.leaked_groups = LeakedGroups(fenced)
         plane.sweep_orphans()
 
     def tick(self, full: bool = True) -> None:
@@ -325,6 +327,7 @@ class _Loops:
         self.count += 1
         if self.count % 20 == 0 and self.lease.held():
             self.plane.sweep_orphans()
+            self.leaked_groups.sweep()
 
     def close(self) -> None:
         self.reconciler.handles.clear()

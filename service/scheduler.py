@@ -37,6 +37,7 @@ from service.quotas import admissible
 from service.restart_history import restarts_used
 from service.settings import Settings
 from service.supervisor.launch import Launcher
+from workers.runtime.group_owner import GroupOwner
 
 log = logging.getLogger("trainyard.scheduler")
 EPS = 1e-6
@@ -159,10 +160,11 @@ class Scheduler:
         waiting = [j for j in active if j.state in (JobState.STARTING, JobState.RECOVERING)]
         if not waiting:
             return {}
-        held = {pg.get("name", "") for pg in ray.util.placement_group_table().values() if pg.get("state") == "CREATED"}
+        held = {owner for pg in ray.util.placement_group_table().values() if pg.get("state") == "CREATED"
+                if (owner := GroupOwner.of_group(pg.get("name", ""))) is not None}
         reserved = {"CPU": 0.0, "GPU": 0.0}
         for job in waiting:
-            if not any(name.startswith(f"ty-{job.id}-pg-") for name in held):
+            if GroupOwner(job.id, job.supervisor_epoch) not in held:
                 reserved["CPU"] += job.cpus
                 reserved["GPU"] += job.gpus
         return reserved

@@ -63,7 +63,8 @@ class JobSupervisor:
             # The spec was validated at submit (fault injection included), so no policy is re-applied here.
             spec = JobSpec.model_validate(spec_json)
             self.job_id, self.epoch, self.metric_stride = job_id, epoch, max(1, metric_stride)
-            self._run = JobRun(spec, Storage.at(job_uri), job_id, listener=self, restarts_before=restarts_before)
+            self._run = JobRun(spec, Storage.at(job_uri), job_id, listener=self, restarts_before=restarts_before,
+                               epoch=epoch)
         threading.Thread(target=self._main, name=f"jobrun-{job_id}", daemon=True).start()
         return True
 

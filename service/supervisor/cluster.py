@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from workers.events import RankEvent
+from workers.runtime.group_owner import GroupOwner
 from workers.spec import JobSpec
 from workers.storage import Storage
 
@@ -30,9 +31,9 @@ class Group(Protocol):
     def shutdown(self) -> None: ...
 
 
-# (spec, the job's storage, attempt, namespace tag, nodes to avoid, "is the job being cancelled?")
+# (spec, the job's storage, attempt, the supervisor that owns it, nodes to avoid, "is the job being cancelled?")
 # -> a group, not started yet
-GroupFactory = Callable[[JobSpec, Storage, int, str, frozenset[str], Callable[[], bool]], Group]
+GroupFactory = Callable[[JobSpec, Storage, int, GroupOwner, frozenset[str], Callable[[], bool]], Group]
 
 
 class Cluster(Protocol):

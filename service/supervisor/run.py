@@ -51,6 +51,7 @@ from workers.events import (
     SkippedStepEvent,
 )
 from workers.runtime.group import GroupFailure, WorkerGroup
+from workers.runtime.group_owner import GroupOwner
 from workers.spec import JobSpec
 from workers.storage import Storage
 from workers.training.recovery import RecoveryState
@@ -68,9 +69,10 @@ class JobRun:
     def __init__(self, spec: JobSpec, job: Storage | str | os.PathLike, job_id: str,
                  listener: RunListener | None = None, poll_interval_s: float = 0.25, start_timeout_s: float = 120.0,
                  group_factory: GroupFactory | None = None, cluster: Cluster | None = None,
-                 restarts_before: RestartsUsed = RestartsUsed()):
+                 restarts_before: RestartsUsed = RestartsUsed(), epoch: int = 0):
         # The job's files: a local directory or an object store (checkpoints, ledgers, the export).
         self.spec, self.storage, self.job_id = spec, Storage.of(job), job_id
+        self.owner = GroupOwner(job_id, epoch)  # named in every placement group this run creates
         self.current = spec  # the layout running now; differs from `spec` after an elastic resize
         reports = listener or SilentListener()
         # With `tracking`, what the run reports also goes to MLflow / TensorBoard (off this thread).
@@ -128,7 +130,7 @@ class JobRun:
     # --- the loop: one attempt per worker group, then its outcome applied ---------------------
 
     def _attempt(self, attempt: int) -> Outcome:
-        group = self.group_factory(self.current, self.storage, attempt, f"ty-{self.job_id}",
+        group = self.group_factory(self.current, self.storage, attempt, self.owner,
                                    frozenset(self.avoid_nodes), self._cancel.is_set)
         self._live = None
         try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
 from collections.abc import Callable
 
 import ray
@@ -24,6 +23,7 @@ from workers.events import RankEvent, RestartCause
 from workers.program.errors import ProgramFailed
 from workers.program.prestarted import ENABLED as PRESTART
 from workers.runtime.actor import TrainWorker
+from workers.runtime.group_owner import GroupOwner
 from workers.runtime.node_loss import node_lost
 from workers.runtime.pool import take_warm
 from workers.spec import JobSpec
@@ -58,17 +58,10 @@ def restart_cause(exc: BaseException, default: RestartCause = RestartCause.ERROR
 CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, KeyError)  # incl. UserModelError
 
 
-def pg_name(tag: str, attempt: int) -> str:
-    """The group's placement group name: `{tag}-pg-` (what the scheduler matches a job's groups by), the
-    attempt, and a part of its own: a replacement supervisor starts again at the same attempt while the
-    lost one's group may still exist, and a duplicate name failed the job at once (found by the soak)."""
-    return f"{tag}-pg-{attempt}-{uuid.uuid4().hex[:8]}"
-
-
 class WorkerGroup:
-    def __init__(self, spec: JobSpec, storage: Storage, attempt: int, namespace_tag: str,
+    def __init__(self, spec: JobSpec, storage: Storage, attempt: int, owner: GroupOwner,
                  avoid_nodes: frozenset[str] = frozenset(), interrupted: Callable[[], bool] = lambda: False):
-        self.spec, self.storage, self.attempt, self.tag = spec, Storage.of(storage), attempt, namespace_tag
+        self.spec, self.storage, self.attempt, self.owner = spec, Storage.of(storage), attempt, owner
         self.store_env = client_env()  # the supervisor's store variables, forwarded to every rank
         self.avoid_nodes = avoid_nodes  # degraded nodes no rank may be placed on (straggler `replace`)
         self.interrupted = interrupted  # the job is being cancelled: stop waiting on a node's verdict
@@ -97,7 +90,7 @@ class WorkerGroup:
         # Every bundle avoids the degraded nodes: Ray's default node-id label, matched with "not in".
         selector = ([{"ray.io/node-id": f"!in({','.join(sorted(self.avoid_nodes))})"}] * n
                     if self.avoid_nodes else None)
-        self.pg = pg = placement_group([self.bundle()] * n, strategy="PACK", name=pg_name(self.tag, self.attempt),
+        self.pg = pg = placement_group([self.bundle()] * n, strategy="PACK", name=self.owner.group_name(self.attempt),
                                        bundle_label_selector=selector)
         try:
             ray.get(pg.ready(), timeout=timeout_s)

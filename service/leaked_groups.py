@@ -1,0 +1,88 @@
+"""Placement groups that outlived their supervisor, removed so their CPUs and GPUs come back.
+
+Ray removes a group when the supervisor actor that created it dies, except when the actor is
+killed while the group is being created: then the group stays CREATED, holding its resources,
+for good (workers/runtime/group_owner.py). A group named for a job of this service is leaked
+when no supervisor can still use it: the job is no longer active, a later supervisor epoch
+took over, or the supervisor of its epoch is gone. It is removed once it has been seen leaked
+for `grace_s` (a supervisor tearing its group down as the job ends removes it itself). The
+leader sweeps with its orphaned supervisors (service/control.py, every 20 ticks).
+Groups of jobs the database does not know (`trainyard run` on the same cluster) are never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import ray
+from ray._raylet import PlacementGroupID
+from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
+
+from service.db import repository as repo
+from service.db.engine import SessionSource
+from service.lifecycle import JobState
+from service.supervisor.actor import find_supervisor
+from workers.runtime.group_owner import GroupOwner
+
+log = logging.getLogger("trainyard.leaked_groups")
+HOLDING = (JobState.STARTING, JobState.RUNNING, JobState.RECOVERING)  # states a supervisor holds a group in
+
+
+@dataclass(frozen=True)
+class JobHolder:
+    """What the database says about the job a group is named for."""
+
+    state: JobState
+    epoch: int
+    supervisor_name: str | None
+
+
+def is_leaked(owner: GroupOwner, job: JobHolder, supervisor_alive: Callable[[str | None], bool]) -> bool:
+    return (job.state not in HOLDING or owner.epoch != job.epoch
+            or not supervisor_alive(job.supervisor_name))
+
+
+class LeakedGroups:
+    def __init__(self, sessions: SessionSource, grace_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self.sessions, self.grace_s, self.clock = sessions, grace_s, clock
+        self.first_seen: dict[tuple[str, str], float] = {}  # (name, id) -> when first seen leaked
+
+    def sweep(self) -> list[str]:
+        """Remove the groups leaked for at least `grace_s`; their names."""
+        named = {(pg["name"], pg_id): owner for pg_id, pg in placement_group_table().items()
+                 if pg.get("state") != "REMOVED" and (owner := GroupOwner.of_group(pg.get("name") or ""))}
+        if not named:
+            self.first_seen.clear()
+            return []
+        holders = self._holders({o.job_id for o in named.values()})
+        leaked = {key for key, owner in named.items()
+                  if owner.job_id in holders and is_leaked(owner, holders[owner.job_id], _alive)}
+        now = self.clock()
+        self.first_seen = {key: self.first_seen.get(key, now) for key in leaked}
+        removed = []
+        for (name, pg_id), since in self.first_seen.items():
+            if now - since >= self.grace_s and _remove(pg_id):
+                log.warning("removed placement group %s: its supervisor is gone (a group Ray leaked)", name)
+                removed.append(name)
+        return removed
+
+    def _holders(self, job_ids: set[str]) -> dict[str, JobHolder]:
+        with self.sessions() as s:
+            jobs = (repo.get_job(s, job_id) for job_id in job_ids)
+            return {j.id: JobHolder(JobState(j.state), j.supervisor_epoch, j.supervisor_name)
+                    for j in jobs if j is not None}
+
+
+def _alive(supervisor_name: str | None) -> bool:
+    return find_supervisor(supervisor_name) is not None
+
+
+def _remove(pg_id: str) -> bool:
+    try:  # by id: a group's name is looked up in the caller's Ray namespace, the supervisors' may differ
+        remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+    except (ValueError, ray.exceptions.RayError):  # removed meanwhile (by Ray or its supervisor)
+        return False
+    return True
