@@ -215,6 +215,32 @@ def test_the_session_socket_batches_reports_and_a_rank_that_goes_mid_exchange_is
         server.close()
 
 
+def test_a_supervisor_gone_while_reports_wait_fails_the_ranks_next_call(tmp_path):
+    """The sending thread's failure is not lost: the rank's next report raises it (its process then
+    exits non-zero and the group's end says why), rather than reporting into nothing."""
+    import json
+    import socket
+
+    from trainyard.channel import SocketSession
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s"))
+    listener.listen(1)
+    session = SocketSession(str(tmp_path / "s"))
+    conn, _ = listener.accept()
+    session.report({"loss": 2.0}, 1)  # sent at once
+    with conn.makefile("rwb") as stream:
+        assert json.loads(stream.readline())["reports"][0]["step"] == 1
+        stream.write(b'{"stop": false}\n')
+        stream.flush()
+    conn.close()  # the supervisor's side goes away
+    session.report({"loss": 1.9}, 2)  # waits for its line: the sending thread sends it when due
+    time.sleep(0.5)
+    with pytest.raises(ConnectionError):
+        session.report({"loss": 1.8}, 3)
+    listener.close()
+
+
 def test_trainyard_run_reaches_a_programs_first_step_without_importing_torch():
     # The CLI is the supervisor under `trainyard run`: torch and every strategy cost it ~3 s before
     # its ranks start (bench/programs.py), and a program's supervisor needs neither.

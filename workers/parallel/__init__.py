@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from workers.parallel.base import Strategy, StrategyContext
     from workers.parallel.registry import REGISTRY, STRATEGIES, build_strategy, strategy_name
 
+# Each name in three places (the typed imports, __all__ for linters, this table): tests/workers/test_lazy_packages.py
+_HOME = {**dict.fromkeys(("Strategy", "StrategyContext"), "base"),
+         **dict.fromkeys(("REGISTRY", "STRATEGIES", "build_strategy", "strategy_name"), "registry")}
 __all__ = ["REGISTRY", "STRATEGIES", "Strategy", "StrategyContext", "build_strategy", "strategy_name"]
-__getattr__ = lazy_names(__name__, {**dict.fromkeys(("Strategy", "StrategyContext"), "base"),
-                                    **dict.fromkeys(("REGISTRY", "STRATEGIES", "build_strategy", "strategy_name"),
-                                                    "registry")})
+__getattr__ = lazy_names(__name__, _HOME)
