@@ -18,3 +18,17 @@ def lazy_names(package: str, home: dict[str, str]) -> Callable[[str], Any]:
         return getattr(importlib.import_module(f"{package}.{home[name]}"), name)
 
     return __getattr__
+
+
+def load_now(*packages: str) -> None:
+    """Every name of these lazy packages, imported now in the calling thread.
+
+    A process that imports in several threads loads them first: two threads importing torch's
+    modules at once can meet in Python's per-module import locks, which break such a deadlock by
+    handing one thread a partly initialised module (seen in a supervisor: "cannot import name
+    'set_module' from partially initialized module 'torch.utils'", then every later import of the
+    strategy registry failing)."""
+    for package in packages:
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            getattr(module, name)

@@ -25,6 +25,7 @@ from service.ray_client import NAMESPACE
 from service.supervisor.policies.failure import RestartsUsed
 from service.supervisor.run import JobRun
 from workers.events import RunEvent
+from workers.lazy import load_now
 from workers.spec import JobSpec
 from workers.storage import Storage, adopt_client_env
 
@@ -40,6 +41,10 @@ def supervisor_name(job_id: str, epoch: int) -> str:
 @ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)
 class JobSupervisor:
     def __init__(self) -> None:
+        # The run's thread and the control plane's calls (drain, status) would otherwise import the
+        # training stack (torch) on first use, in two threads at once. A supervisor actor is the
+        # service's; `trainyard run` runs JobRun in its CLI and stays torch-free for a program.
+        load_now("workers.parallel", "workers.checkpointing")
         self._lock = threading.Lock()
         self._records: list[dict] = []
         self._seq = 0

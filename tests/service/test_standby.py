@@ -29,3 +29,18 @@ def test_take_prefers_ready_then_starting_standbys(ray_cluster):
         pool.shutdown()
         for _, handle in filter(None, taken):  # taken ones belong to their jobs, not to the pool
             ray.kill(handle, no_restart=True)
+
+
+def test_a_supervisor_has_the_training_stack_imported_before_any_call(ray_cluster):
+    """What a standby promises, and what keeps the run's thread and a drain from importing torch in
+    two threads at once (a partly initialised torch.utils failed every drain of the tracking test)."""
+    from service.supervisor.actor import create_supervisor
+
+    handle = create_supervisor("trainyard-test-imports")
+    try:
+        loaded = ray.get(handle.__ray_call__.remote(
+            lambda self: sorted(m for m in ("torch", "workers.parallel.registry", "workers.checkpointing.saver")
+                                if m in __import__("sys").modules)), timeout=120)
+        assert loaded == ["torch", "workers.checkpointing.saver", "workers.parallel.registry"]
+    finally:
+        ray.kill(handle, no_restart=True)
