@@ -1,0 +1,106 @@
+"""Per-thread counters of the training ranks on this host, while a bench runs beside it.
+
+    .venv/bin/python bench/rank_threads.py --seconds 300 --out /tmp/threads.json &
+    .venv/bin/python bench/hf_models.py --layouts fsdp --reps 2 --steps 40
+    .venv/bin/python bench/rank_threads.py --report /tmp/threads.json
+
+Ranks are Ray workers running a TrainWorker (Trainyard) and torchrun_hf.py processes with LOCAL_RANK
+(torchrun). Every 0.5 s each rank thread's /proc stat and status are read: CPU time, minor page
+faults, voluntary and involuntary context switches. The report takes each process from 40% of its
+sampled life to its last full sample (steady state), and prints per CPU-second rates for the training
+thread (the one with the most CPU), the thread count and the threads that woke most.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return b""
+
+
+def rank_kind(pid: int) -> str | None:
+    """'trainyard', 'torchrun', None (not a rank), or '' (a Ray worker that may become one)."""
+    cmd = _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ")
+    if b"TrainWorker" in cmd:
+        return "trainyard"
+    if b"torchrun_hf.py" in cmd and b"LOCAL_RANK=" in _read(f"/proc/{pid}/environ"):
+        return "torchrun"
+    return "" if cmd.startswith(b"ray::") or b"default_worker" in cmd else None
+
+
+def thread_counters(pid: int) -> dict[str, list]:
+    """thread id -> [name, minflt, cpu_s, voluntary, involuntary]"""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        stat = _read(f"/proc/{pid}/task/{tid}/stat").decode()
+        fields = stat[stat.rindex(")") + 2:].split()
+        switches = dict(line.split(":\t") for line in _read(f"/proc/{pid}/task/{tid}/status").decode().splitlines()
+                        if line.endswith(tuple("0123456789")) and "ctxt_switches" in line)
+        out[tid] = [_read(f"/proc/{pid}/task/{tid}/comm").decode().strip(), int(fields[7]),
+                    (int(fields[11]) + int(fields[12])) / CLK, int(switches.get("voluntary_ctxt_switches", 0)),
+                    int(switches.get("nonvoluntary_ctxt_switches", 0))]
+    return out
+
+
+def sample(seconds: float, out: Path) -> None:
+    kinds: dict[int, str | None] = {}
+    samples: dict[int, list] = {}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            if not kinds.get(pid):
+                kind = kinds[pid] = rank_kind(pid)
+                if not kind:
+                    continue
+            try:
+                samples.setdefault(pid, []).append([time.time(), thread_counters(pid)])
+            except (OSError, ValueError):
+                pass  # the process ended
+        time.sleep(0.5)
+    out.write_text(json.dumps({str(pid): {"kind": kinds[pid], "samples": s} for pid, s in samples.items()}))
+
+
+def report(path: Path) -> None:
+    for pid, rec in json.loads(path.read_text()).items():
+        s = rec["samples"]
+        if len(s) < 6:
+            continue
+        (t0, first), (t1, last) = s[int(len(s) * 0.4)], s[-2]
+        rows = []
+        for tid, (name, minflt, cpu, vol, invol) in last.items():
+            _, minflt0, cpu0, vol0, invol0 = first.get(tid, [name, 0, 0.0, 0, 0])
+            rows.append((name, cpu - cpu0, minflt - minflt0, vol - vol0, invol - invol0))
+        train = max(rows, key=lambda r: r[1])
+        cpu = sum(r[1] for r in rows)
+        woke = sorted((r for r in rows if r is not train), key=lambda r: -r[3])[:6]
+        per_cpu_s = 1 / max(train[1], 1e-9)
+        print(f"{rec['kind']:9s} pid {pid}: {len(rows)} threads, window {t1 - t0:.1f}s, process CPU {cpu:.2f}s, "
+              f"minor faults/CPU-s {sum(r[2] for r in rows) / max(cpu, 1e-9):.0f}; training thread "
+              f"involuntary/CPU-s {train[4] * per_cpu_s:.0f}, voluntary/CPU-s {train[3] * per_cpu_s:.0f}; "
+              f"most woken others: {[(r[0], r[3]) for r in woke]}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=300.0)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--report", type=Path)
+    args = parser.parse_args()
+    if args.report:
+        report(args.report)
+    else:
+        sample(args.seconds, args.out or Path("rank-threads.json"))
