@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import threading
 import time
+import traceback
 import zipfile
 from pathlib import Path
 
@@ -90,12 +92,44 @@ def restart_check(steps: int, gpu: bool, device: str, workdir: str) -> list[str]
             f"({str(twin_run.get('params_sha256'))[:12]} vs {str(resumed.get('params_sha256'))[:12]})", str(same)]
 
 
+PARTS = ("throughput", "checkpoint", "matrix", "restart")
+
+
+def matrix_check(steps: int, gpu: bool, device: str, workdir: str) -> list[str]:
+    """The strategy table (printed); the names of the jobs that failed or broke the collective rule.
+    On a GPU the fp32 jobs' CPU twins train at the same time, on the host's cores."""
+    specs = build(matrix(steps, gpu))
+    reference: dict = {}
+    cpu_run = None
+    if gpu:  # the same fp32 jobs on the CPU: the GPU's loss must match within 1e-3
+        cpu_specs = build([(n, {**d, "resources": {**d["resources"], "gpus_per_worker": 0}})
+                           for n, d in matrix(steps, False) if n.endswith("fp32")])
+        cpu_run = threading.Thread(target=lambda: reference.update(
+            run_jobs(cpu_specs, 1, str(Path(workdir) / "cpu"), "cpu", timeout_s=1800)))
+        cpu_run.start()
+    results = run_jobs(specs, 1, str(Path(workdir) / device), device, audit=True, timeout_s=1800)
+    if cpu_run is not None:
+        cpu_run.join()
+    show(["job", "strategy", "state", "loss", "cpu loss", "|diff|", "rule violations", "error"],
+         rows(specs, results, reference if gpu else None))
+    for name, _ in specs:
+        if results[name][0].get("trace"):
+            print(f"--- {name}\n{results[name][0]['trace']}", flush=True)
+    return [n for n, _ in specs if results[n][0].get("state") != "SUCCEEDED" or results[n][0].get("violations")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dry-run", action="store_true", help="validate every configuration, 2 CPU steps each")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--workdir", default=None)
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated, run in this order (default: all of {', '.join(PARTS)})")
     args = parser.parse_args()
+    parts = [p for p in args.parts.split(",") if p]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"--parts: unknown {', '.join(unknown)}; choose from {', '.join(PARTS)}")
     gpu = torch.cuda.is_available() and not args.dry_run
     if not gpu and not args.dry_run:
         raise SystemExit("no CUDA device: run with --dry-run (CPU) or on a GPU machine")
@@ -103,26 +137,32 @@ def main() -> int:
     device = "cuda" if gpu else "cpu"
     workdir = args.workdir or tempfile.mkdtemp(prefix="device-check-")
     started = time.monotonic()
-    specs = build(matrix(steps, gpu))
-    build(restart_pair(max(steps, 8), gpu))  # validated in a dry run too
-    print(f"torch {torch.__version__}, device {torch.cuda.get_device_name(0) if gpu else 'cpu'}, "
-          f"{len(specs)} jobs x {steps} steps, workdir {workdir}", flush=True)
-    results = run_jobs(specs, 1, str(Path(workdir) / device), device, audit=True, timeout_s=1800)
-    reference = None
-    if gpu:  # the same fp32 jobs on the CPU: the GPU's loss must match within 1e-3
-        cpu_specs = build([(n, {**d, "resources": {**d["resources"], "gpus_per_worker": 0}})
-                           for n, d in matrix(steps, False) if n.endswith("fp32")])
-        reference = run_jobs(cpu_specs, 1, str(Path(workdir) / "cpu"), "cpu", timeout_s=1800)
-    show(["job", "strategy", "state", "loss", "cpu loss", "|diff|", "rule violations", "error"],
-         rows(specs, results, reference))
-    restart = restart_check(max(steps, 8), gpu, device, str(Path(workdir) / "restart"))
-    print(restart[0])
-    print(checkpoint_row(device, args.dry_run, workdir), flush=True)
-    print(throughput_row(device, args.dry_run, workdir), flush=True)
-    failed = [n for n, _ in specs if results[n][0].get("state") != "SUCCEEDED" or results[n][0].get("violations")]
-    print(f"{len(specs) - len(failed)}/{len(specs)} jobs passed in {time.monotonic() - started:.0f} s"
-          + (f"; failed: {', '.join(failed)}" if failed else ""))
-    return 1 if failed or restart[1] != "True" else 0
+    build(matrix(steps, gpu))
+    build(restart_pair(max(steps, 8), gpu))  # every configuration is validated before anything trains
+    print(f"torch {torch.__version__}, device {torch.cuda.get_device_name(0) if gpu else 'cpu'}, parts "
+          f"{', '.join(parts)}, {steps} steps, workdir {workdir}", flush=True)
+    failed: list[str] = []
+    for part in parts:
+        part_started = time.monotonic()
+        try:
+            if part == "matrix":
+                failed += matrix_check(steps, gpu, device, workdir)
+            elif part == "restart":
+                line, same = restart_check(max(steps, 8), gpu, device, str(Path(workdir) / "restart"))
+                print(line)
+                if same != "True":
+                    failed.append("restart")
+            elif part == "checkpoint":
+                print(checkpoint_row(device, args.dry_run, workdir))
+            else:
+                print(throughput_row(device, args.dry_run, workdir))
+        except Exception:  # one part's failure is reported; the parts after it still run
+            traceback.print_exc()
+            failed.append(part)
+        print(f"[{part}: {time.monotonic() - part_started:.0f} s]", flush=True)
+    print(f"device check: {'passed' if not failed else 'failed: ' + ', '.join(failed)} "
+          f"in {time.monotonic() - started:.0f} s", flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

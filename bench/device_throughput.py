@@ -122,15 +122,34 @@ def _out_of_memory(error: str) -> bool:
     return "out of memory" in error.lower()
 
 
-def largest_micro_batch(config: dict, device: str, seq: int) -> int:
+def _largest_fitting(config: dict, device: str, seq: int) -> int:
+    """In one process (a fresh one per candidate cost ~15 s each): the plain loop's step at each candidate
+    micro-batch, ascending, until one runs out of memory; the largest that ran (0: none)."""
+    model = _llama(config, device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     fits = 0
     for candidate in CANDIDATES_GPU:
-        result = _in_own_process(plain_loop, config, device, candidate, seq, 1, 1)
-        if isinstance(result, str):
-            if not _out_of_memory(result):
-                raise RuntimeError(f"the plain loop failed at micro-batch {candidate}: {result}")
+        try:
+            ids = torch.randint(0, config["vocab_size"], (candidate, seq + 1), device=device)
+            with torch.autocast(device, dtype=torch.bfloat16):
+                logits = model(input_ids=ids[:, :-1]).logits
+            F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten()).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            _sync(device)
+        except torch.OutOfMemoryError:
             break
+        finally:
+            ids = logits = None
+            torch.cuda.empty_cache()
         fits = candidate
+    return fits
+
+
+def largest_micro_batch(config: dict, device: str, seq: int) -> int:
+    fits = _in_own_process(_largest_fitting, config, device, seq)
+    if isinstance(fits, str):
+        raise RuntimeError(f"the plain loop failed while sizing its micro-batch: {fits}")
     if not fits:
         raise RuntimeError("the plain loop's step does not fit at micro-batch 1")
     return fits

@@ -73,7 +73,8 @@ def _rank_main(rank: int, world: int, port: int, device_type: str, jobs: list[tu
             except Exception as exc:  # one job's failure is a row of the table, not the end of the table
                 queue.put((name, rank, {"state": "FAILED", "error": f"{type(exc).__name__}: {exc}",
                                         "trace": traceback.format_exc()}))
-                raise
+                if world > 1:  # peers would hang in the job's next collective; a lone rank goes on
+                    raise
     finally:
         dist.destroy_process_group()
 
@@ -98,7 +99,7 @@ def run_jobs(jobs: list[tuple[str, object]], world: int, job_dir: str, device_ty
             continue
         results[name][rank] = result
         expected -= 1
-        if result["state"] == "FAILED":  # the rank raised: its peers hang or fail in the next collective
+        if result["state"] == "FAILED" and world > 1:  # the rank raised: its peers would hang
             break
     for p in procs.processes:
         p.join(timeout=30)
