@@ -135,12 +135,15 @@ def main() -> None:
     parser.add_argument("--layout", choices=("ddp", "fsdp"), default="ddp")
     parser.add_argument("--mesh", choices=("world", "3d"), default="world",
                         help="FSDP's group: the default one, or the dp sub-mesh of a (pp, dp, tp) mesh as Trainyard")
+    parser.add_argument("--idle-gloo-groups", type=int, default=0,
+                        help="extra gloo groups over the world, created and never used (bench/gloo_groups.py)")
     args = parser.parse_args()
     with open(args.spec_json) as f:
         spec_json = json.load(f)
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
                             timeout=timedelta(seconds=120))
+    idle = [dist.new_group(backend="gloo") for _ in range(args.idle_gloo_groups)]  # noqa: F841 (kept alive)
     try:
         run_loop(spec_json, args.layout, rank, args.out, {"process_start": T_PROCESS}, args.mesh)
     finally:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
 import time
+from pathlib import Path
 
 import ray
 
@@ -89,3 +91,39 @@ class TrainedOnce:
             args = key if isinstance(key, tuple) else (key,)
             self.done[key] = train(self.spec_for(*args), self.root / "-".join(args))
         return self.done[key]
+
+
+def rank_loop_processes() -> dict[int, int]:
+    """{training-loop pid: its rank actor's pid} on this host (workers/runtime/rank_process.py): a loop
+    is forked from its actor, so it is a TrainWorker process whose parent is one too."""
+    def is_worker(pid: int) -> bool:
+        try:
+            return b"TrainWorker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+
+    loops = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and is_worker(int(entry)):
+            parent = process_parent(int(entry))
+            if parent and is_worker(parent):
+                loops[int(entry)] = parent
+    return loops
+
+
+def process_parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def thread_names(pid: int) -> set[str]:
+    names = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            names.add(Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip())
+        except OSError:
+            pass  # the thread ended
+    return names

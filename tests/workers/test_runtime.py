@@ -15,7 +15,9 @@ from tests.helpers import (
     Events,
     alive_actors,
     live_placement_groups,
+    rank_loop_processes,
     spec_of,
+    thread_names,
     wait_until,
 )
 from workers.checkpointing import complete_checkpoints, state_sha256
@@ -26,6 +28,8 @@ from workers.training.losses import LOSSES
 from workers.training.validation import eval_batches_of, validation_sums
 
 pytestmark = pytest.mark.slow
+
+RAY_THREADS = {"worker.io", "timer_manager", "gcs_client_io_s"}  # a few of the core worker's, as /proc names them
 
 
 class Recorder(Events):
@@ -129,11 +133,17 @@ def test_cancel_mid_run_tears_everything_down(ray_cluster, tmp_path):
     thread = threading.Thread(target=run.run)
     thread.start()
     assert rec.reached.wait(120)
+    # Each rank trains in a child of its actor, with far fewer threads (workers/runtime/rank_process.py).
+    loops = rank_loop_processes()
+    assert len(loops) == 2, loops
+    for loop, actor in loops.items():  # Ray's core-worker threads stay in the actor
+        assert RAY_THREADS <= thread_names(actor) and not RAY_THREADS & thread_names(loop), (actor, loop)
     run.cancel()
     thread.join(60)
     assert not thread.is_alive()
     assert run.state == "CANCELLED" and rec.states[-1] == "CANCELLED"
     assert_nothing_left()
+    assert wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in loops), 15), "a loop outlived its job"
     [(addr, port)] = run.rendezvous
     assert wait_until(lambda: not listening(addr, port), 15), f"{addr}:{port} still open"
 

@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 import traceback
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import ray
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from workers.program.environment import Rendezvous
     from workers.program.prestarted import PrestartedPython
     from workers.program.runner import ProgramRunner
+    from workers.runtime.rank_process import RankProcess
     from workers.training.trainer import Trainer
 
 
@@ -60,7 +60,7 @@ class TrainWorker:
         self._lock = threading.Lock()
         self._events: list[RankEvent] = []
         self.control = RankControl()  # stop and rebalance requests, agreed on between steps
-        self.trainer: Trainer | ProgramRunner | None = None  # set by setup()
+        self.trainer: Trainer | RankProcess | ProgramRunner | None = None  # set by setup()
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -114,26 +114,14 @@ class TrainWorker:
 
             return self._setup_program(spec, Rendezvous(master_addr, master_port, agent_store), timeout_s, attempt,
                                        nodes, gpus)
-        import torch
-        import torch.distributed as dist
+        from workers.runtime.rank_process import IN_CHILD, RankProcess, RankStart, start_trainer
 
-        from workers.training.trainer import Trainer
-        use_cuda = spec.resources.gpus_per_worker > 0 and torch.cuda.is_available()
-        device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
-        if use_cuda:
-            torch.cuda.set_device(device)
-        torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        print(f"[rank {self.rank}] joining {master_addr}:{master_port} "
-              f"({'nccl' if use_cuda else 'gloo'}, world {self.world_size})", flush=True)
-        dist.init_process_group(
-            "nccl" if use_cuda else "gloo", init_method=f"tcp://{master_addr}:{master_port}",
-            rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
-        )
-        self.trainer = trainer = Trainer(spec, self.rank, self.world_size, device, self.storage, shares)
-        start = trainer.resume_from_latest()
-        print(f"[rank {self.rank}] ready at step {start}", flush=True)
-        return {"rank": self.rank, "start_step": start, "device": str(device)}
+        start = RankStart(spec, self.rank, self.world_size, self.storage, master_addr, master_port, timeout_s, shares)
+        if not IN_CHILD:  # TRAINYARD_RANK_PROCESS=false: the loop in this process, as before (a switch to rule it out)
+            self.trainer, answer = start_trainer(start)
+            return answer
+        self.trainer = process = RankProcess(start)
+        return process.ready()
 
     def _setup_program(self, spec, master: Rendezvous, timeout_s: float, attempt: int,
                        nodes: list[str] | None, gpus: list[list[str]] | None) -> dict:
@@ -181,6 +169,12 @@ class TrainWorker:
 
     def request_stop(self) -> None:
         self.control.request_stop()
+        forward = getattr(self.trainer, "request_stop", None)  # a loop in a child process hears it there
+        if forward is not None:
+            forward()
 
     def request_shares(self, version: int, shares: list[int]) -> None:
         self.control.request_shares(version, shares)
+        forward = getattr(self.trainer, "request_shares", None)
+        if forward is not None:
+            forward(version, shares)

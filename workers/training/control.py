@@ -36,6 +36,11 @@ class RankControl:
         with self._lock:
             self._shares = (version, list(shares))
 
+    def pending_shares(self) -> tuple[int, list[int]] | None:
+        """The latest shares request (version, shares), if any: passed on to a loop in another process."""
+        with self._lock:
+            return None if self._shares is None else (self._shares[0], list(self._shares[1]))
+
     def agree(self, groups: ControlGroups, may_stop: bool) -> tuple[bool, list[int] | None]:
         """(stop, new shares) that every rank agrees on at this step; a collective on every rank.
 
