@@ -157,6 +157,10 @@ class RankProcess:
 
 def _child_main(conn: Connection, actor_end: Connection, start: RankStart) -> None:
     actor_end.close()  # forked with both ends: only the actor may hold its end, or its death is never seen
+    for stream in (sys.stdout, sys.stderr):  # whole lines reach the rank's log even if this process is killed
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True)
     send_lock = threading.Lock()
 
     def send(message: tuple) -> None:
