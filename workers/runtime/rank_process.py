@@ -7,9 +7,9 @@ forked from the actor once the actor has imported the training stack, so it star
 with torch imported, holds only torch's and gloo's threads, and writes to the actor's log file (its
 inherited stdout and stderr). It never calls Ray; CUDA is first touched in the child.
 
-One duplex pipe joins them:
-  actor -> child: ("stop",) | ("shares", version, shares)
-  child -> actor: ("ready", setup info) | ("event", RankEvent) | ("done", result) | ("error", exception)
+One duplex pipe joins them, carrying the messages below:
+  actor -> child: Stop | Shares
+  child -> actor: Ready (the setup's answer) | Relayed (a RankEvent) | Done (the loop's result) | Failed
 The child exits when the actor's end of the pipe closes (the actor was killed, or its node lost),
 and not before: its process group stays up as long as the actor does, as before the move.
 When the child dies without a word (an injected crash, a signal), the actor exits with the child's
@@ -26,7 +26,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from workers.program.prestarted import switch
 from workers.training.control import RankControl
@@ -55,6 +55,37 @@ class RankStart:
     master_port: int
     timeout_s: float
     shares: list[int] | None
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+@dataclass(frozen=True)
+class Shares:
+    version: int
+    shares: list[int]
+
+
+@dataclass(frozen=True)
+class Ready:
+    answer: dict
+
+
+@dataclass(frozen=True)
+class Relayed:
+    event: RankEvent
+
+
+@dataclass(frozen=True)
+class Done:
+    result: dict
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: BaseException
 
 
 def start_trainer(start: RankStart):
@@ -102,10 +133,11 @@ class RankProcess:
 
     def ready(self) -> dict:
         """The setup answer, or the setup's own exception raised here (a configuration error stays one)."""
-        kind, payload = self._receive()
-        if kind == "ready":
-            return payload
-        raise payload
+        message = self._receive()
+        if isinstance(message, Ready):
+            return message.answer
+        assert isinstance(message, Failed), message
+        raise message.error
 
     def run(self, emit: Callable[[RankEvent], None], control: RankControl) -> dict:
         """Relays the child's events to `emit` until its loop returns (its result) or raises (raised here).
@@ -116,33 +148,34 @@ class RankProcess:
         if pending is not None:
             self.request_shares(*pending)
         while True:
-            kind, payload = self._receive()
-            if kind == "event":
-                emit(payload)
-            elif kind == "done":
-                return payload
+            message = self._receive()
+            if isinstance(message, Relayed):
+                emit(message.event)
+            elif isinstance(message, Done):
+                return message.result
             else:
-                raise payload
+                assert isinstance(message, Failed), message
+                raise message.error
 
     def request_stop(self) -> None:
-        self._send(("stop",))
+        self._send(Stop())
 
     def request_shares(self, version: int, shares: list[int]) -> None:
-        self._send(("shares", version, list(shares)))
+        self._send(Shares(version, list(shares)))
 
     def terminate(self) -> None:
         """Before the actor is killed: the child goes first (it would also go when the actor does)."""
         if self._process.pid is not None and self._process.exitcode is None:
             self._process.kill()
 
-    def _send(self, message: tuple) -> None:
+    def _send(self, message: Stop | Shares) -> None:
         with self._send_lock:
             try:
                 self._conn.send(message)
             except (BrokenPipeError, ConnectionResetError, OSError):
                 pass  # the child has ended: _receive reports how
 
-    def _receive(self) -> tuple[str, Any]:
+    def _receive(self) -> Ready | Relayed | Done | Failed:
         try:
             return self._conn.recv()
         except (EOFError, ConnectionResetError, OSError):
@@ -163,7 +196,7 @@ def _child_main(conn: Connection, actor_end: Connection, start: RankStart) -> No
             reconfigure(line_buffering=True)
     send_lock = threading.Lock()
 
-    def send(message: tuple) -> None:
+    def send(message: Ready | Relayed | Done | Failed) -> None:
         with send_lock:
             conn.send(message)
 
@@ -172,11 +205,11 @@ def _child_main(conn: Connection, actor_end: Connection, start: RankStart) -> No
     threading.Thread(target=_listen, args=(conn, control), daemon=True, name="rank-requests").start()
     try:
         trainer, answer = start_trainer(start)
-        send(("ready", answer))
-        send(("done", trainer.run(lambda event: send(("event", event)), control)))
+        send(Ready(answer))
+        send(Done(trainer.run(lambda event: send(Relayed(event)), control)))
     except BaseException as exc:
         traceback.print_exc()
-        send(("error", _portable(exc)))
+        send(Failed(_portable(exc)))
     # The process group stays up until the actor goes (teardown kills it), as when the loop ran in the
     # actor: a peer still in its last collective is not cut off by this rank's leaving first.
     threading.Event().wait()
@@ -189,10 +222,10 @@ def _listen(conn: Connection, control: RankControl) -> None:
             message = conn.recv()
         except (EOFError, ConnectionResetError, OSError):
             _end(1)
-        if message[0] == "stop":
+        if isinstance(message, Stop):
             control.request_stop()
-        elif message[0] == "shares":
-            control.request_shares(message[1], message[2])
+        elif isinstance(message, Shares):
+            control.request_shares(message.version, message.shares)
 
 
 def _portable(exc: BaseException) -> BaseException:
