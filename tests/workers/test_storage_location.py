@@ -55,3 +55,29 @@ def test_normalises_paths_and_uris(tmp_path):
     assert Storage.at(f"file://{tmp_path}/x/").uri == str(tmp_path / "x")
     assert Storage.at("s3://b/p/").uri == "s3://b/p" and (Storage.at("s3://b/p") / "q/").uri == "s3://b/p/q"
     assert Storage.at("s3://b").url("jobs/1") == "s3://b/jobs/1" and Storage.at("gs://b/x").scheme == "gs"
+
+
+def _write_from_a_fork(storage: Storage, done) -> None:
+    storage.write_text("forked/child.txt", "from the child")
+    done.put("written")
+
+
+def test_a_forked_process_reaches_the_store_with_its_own_client(s3_storage):
+    """A rank's loop is forked from its actor, which already used the store (its log shipper): the
+    inherited client would run its calls on the actor's event-loop thread, which the fork left behind."""
+    import multiprocessing
+    import queue
+
+    s3_storage.write_text("forked/parent.txt", "from the parent")  # the parent's client and its loop exist
+    context = multiprocessing.get_context("fork")
+    done = context.Queue()
+    child = context.Process(target=_write_from_a_fork, args=(s3_storage, done))
+    child.start()
+    try:
+        assert done.get(timeout=30) == "written"
+    except queue.Empty:
+        pytest.fail("the forked process's write to the store did not return within 30 s")
+    finally:
+        child.kill()
+        child.join()
+    assert s3_storage.read_text("forked/child.txt") == "from the child"

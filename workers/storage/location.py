@@ -46,6 +46,12 @@ def _filesystem_for(protocol: str, client_env: tuple[str | None, ...]) -> fsspec
     return fsspec.filesystem(protocol, use_listings_cache=False, skip_instance_cache=True)
 
 
+# A forked process (a rank's loop, workers/runtime/rank_process.py; a DataLoader worker) makes its own
+# clients: an async store's filesystem runs its calls on its parent's event-loop thread, which a fork
+# leaves behind, so an inherited one would wait for ever.
+os.register_at_fork(after_in_child=_filesystem_for.cache_clear)
+
+
 @dataclass(frozen=True)
 class Storage:
     """One directory: `uri` is `s3://bucket/prefix`, `gs://bucket/prefix` or an absolute local path."""
