@@ -5,10 +5,12 @@
   torchrun   the hand-written script of bench/hf_models.py (bench/torchrun_hf.py);
   trainer    Trainyard's own Trainer and strategy, one spawned process per rank, no Ray
              (workers/runtime/local_ranks.py, as the device check runs it);
-  trainyard  `JobRun(spec).run()`: the same Trainer inside Ray actors, as `trainyard run` does.
+  trainyard  `JobRun(spec).run()`, as `trainyard run` does: the same Trainer under Ray, in a child
+             process of each rank actor (inside the actor with TRAINYARD_RANK_PROCESS=false in
+             the environment this bench starts Ray from, as before 2026-12-04).
 
 trainer / torchrun is what Trainyard's step code costs; trainyard / trainer is what running it
-inside a Ray worker process costs. Each rep runs the three in a rotated order; ratios are taken
+under Ray costs. Each rep runs the three in a rotated order; ratios are taken
 within a rep. Steady samples/s as bench/hf_models.py (first 20% of steps skipped).
 """
 

@@ -4,8 +4,9 @@
     ... run something, note its steady window (t0, t1) in time.time() ...
     sampler.shares(t0, t1)   # {kind: CPU-seconds per second}, e.g. {"ranks": 1.93, "ray": 0.05, ...}
 
-Kinds come from each process's command line: the training ranks (a Ray TrainWorker, a torchrun
-script's LOCAL_RANK process, a spawned local rank), the job's supervisor actor, Ray's own daemons,
+Kinds come from each process's command line: the training ranks (the loop a Ray TrainWorker forked,
+a torchrun script's LOCAL_RANK process, a spawned local rank), the rank actors themselves (Ray's
+core worker beside the loop), the job's supervisor actor, Ray's own daemons,
 idle Ray workers, this process, and everything else.
 """
 
@@ -21,7 +22,7 @@ RAY_DAEMONS = (b"raylet", b"gcs_server", b"dashboard", b"log_monitor", b"runtime
                b"ray/_private", b"agent")
 
 
-STABLE = ("ranks", "supervisor", "ray daemons", "this process")
+STABLE = ("ranks", "supervisor", "ray daemons", "this process")  # "rank actors" may fork a loop later
 
 
 def _read(path: str) -> bytes:
@@ -35,8 +36,9 @@ def kind_of(pid: int) -> str:
     if pid == os.getpid():
         return "this process"
     cmd = _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ")
-    if b"TrainWorker" in cmd or b"spawn_main" in cmd or (
-            b"torchrun_hf.py" in cmd and b"LOCAL_RANK=" in _read(f"/proc/{pid}/environ")):
+    if b"TrainWorker" in cmd:  # a rank's loop is forked from its actor (workers/runtime/rank_process.py)
+        return "ranks" if b"TrainWorker" in _read(f"/proc/{_parent(pid)}/cmdline") else "rank actors"
+    if b"spawn_main" in cmd or (b"torchrun_hf.py" in cmd and b"LOCAL_RANK=" in _read(f"/proc/{pid}/environ")):
         return "ranks"
     if b"JobSupervisor" in cmd:
         return "supervisor"
@@ -45,6 +47,11 @@ def kind_of(pid: int) -> str:
     if any(d in cmd for d in RAY_DAEMONS):
         return "ray daemons"
     return "other"
+
+
+def _parent(pid: int) -> int:
+    stat = _read(f"/proc/{pid}/stat").decode()
+    return int(stat[stat.rindex(")") + 2:].split()[1]) if stat else 0
 
 
 def cpu_seconds(pid: int) -> float | None:

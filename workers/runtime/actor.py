@@ -19,6 +19,7 @@ import ray
 from ray.util.placement_group import placement_group_table
 
 from workers.events import RankEvent
+from workers.runtime.rank_process import IN_CHILD, RankProcess, RankStart, start_trainer
 from workers.storage import Storage, adopt_client_env
 from workers.storage.log_output import capture_output, end_output
 from workers.training.control import RankControl
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from workers.program.environment import Rendezvous
     from workers.program.prestarted import PrestartedPython
     from workers.program.runner import ProgramRunner
-    from workers.runtime.rank_process import RankProcess
     from workers.training.trainer import Trainer
 
 
@@ -114,8 +114,6 @@ class TrainWorker:
 
             return self._setup_program(spec, Rendezvous(master_addr, master_port, agent_store), timeout_s, attempt,
                                        nodes, gpus)
-        from workers.runtime.rank_process import IN_CHILD, RankProcess, RankStart, start_trainer
-
         start = RankStart(spec, self.rank, self.world_size, self.storage, master_addr, master_port, timeout_s, shares)
         if not IN_CHILD:  # TRAINYARD_RANK_PROCESS=false: the loop in this process, as before (a switch to rule it out)
             self.trainer, answer = start_trainer(start)
@@ -169,12 +167,10 @@ class TrainWorker:
 
     def request_stop(self) -> None:
         self.control.request_stop()
-        forward = getattr(self.trainer, "request_stop", None)  # a loop in a child process hears it there
-        if forward is not None:
-            forward()
+        if isinstance(self.trainer, RankProcess):  # a loop in a child process hears it there
+            self.trainer.request_stop()
 
     def request_shares(self, version: int, shares: list[int]) -> None:
         self.control.request_shares(version, shares)
-        forward = getattr(self.trainer, "request_shares", None)
-        if forward is not None:
-            forward(version, shares)
+        if isinstance(self.trainer, RankProcess):
+            self.trainer.request_shares(version, shares)
