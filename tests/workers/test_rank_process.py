@@ -53,12 +53,15 @@ def test_a_stop_request_reaches_the_loop_and_ends_it_at_a_checkpoint_step(tmp_pa
 
 
 def test_a_setup_error_is_raised_in_the_actor_with_its_own_type(tmp_path):
+    """Its type decides whether the supervisor retries (workers/runtime/group.py): a bad entrypoint is not retried."""
+    from workers.entrypoints import EntrypointError
+    from workers.runtime.group import CONFIGURATION_ERRORS
+
     start = start_of(tmp_path, **{"model": {"entrypoint": "no_such_module_here:factory"}, "data.seq_len": 32})
     process = RankProcess(start)
-    with pytest.raises(Exception) as raised:
+    with pytest.raises(EntrypointError, match="model.entrypoint: cannot import module 'no_such_module_here'") as raised:
         process.ready()
-    assert "no_such_module_here" in str(raised.value)
-    assert type(raised.value) is not RuntimeError or "ModuleNotFoundError" in str(raised.value)
+    assert isinstance(raised.value, CONFIGURATION_ERRORS)
     process.terminate()
 
 

@@ -1,7 +1,8 @@
 """TrainWorker: the Ray actor of one rank.
 
-It is a threaded actor: `train` runs the loop in one thread while `poll`
-drains telemetry from another, so the supervisor sees every step live.
+It is a threaded actor: `train` relays the loop (in a child process, workers/runtime/rank_process.py;
+a command program's runner; or the loop itself with TRAINYARD_RANK_PROCESS=false) in one thread
+while `poll` drains telemetry from another, so the supervisor sees every step live.
 stdout/stderr of the process go to the job's per-rank log file.
 """
 

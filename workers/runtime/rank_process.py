@@ -1,11 +1,13 @@
 """The built-in training loop of one rank, in a child process of its rank actor.
 
-Why a child: Trainyard's Trainer in a plain process trains at 0.995 of a hand-written torchrun
-script, but at about 0.97 inside the Ray worker process (bench/fsdp_gap.py, docs/parallel.md): that
-process holds some 44 threads of Ray's core worker, which keep taking the loop's core. The child is
-forked from the actor once the actor has imported the training stack, so it starts in milliseconds
-with torch imported, holds only torch's and gloo's threads, and writes to the actor's log file (its
-inherited stdout and stderr). It never calls Ray; CUDA is first touched in the child.
+Why a child: the loop's process then holds only torch's and gloo's threads, not the ~27 of Ray's
+core worker, and the loop's CPU can be told from the actor's (bench/host_cpu.py). Measured on a
+2-core host (docs/parallel.md, 2026-12-04), the move is worth at most ~1% of throughput: the gap to
+torchrun there is the CPU the actors' core workers take (~1.2% of a core each), which a child does
+not remove. The child is forked from the actor once the actor has imported the training stack, so
+it starts in milliseconds with torch imported, and writes to the actor's log file (its inherited
+stdout and stderr). It never calls Ray; CUDA is first touched in the child; cached object-store
+clients are made anew after a fork (workers/storage/location.py).
 
 One duplex pipe joins them, carrying the messages below:
   actor -> child: Stop | Shares
