@@ -8,7 +8,11 @@ Ranks are Ray workers running a TrainWorker (Trainyard) and torchrun_hf.py proce
 (torchrun). Every 0.5 s each rank thread's /proc stat and status are read: CPU time, minor page
 faults, voluntary and involuntary context switches. The report takes each process from 40% of its
 sampled life to its last full sample (steady state), and prints per CPU-second rates for the training
-thread (the one with the most CPU), the thread count and the threads that woke most.
+thread (the one with the most CPU), the thread count and the threads that woke most, and per second
+of wall time how long the training thread sat runnable on a run queue while something else held its
+core (the scheduler's run-queue wait, /proc/<pid>/task/<tid>/schedstat): CPU that another process took
+from the loop. A Trainyard rank is two processes (its actor, and the loop that actor forked): both
+are listed; the loop is the one whose training thread is busy.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def rank_kind(pid: int) -> str | None:
 
 
 def thread_counters(pid: int) -> dict[str, list]:
-    """thread id -> [name, minflt, cpu_s, voluntary, involuntary]"""
+    """thread id -> [name, minflt, cpu_s, voluntary, involuntary, run-queue wait_s]"""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         stat = _read(f"/proc/{pid}/task/{tid}/stat").decode()
@@ -49,8 +53,13 @@ def thread_counters(pid: int) -> dict[str, list]:
                         if line.endswith(tuple("0123456789")) and "ctxt_switches" in line)
         out[tid] = [_read(f"/proc/{pid}/task/{tid}/comm").decode().strip(), int(fields[7]),
                     (int(fields[11]) + int(fields[12])) / CLK, int(switches.get("voluntary_ctxt_switches", 0)),
-                    int(switches.get("nonvoluntary_ctxt_switches", 0))]
+                    int(switches.get("nonvoluntary_ctxt_switches", 0)), _run_queue_wait_s(pid, tid)]
     return out
+
+
+def _run_queue_wait_s(pid: int, tid: str) -> float:
+    fields = _read(f"/proc/{pid}/task/{tid}/schedstat").split()
+    return int(fields[1]) / 1e9 if len(fields) > 1 else 0.0
 
 
 def sample(seconds: float, out: Path) -> None:
@@ -81,16 +90,17 @@ def report(path: Path) -> None:
             continue
         (t0, first), (t1, last) = s[int(len(s) * 0.4)], s[-2]
         rows = []
-        for tid, (name, minflt, cpu, vol, invol) in last.items():
-            _, minflt0, cpu0, vol0, invol0 = first.get(tid, [name, 0, 0.0, 0, 0])
-            rows.append((name, cpu - cpu0, minflt - minflt0, vol - vol0, invol - invol0))
+        for tid, (name, minflt, cpu, vol, invol, wait) in last.items():
+            _, minflt0, cpu0, vol0, invol0, wait0 = first.get(tid, [name, 0, 0.0, 0, 0, 0.0])
+            rows.append((name, cpu - cpu0, minflt - minflt0, vol - vol0, invol - invol0, wait - wait0))
         train = max(rows, key=lambda r: r[1])
         cpu = sum(r[1] for r in rows)
         woke = sorted((r for r in rows if r is not train), key=lambda r: -r[3])[:6]
         per_cpu_s = 1 / max(train[1], 1e-9)
         print(f"{rec['kind']:9s} pid {pid}: {len(rows)} threads, window {t1 - t0:.1f}s, process CPU {cpu:.2f}s, "
               f"minor faults/CPU-s {sum(r[2] for r in rows) / max(cpu, 1e-9):.0f}; training thread "
-              f"involuntary/CPU-s {train[4] * per_cpu_s:.0f}, voluntary/CPU-s {train[3] * per_cpu_s:.0f}; "
+              f"involuntary/CPU-s {train[4] * per_cpu_s:.0f}, voluntary/CPU-s {train[3] * per_cpu_s:.0f}, "
+              f"run-queue wait {train[5] / (t1 - t0):.4f} s/s (CPU {train[1] / (t1 - t0):.3f} s/s); "
               f"most woken others: {[(r[0], r[3]) for r in woke]}")
 
 
