@@ -88,7 +88,13 @@ def report(path: Path) -> None:
         s = rec["samples"]
         if len(s) < 6:
             continue
-        (t0, first), (t1, last) = s[int(len(s) * 0.4)], s[-2]
+        start = int(len(s) * 0.4)
+        (t0, first), (t1, _) = s[start], s[-2]
+        # Each thread's latest counters in the window: a thread that ended before its last sample
+        # (a loop's gloo threads once its process group is gone) still counts.
+        last: dict[str, list] = {}
+        for _, threads in s[start:-1]:
+            last.update(threads)
         rows = []
         for tid, (name, minflt, cpu, vol, invol, wait) in last.items():
             _, minflt0, cpu0, vol0, invol0, wait0 = first.get(tid, [name, 0, 0.0, 0, 0, 0.0])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.host_cpu import CLK, _read  # noqa: E402
+from bench.rank_threads import thread_counters  # noqa: E402
 from bench.table import print_markdown_table  # noqa: E402
 
 ACTORS = 2
@@ -39,13 +39,7 @@ VARIANTS: dict[str, tuple[dict[str, str], bool]] = {  # name: (workers' RAY_* se
 
 def thread_cpu(pid: int) -> dict[int, float]:
     """{thread id: CPU-seconds} of one process."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        stat = _read(f"/proc/{pid}/task/{tid}/stat").decode()
-        if stat:
-            fields = stat[stat.rindex(")") + 2:].split()
-            out[int(tid)] = (int(fields[11]) + int(fields[12])) / CLK
-    return out
+    return {int(tid): counters[2] for tid, counters in thread_counters(pid).items()}
 
 
 def measure(settings: dict[str, str], polled: bool, window_s: float) -> tuple[float, float]:
