@@ -37,7 +37,13 @@ def server(tmp_path_factory, ray_address, s3_server, root):
 
 def test_a_job_on_the_store_logs_follow_and_the_model_downloads(server, root):
     with server.client() as c:
-        job = c.post("/v1/jobs", json=tiny_spec(**{"train.steps": 60, "checkpoint.every_steps": 20})).json()
+        # Rank 0 hangs at step 30 until the supervisor's 10 s hang timeout restarts it from step 20:
+        # the job is still running then, however fast the host, so the follower must have read the
+        # first process's lines by that time; the restarted process's log continues the same stream.
+        job = c.post("/v1/jobs", json=tiny_spec(**{
+            "train.steps": 60, "checkpoint.every_steps": 20,
+            "fault_tolerance": {"hang_timeout_s": 10, "max_restarts": 1},
+            "fault_injection": [{"at_step": 30, "rank": 0, "kind": "hang"}]})).json()
         lines: list[tuple[float, str, str]] = []
 
         def follow():
@@ -55,6 +61,8 @@ def test_a_job_on_the_store_logs_follow_and_the_model_downloads(server, root):
         assert not t.is_alive(), "the follow stream did not end with the job"
         ready = [state for _, line, state in lines if "ready at step 0" in line]
         assert ready and ready[0] not in TERMINAL, lines[:5]  # streamed while the job ran
+        resumed = [line for _, line, _ in lines if "ready at step 20" in line]
+        assert resumed, [line for _, line, _ in lines][-10:]  # the restarted rank's log, same stream
         assert any("finished" in line for _, line, _ in lines), lines[-5:]
         after = c.get(f"/v1/jobs/{job['id']}/logs", params={"rank": 0, "tail": 5, "follow": True}).text
         assert "finished" in after
