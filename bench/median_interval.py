@@ -18,7 +18,7 @@ from enum import Enum
 class Verdict(Enum):
     MET = "met"  # the whole interval is at or above the target
     MISSED = "missed"  # the whole interval is below it
-    UNDECIDED = "undecided"  # the interval straddles it: more pairs, or a quieter host
+    UNDECIDED = "undecided"  # the interval straddles it, or too few pairs cover the median as asked
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,11 @@ class MedianInterval:
     low: float
     high: float
     coverage: float  # the probability that [low, high] holds the true median
+    asked: float  # the coverage wanted; fewer than 5 values cannot give 90%
 
     def verdict(self, target: float) -> Verdict:
+        if self.coverage < self.asked:
+            return Verdict.UNDECIDED
         if self.low >= target:
             return Verdict.MET
         if self.high < target:
@@ -55,4 +58,5 @@ def median_interval(values: list[float], coverage: float = 0.9) -> MedianInterva
     k = 1  # 1-based: [x_(k), x_(n-k+1)]
     while k + 1 <= (n + 1) // 2 and 1 - 2 * _below(n, k) >= coverage:
         k += 1
-    return MedianInterval(n, statistics.median(ordered), ordered[k - 1], ordered[n - k], 1 - 2 * _below(n, k - 1))
+    return MedianInterval(n, statistics.median(ordered), ordered[k - 1], ordered[n - k], 1 - 2 * _below(n, k - 1),
+                          coverage)
