@@ -51,8 +51,10 @@ def steady_throughput(step_ts: list[float], step_times: list[float], global_batc
     n = len(step_ts)
     k0 = max(1, int(n * STEADY_SKIP))
     if n - k0 < 2:
-        return {"sps": None, "sps_step_time": None, "sps_median_step": None, "slowest_step_s": None}
+        return {"sps": None, "steady_window": None, "sps_step_time": None, "sps_median_step": None,
+                "slowest_step_s": None}
     return {"sps": global_batch * (n - k0) / (step_ts[-1] - step_ts[k0 - 1]),
+            "steady_window": (step_ts[k0 - 1], step_ts[-1]),  # wall clock (time.time()) the sps is taken over
             "sps_step_time": global_batch * (n - k0) / sum(step_times[k0:]),
             "sps_median_step": global_batch / statistics.median(step_times[k0:]),
             "slowest_step_s": max(step_times[k0:])}
@@ -92,7 +94,8 @@ def run_trainyard(spec, work: Path, tag: str) -> dict:
         raise RuntimeError(f"Trainyard run {tag} ended {summary['state']}: {summary.get('error')}")
     return {**steady_throughput([r["ts"] for r in records], [r["step_time_s"] for r in records],
                                 spec.train.global_batch_size),
-            "ttfs": arrivals[0] - t0, "ttfs_rank_ts": records[0]["ts"] - t0, "warm_workers": getattr(run, "warm_workers", 0),
+            "ttfs": arrivals[0] - t0, "ttfs_rank_ts": records[0]["ts"] - t0,
+            "warm_workers": getattr(run, "warm_workers", 0),
             "summary_sps": summary["samples_per_s"], "final_loss": summary["final_loss"], "total_s": t_end - t0,
             "summary": summary,
             "step_ts": [r["ts"] - t0 for r in records], "step_time_s": [r["step_time_s"] for r in records]}

@@ -155,7 +155,8 @@ def main() -> int:
                 pair = {"trainyard_sps": a["sps"], "torchrun_sps": b["sps"], "ratio": a["sps"] / b["sps"],
                         "state_bytes": a["summary"]["model_state_bytes_per_rank"],
                         "trainyard_final_loss": a["final_loss"], "torchrun_final_loss": b["final_loss"],
-                        "params_sha256": a["summary"]["params_sha256"], "loadavg": os.getloadavg()[0]}
+                        "params_sha256": a["summary"]["params_sha256"], "loadavg": os.getloadavg()[0],
+                        "steady_windows": {"trainyard": a["steady_window"], "torchrun": b["steady_window"]}}
                 res["pairs"][lay].append(pair)
                 print(f"rep {rep} {lay}: Trainyard {a['sps']:.2f} samples/s | torchrun {b['sps']:.2f} samples/s | "
                       f"ratio {pair['ratio']:.3f} | final loss {a['final_loss']:.4f} vs {b['final_loss']:.4f} | "

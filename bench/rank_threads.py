@@ -1,14 +1,16 @@
 """Per-thread counters of the training ranks on this host, while a bench runs beside it.
 
     .venv/bin/python bench/rank_threads.py --seconds 300 --out /tmp/threads.json &
-    .venv/bin/python bench/hf_models.py --layouts fsdp --reps 2 --steps 40
-    .venv/bin/python bench/rank_threads.py --report /tmp/threads.json
+    .venv/bin/python bench/hf_models.py --layouts fsdp --reps 2 --steps 40 --json /tmp/hf.json
+    .venv/bin/python bench/rank_threads.py --report /tmp/threads.json --windows /tmp/hf.json
 
 Ranks are Ray workers running a TrainWorker (Trainyard) and torchrun_hf.py processes with LOCAL_RANK
 (torchrun). Every 0.5 s each rank thread's /proc stat and status are read: CPU time, minor page
-faults, voluntary and involuntary context switches. The report takes each process from 40% of its
-sampled life to its last full sample (steady state), and prints per CPU-second rates for the training
-thread (the one with the most CPU), the thread count and the threads that woke most, and per second
+faults, voluntary and involuntary context switches. The report takes each process over its run's
+steady window when given the bench's --json (`--report F --windows HF.json`: the steps whose
+samples/s the bench counts, and the process CPU each sample took), else from 40% of its sampled
+life, and prints per CPU-second rates for the training thread (the one with the most CPU), the
+thread count and the threads that woke most, and per second
 of wall time how long the training thread sat runnable on a run queue while something else held its
 core (the scheduler's run-queue wait, /proc/<pid>/task/<tid>/schedstat): CPU that another process took
 from the loop. A Trainyard rank is two processes (its actor, and the loop that actor forked): both
@@ -83,17 +85,43 @@ def sample(seconds: float, out: Path) -> None:
     out.write_text(json.dumps({str(pid): {"kind": kinds[pid], "samples": s} for pid, s in samples.items()}))
 
 
-def report(path: Path) -> None:
+Window = tuple[str, float, float, float]  # kind, start, end (time.time()), the run's samples/s over it
+
+
+def bench_windows(path: Path | None) -> list[Window]:
+    """Every run's steady window in a bench's --json output (bench/hf_models.py)."""
+    if path is None:
+        return []
+    res = json.loads(path.read_text())
+    return [(kind, *window, pair[f"{kind}_sps"]) for pairs in res["pairs"].values() for pair in pairs
+            for kind, window in pair.get("steady_windows", {}).items() if window]
+
+
+def sample_window(samples: list, kind: str, windows: list[Window]) -> tuple[int, int, float | None]:
+    """Sample indices (start, end) to report a process over, and its run's samples/s: the bench's
+    steady window of its run where one was given (the steps its samples/s counts), else from 40%
+    of its sampled life to its last full sample. The second is approximate: a Trainyard loop lives
+    long before and after its steps (setup; the final checkpoint and export; its actor's end)."""
+    born, gone = samples[0][0], samples[-1][0]
+    for window_kind, start, end, sps in windows:
+        if window_kind == kind and born <= start and end <= gone:
+            inside = [i for i, (t, _) in enumerate(samples) if start <= t <= end]
+            if len(inside) >= 2:
+                return inside[0], inside[-1], sps
+    return int(len(samples) * 0.4), len(samples) - 2, None
+
+
+def report(path: Path, windows: list[Window]) -> None:
     for pid, rec in json.loads(path.read_text()).items():
         s = rec["samples"]
         if len(s) < 6:
             continue
-        start = int(len(s) * 0.4)
-        (t0, first), (t1, _) = s[start], s[-2]
+        start, end, sps = sample_window(s, rec["kind"], windows)
+        (t0, first), (t1, _) = s[start], s[end]
         # Each thread's latest counters in the window: a thread that ended before its last sample
         # (a loop's gloo threads once its process group is gone) still counts.
         last: dict[str, list] = {}
-        for _, threads in s[start:-1]:
+        for _, threads in s[start:end + 1]:
             last.update(threads)
         rows = []
         for tid, (name, minflt, cpu, vol, invol, wait) in last.items():
@@ -103,7 +131,10 @@ def report(path: Path) -> None:
         cpu = sum(r[1] for r in rows)
         woke = sorted((r for r in rows if r is not train), key=lambda r: -r[3])[:6]
         per_cpu_s = 1 / max(train[1], 1e-9)
-        print(f"{rec['kind']:9s} pid {pid}: {len(rows)} threads, window {t1 - t0:.1f}s, process CPU {cpu:.2f}s, "
+        # CPU a sample costs this process: the same work done less efficiently (not just preempted) shows here
+        per_sample = f", {1000 * cpu / (sps * (t1 - t0)):.1f} ms/sample" if sps else ""
+        print(f"{rec['kind']:9s} pid {pid}: {len(rows)} threads, window {t1 - t0:.1f}s{' (steady)' if sps else ''}, "
+              f"process CPU {cpu:.2f}s ({cpu / (t1 - t0):.3f} s/s{per_sample}), "
               f"minor faults/CPU-s {sum(r[2] for r in rows) / max(cpu, 1e-9):.0f}; training thread "
               f"involuntary/CPU-s {train[4] * per_cpu_s:.0f}, voluntary/CPU-s {train[3] * per_cpu_s:.0f}, "
               f"run-queue wait {train[5] / (t1 - t0):.4f} s/s (CPU {train[1] / (t1 - t0):.3f} s/s); "
@@ -115,8 +146,9 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=300.0)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--report", type=Path)
+    parser.add_argument("--windows", type=Path, help="the bench's --json: report each process over its steady steps")
     args = parser.parse_args()
     if args.report:
-        report(args.report)
+        report(args.report, bench_windows(args.windows))
     else:
         sample(args.seconds, args.out or Path("rank-threads.json"))
