@@ -132,11 +132,14 @@ def report(path: Path, windows: list[Window]) -> None:
         woke = sorted((r for r in rows if r is not train), key=lambda r: -r[3])[:6]
         per_cpu_s = 1 / max(train[1], 1e-9)
         # CPU a sample costs this process: the same work done less efficiently (not just preempted) shows here
-        per_sample = f", {1000 * cpu / (sps * (t1 - t0)):.1f} ms/sample" if sps else ""
+        samples = sps * (t1 - t0) if sps else 0.0
+        per_sample = f", {1000 * cpu / samples:.1f} ms/sample" if samples else ""
+        train_faults = f", minor faults/sample {train[2] / samples:.0f}" if samples else ""
         print(f"{rec['kind']:9s} pid {pid}: {len(rows)} threads, window {t1 - t0:.1f}s{' (steady)' if sps else ''}, "
               f"process CPU {cpu:.2f}s ({cpu / (t1 - t0):.3f} s/s{per_sample}), "
               f"minor faults/CPU-s {sum(r[2] for r in rows) / max(cpu, 1e-9):.0f}; training thread "
-              f"involuntary/CPU-s {train[4] * per_cpu_s:.0f}, voluntary/CPU-s {train[3] * per_cpu_s:.0f}, "
+              f"involuntary/CPU-s {train[4] * per_cpu_s:.0f}, voluntary/CPU-s {train[3] * per_cpu_s:.0f}"
+              f"{train_faults}, "
               f"run-queue wait {train[5] / (t1 - t0):.4f} s/s (CPU {train[1] / (t1 - t0):.3f} s/s); "
               f"most woken others: {[(r[0], r[3]) for r in woke]}")
 
