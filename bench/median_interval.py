@@ -39,9 +39,6 @@ class MedianInterval:
             return Verdict.MISSED
         return Verdict.UNDECIDED
 
-    def describe(self, spec: str = ".3f") -> str:
-        return f"{self.median:{spec}} [{self.low:{spec}}-{self.high:{spec}}] ({self.coverage:.0%}, n={self.n})"
-
 
 def _below(n: int, k: int) -> float:
     """P(Binomial(n, 1/2) <= k)."""

@@ -132,9 +132,9 @@ def report(path: Path, windows: list[Window]) -> None:
         woke = sorted((r for r in rows if r is not train), key=lambda r: -r[3])[:6]
         per_cpu_s = 1 / max(train[1], 1e-9)
         # CPU a sample costs this process: the same work done less efficiently (not just preempted) shows here
-        samples = sps * (t1 - t0) if sps else 0.0
-        per_sample = f", {1000 * cpu / samples:.1f} ms/sample" if samples else ""
-        train_faults = f", minor faults/sample {train[2] / samples:.0f}" if samples else ""
+        trained = sps * (t1 - t0) if sps else 0.0  # training samples the run took in this window
+        per_sample = f", {1000 * cpu / trained:.1f} ms/sample" if trained else ""
+        train_faults = f", minor faults/sample {train[2] / trained:.0f}" if trained else ""
         print(f"{rec['kind']:9s} pid {pid}: {len(rows)} threads, window {t1 - t0:.1f}s{' (steady)' if sps else ''}, "
               f"process CPU {cpu:.2f}s ({cpu / (t1 - t0):.3f} s/s{per_sample}), "
               f"minor faults/CPU-s {sum(r[2] for r in rows) / max(cpu, 1e-9):.0f}; training thread "

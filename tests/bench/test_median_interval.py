@@ -22,7 +22,8 @@ def test_too_few_values_give_the_full_range_and_say_how_little_it_covers():
     interval = median_interval([0.99, 0.97, 1.02])
     assert (interval.low, interval.high) == (0.97, 1.02)
     assert interval.coverage == pytest.approx(0.75)
-    assert interval.verdict(0.98) is Verdict.UNDECIDED  # below the target, but 3 pairs cannot say so
+    # wholly below the target, but 3 pairs cannot cover 90%, nor can one
+    assert median_interval([0.90, 0.91, 0.92]).verdict(0.98) is Verdict.UNDECIDED
     assert median_interval([0.90]).verdict(0.98) is Verdict.UNDECIDED
 
 
