@@ -8,13 +8,13 @@ Ranks are Ray workers running a TrainWorker (Trainyard) and torchrun_hf.py proce
 (torchrun). Every 0.5 s each rank thread's /proc stat and status are read: CPU time, minor page
 faults, voluntary and involuntary context switches. The report takes each process over its run's
 steady window when given the bench's --json (`--report F --windows HF.json`: the steps whose
-samples/s the bench counts, and the process CPU each sample took), else from 40% of its sampled
-life, and prints per CPU-second rates for the training thread (the one with the most CPU), the
-thread count and the threads that woke most, and per second
-of wall time how long the training thread sat runnable on a run queue while something else held its
-core (the scheduler's run-queue wait, /proc/<pid>/task/<tid>/schedstat): CPU that another process took
-from the loop. A Trainyard rank is two processes (its actor, and the loop that actor forked): both
-are listed; the loop is the one whose training thread is busy.
+samples/s the bench counts, and the CPU each sample took, the process's and its training thread's),
+else from 40% of its sampled life. It prints per CPU-second rates for the training thread (the one
+with the most CPU), the thread count and the threads that woke most, and per second of wall time
+how long the training thread sat runnable on a run queue while something else held its core (the
+scheduler's run-queue wait, /proc/<pid>/task/<tid>/schedstat): CPU that another process took from
+the loop. A Trainyard rank is two processes (its actor, and the loop that actor forked): both are
+listed; the loop is the one whose training thread is busy.
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ def report(path: Path, windows: list[Window]) -> None:
         # CPU a sample costs this process: the same work done less efficiently (not just preempted) shows here
         trained = sps * (t1 - t0) if sps else 0.0  # training samples the run took in this window
         per_sample = f", {1000 * cpu / trained:.1f} ms/sample" if trained else ""
-        train_faults = f", minor faults/sample {train[2] / trained:.0f}" if trained else ""
+        train_faults = (f", CPU {1000 * train[1] / trained:.1f} ms/sample, minor faults/sample {train[2] / trained:.0f}"
+                        if trained else "")
         print(f"{rec['kind']:9s} pid {pid}: {len(rows)} threads, window {t1 - t0:.1f}s{' (steady)' if sps else ''}, "
               f"process CPU {cpu:.2f}s ({cpu / (t1 - t0):.3f} s/s{per_sample}), "
               f"minor faults/CPU-s {sum(r[2] for r in rows) / max(cpu, 1e-9):.0f}; training thread "
