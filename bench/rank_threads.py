@@ -5,7 +5,7 @@
     .venv/bin/python bench/rank_threads.py --report /tmp/threads.json --windows /tmp/hf.json
 
 Ranks are Ray workers running a TrainWorker (Trainyard) and torchrun_hf.py processes with LOCAL_RANK
-(torchrun). Every 0.5 s each rank thread's /proc stat and status are read: CPU time, minor page
+(torchrun). Every 0.5 s each rank thread's /proc stat, status, comm and schedstat are read: CPU time, minor page
 faults, voluntary and involuntary context switches. The report takes each process over its run's
 steady window when given the bench's --json (`--report F --windows HF.json`: the steps whose
 samples/s the bench counts, and the CPU each sample took, the process's and its training thread's),
@@ -15,6 +15,10 @@ how long the training thread sat runnable on a run queue while something else he
 scheduler's run-queue wait, /proc/<pid>/task/<tid>/schedstat): CPU that another process took from
 the loop. A Trainyard rank is two processes (its actor, and the loop that actor forked): both are
 listed; the loop is the one whose training thread is busy.
+
+The sampler is not neutral: it reads four files per rank thread, and a Trainyard rank has about 50
+threads to torchrun's 4, so it takes about 0.9% more of a 2-core host while Trainyard trains
+(docs/parallel.md, 2026-12-05 later). Use a sampled run for its counts, not for a throughput ratio.
 """
 
 from __future__ import annotations
@@ -134,13 +138,13 @@ def report(path: Path, windows: list[Window]) -> None:
         # CPU a sample costs this process: the same work done less efficiently (not just preempted) shows here
         trained = sps * (t1 - t0) if sps else 0.0  # training samples the run took in this window
         per_sample = f", {1000 * cpu / trained:.1f} ms/sample" if trained else ""
-        train_faults = (f", CPU {1000 * train[1] / trained:.1f} ms/sample, minor faults/sample {train[2] / trained:.0f}"
-                        if trained else "")
+        train_per_sample = (f", CPU {1000 * train[1] / trained:.1f} ms/sample, "
+                            f"minor faults/sample {train[2] / trained:.0f}" if trained else "")
         print(f"{rec['kind']:9s} pid {pid}: {len(rows)} threads, window {t1 - t0:.1f}s{' (steady)' if sps else ''}, "
               f"process CPU {cpu:.2f}s ({cpu / (t1 - t0):.3f} s/s{per_sample}), "
               f"minor faults/CPU-s {sum(r[2] for r in rows) / max(cpu, 1e-9):.0f}; training thread "
               f"involuntary/CPU-s {train[4] * per_cpu_s:.0f}, voluntary/CPU-s {train[3] * per_cpu_s:.0f}"
-              f"{train_faults}, "
+              f"{train_per_sample}, "
               f"run-queue wait {train[5] / (t1 - t0):.4f} s/s (CPU {train[1] / (t1 - t0):.3f} s/s); "
               f"most woken others: {[(r[0], r[3]) for r in woke]}")
 
