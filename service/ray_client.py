@@ -25,6 +25,8 @@ def worker_env() -> dict[str, str]:
         # Ray starts workers at nice 15, below its own daemons and every other process on the node;
         # a training rank is the node's main work, and a rank preempted for a moment stalls every
         # collective of its group (torchrun's ranks run at nice 0). Ray Jobs does the same for its drivers.
+        # A rank actor whose loop trains in a child steps aside once the child is forked
+        # (workers/runtime/step_aside.py): the loop keeps nice 0.
         "RAY_worker_niceness": "0",
         # A crashing rank prints its C++ stack, whatever its driver chose for itself (api/cli/remote.py).
         "RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "0",

@@ -119,6 +119,18 @@ def process_parent(pid: int) -> int | None:
     return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
+def thread_niceness(pid: int) -> dict[int, int]:
+    """{thread id: its niceness} of a live process (/proc/<pid>/task/<tid>/stat, field 19)."""
+    nice = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # the thread ended
+        nice[int(tid)] = int(stat[stat.rindex(")") + 2:].split()[16])
+    return nice
+
+
 def thread_names(pid: int) -> set[str]:
     names = set()
     for tid in os.listdir(f"/proc/{pid}/task"):

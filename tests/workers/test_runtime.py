@@ -18,11 +18,13 @@ from tests.helpers import (
     rank_loop_processes,
     spec_of,
     thread_names,
+    thread_niceness,
     wait_until,
 )
 from workers.checkpointing import complete_checkpoints, state_sha256
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
+from workers.runtime.step_aside import ACTOR_NICENESS
 from workers.models import build_model
 from workers.training.losses import LOSSES
 from workers.training.validation import eval_batches_of, validation_sums
@@ -138,6 +140,9 @@ def test_cancel_mid_run_tears_everything_down(ray_cluster, tmp_path):
     assert len(loops) == 2, loops
     for loop, actor in loops.items():  # Ray's core-worker threads stay in the actor
         assert RAY_THREADS <= thread_names(actor) and not RAY_THREADS & thread_names(loop), (actor, loop)
+        # and yield the cores to the loop, which keeps normal priority (workers/runtime/step_aside.py)
+        assert set(thread_niceness(actor).values()) == {ACTOR_NICENESS}, thread_niceness(actor)
+        assert set(thread_niceness(loop).values()) == {0}, thread_niceness(loop)
     run.cancel()
     thread.join(60)
     assert not thread.is_alive()

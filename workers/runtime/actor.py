@@ -21,6 +21,7 @@ from ray.util.placement_group import placement_group_table
 
 from workers.events import RankEvent
 from workers.runtime.rank_process import IN_CHILD, RankProcess, RankStart, start_trainer
+from workers.runtime.step_aside import step_aside
 from workers.storage import Storage, adopt_client_env
 from workers.storage.log_output import capture_output, end_output
 from workers.training.control import RankControl
@@ -120,6 +121,7 @@ class TrainWorker:
             self.trainer, answer = start_trainer(start)
             return answer
         self.trainer = process = RankProcess(start)
+        step_aside()  # the loop, forked at this niceness, keeps it; this process only relays from now on
         return process.ready()
 
     def _setup_program(self, spec, master: Rendezvous, timeout_s: float, attempt: int,
