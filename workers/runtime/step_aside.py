@@ -12,7 +12,6 @@ keeps it: a process may lower its priority, not raise it back, without privilege
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 ACTOR_NICENESS = 10  # weight ~110 against a nice-0 loop's 1024: ~10x what the actor needs when both want a core
 
