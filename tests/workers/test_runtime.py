@@ -24,8 +24,8 @@ from tests.helpers import (
 from workers.checkpointing import complete_checkpoints, state_sha256
 from workers.data import build_datasets
 from workers.data.batches import GlobalBatches
-from workers.runtime.step_aside import ACTOR_NICENESS
 from workers.models import build_model
+from workers.runtime.step_aside import ACTOR_NICENESS
 from workers.training.losses import LOSSES
 from workers.training.validation import eval_batches_of, validation_sums
 
