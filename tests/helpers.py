@@ -111,23 +111,28 @@ def rank_loop_processes() -> dict[int, int]:
     return loops
 
 
-def process_parent(pid: int) -> int | None:
+def stat_fields(path: str | Path) -> list[str] | None:
+    """The fields of a /proc stat file after the command name (state first), or None once it
+    is gone. The name may hold spaces and parentheses, hence the split after the last ')'."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(path).read_text()
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def process_parent(pid: int) -> int | None:
+    fields = stat_fields(f"/proc/{pid}/stat")
+    return None if fields is None else int(fields[1])
 
 
 def thread_niceness(pid: int) -> dict[int, int]:
     """{thread id: its niceness} of a live process (/proc/<pid>/task/<tid>/stat, field 19)."""
     nice = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except OSError:
-            continue  # the thread ended
-        nice[int(tid)] = int(stat[stat.rindex(")") + 2:].split()[16])
+        fields = stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        if fields is not None:  # else the thread ended
+            nice[int(tid)] = int(fields[16])
     return nice
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import spec_of, wait_until
+from tests.helpers import spec_of, stat_fields, wait_until
 from workers.events import RankStep
 from workers.runtime.local_ranks import free_port
 from workers.runtime.rank_process import RankProcess, RankStart
@@ -99,8 +99,5 @@ def test_the_loop_ends_when_its_actor_is_killed(tmp_path):
 
 
 def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
+    fields = stat_fields(f"/proc/{pid}/stat")
+    return fields is not None and fields[0] != "Z"
