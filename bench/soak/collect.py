@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bench.soak.ledger import FaultRecord, JobRecord, Ledger, TwinCheck
 from bench.soak.replicas import Api
+from workers.spec.job import StragglerSpec
 
 
 def read_jobs(api: Api, ledger: Ledger, storage: Path) -> None:
@@ -48,13 +49,16 @@ def rank_fault_record(api: Api, record: JobRecord, events: list[dict], storage: 
     out.at = markers[0].stat().st_mtime
     if record.state == "FAILED":
         return out
+    points = api.get_json(f"/v1/jobs/{record.id}/metrics")["points"]
     if kind == "slow":
         hits = [_ts(e["ts"]) for e in events if e["kind"] == "straggler" and (e["data"] or {}).get("rank") == rank]
         out.recovered_at = min((t for t in hits if t >= out.at - 1), default=None)
-        if out.recovered_at is None:
+        cut = None if out.recovered_at is not None else window_cut_short(events, points, at_step, out.at)
+        if cut is not None:
+            out.recovered_at, out.detail = cut
+        elif out.recovered_at is None:
             out.detail += ": no straggler event for the slow rank"
         return out
-    points = api.get_json(f"/v1/jobs/{record.id}/metrics")["points"]
     after = [p["ts"] for p in points if p["step"] >= at_step and p["ts"] >= out.at]
     # Steps trained past the fault whose records went down with a lost supervisor: the reconciler's
     # telemetry_gap event (written when it finds their checkpoint) is the latest they can have run.
@@ -67,6 +71,24 @@ def rank_fault_record(api: Api, record: JobRecord, events: list[dict], storage: 
     else:
         out.detail += f": restarts {record.restarts}, steps after the fault {len(after)}"
     return out
+
+
+def window_cut_short(events: list[dict], points: list[dict], at_step: int, fired_at: float,
+                     window: int = StragglerSpec().window) -> tuple[float, str] | None:
+    """(when, why) if the group restarted after a slow fault before a straggler window of steps ran.
+
+    The detector scores a rank over `window` steps of one attempt, and a restart starts a new one on
+    a placement Ray chooses anew: a rank moved off the degraded node runs at full speed again
+    (workers/training/faults.py), so no straggler event is due. The restart is what ended the slow
+    steps then, as it ends a crash's or a hang's. A restart after a full window is no excuse."""
+    restarts = sorted(_ts(e["ts"]) for e in events if e["kind"] == "restart" and _ts(e["ts"]) >= fired_at)
+    if not restarts:
+        return None
+    steps = {p["step"] for p in points if p["step"] >= at_step and fired_at - 1 <= p["ts"] < restarts[0]}
+    if len(steps) >= window:
+        return None
+    return restarts[0], (f": cut short, the group restarted {restarts[0] - fired_at:.1f} s after the fault with "
+                         f"{len(steps)} of the straggler window's {window} steps run")
 
 
 def mark_hits(ledger: Ledger) -> None:
