@@ -4,6 +4,7 @@ job of its kind (same spec, same seed: the same final parameters, bit for bit)."
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 from bench.soak.ledger import FaultRecord, JobRecord, Ledger, TwinCheck
 from bench.soak.replicas import Api
 from workers.spec.job import StragglerSpec
+from workers.storage import Storage
+from workers.training.faults import SlowRun, slow_runs
 
 
 def read_jobs(api: Api, ledger: Ledger, storage: Path) -> None:
@@ -53,9 +56,11 @@ def rank_fault_record(api: Api, record: JobRecord, events: list[dict], storage: 
     if kind == "slow":
         hits = [_ts(e["ts"]) for e in events if e["kind"] == "straggler" and (e["data"] or {}).get("rank") == rank]
         out.recovered_at = min((t for t in hits if t >= out.at - 1), default=None)
-        cut = None if out.recovered_at is not None else window_cut_short(events, points, at_step, out.at)
+        runs = slow_runs(Storage.of(markers[0].parent), 0)  # the soak's jobs have one fault each
+        cut = None if out.recovered_at is not None else window_cut_short(events, points, at_step, out.at, runs)
         if cut is not None:
-            out.recovered_at, out.detail = cut
+            out.recovered_at = cut[0]
+            out.detail += cut[1]
         elif out.recovered_at is None:
             out.detail += ": no straggler event for the slow rank"
         return out
@@ -74,21 +79,33 @@ def rank_fault_record(api: Api, record: JobRecord, events: list[dict], storage: 
 
 
 def window_cut_short(events: list[dict], points: list[dict], at_step: int, fired_at: float,
-                     window: int = StragglerSpec().window) -> tuple[float, str] | None:
-    """(when, why) if the group restarted after a slow fault before a straggler window of steps ran.
+                     runs: list[SlowRun], window: int = StragglerSpec().window) -> tuple[float, str] | None:
+    """(when, why) if a restart came after a slow fault and no attempt of the rank on the degraded
+    node ran a straggler window of steps; None if one did (a straggler event is due) or none came.
 
     The detector scores a rank over `window` steps of one attempt, and a restart starts a new one on
     a placement Ray chooses anew: a rank moved off the degraded node runs at full speed again
-    (workers/training/faults.py), so no straggler event is due. The restart is what ended the slow
-    steps then, as it ends a crash's or a hang's. A restart after a full window is no excuse."""
+    (workers/training/faults.py), so no event is due from that attempt. Where each attempt ran is in
+    its `runs` record; the steps of an attempt are its records, and those a lost supervisor took with
+    it (the telemetry_gap written with the restart that followed)."""
     restarts = sorted(_ts(e["ts"]) for e in events if e["kind"] == "restart" and _ts(e["ts"]) >= fired_at)
     if not restarts:
         return None
-    steps = {p["step"] for p in points if p["step"] >= at_step and fired_at - 1 <= p["ts"] < restarts[0]}
-    if len(steps) >= window:
-        return None
-    return restarts[0], (f": cut short, the group restarted {restarts[0] - fired_at:.1f} s after the fault with "
-                         f"{len(steps)} of the straggler window's {window} steps run")
+    gaps = [(_ts(e["ts"]), (e["data"] or {}).get("from_step", 0), (e["data"] or {}).get("to_step", -1))
+            for e in events if e["kind"] == "telemetry_gap"]
+    bounds = [fired_at - 1, *restarts, math.inf]
+    attempts = []
+    for start, end in zip(bounds, bounds[1:]):
+        steps = {p["step"] for p in points if p["step"] >= at_step and start <= p["ts"] < end}
+        steps |= {s for ts, lo, hi in gaps if start < ts <= end for s in range(max(lo, at_step), hi + 1)}
+        run = next((r for r in runs if start <= r.at < end), None)
+        degraded = start == bounds[0] or run is None or run.degraded  # no record: assume it stayed
+        if degraded and len(steps) >= window:
+            return None
+        attempts.append(f"{len(steps)} steps {'on' if degraded else 'off'} the degraded node")
+    return restarts[0], (f": cut short, the group restarted {restarts[0] - fired_at:.1f} s after the fault; "
+                         f"no attempt ran the straggler window's {window} steps on the degraded node "
+                         f"({', '.join(attempts)})")
 
 
 def mark_hits(ledger: Ledger) -> None:

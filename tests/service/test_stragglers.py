@@ -19,7 +19,8 @@ from service.supervisor.run import JobRun
 from service.supervisor.stragglers import StragglerDetector
 from tests.helpers import Events, spec_of
 from workers.spec import SPEC_ERRORS, FaultSpec, StragglerSpec, format_validation_error
-from workers.training.faults import FaultInjector
+from workers.storage import Storage
+from workers.training.faults import FaultInjector, slow_runs
 
 CONFIG = StragglerSpec(threshold=0.6, recover=0.8, window=5)
 
@@ -171,6 +172,10 @@ def test_a_slow_fault_stays_with_the_node_it_struck_not_with_the_rank(tmp_path):
     assert FaultInjector(faults, 1, tmp_path, node="node-b").slow_factor(9) == 3.0  # restarted there: still slow
     assert FaultInjector(faults, 1, tmp_path, node="node-c").slow_factor(9) == 1.0  # moved off it: not slow
     assert FaultInjector(faults, 0, tmp_path, node="node-b").slow_factor(9) == 1.0  # other ranks never were
+    # Each attempt of the slow rank recorded where it ran, for a verdict on its detection (bench/soak).
+    runs = slow_runs(Storage.of(tmp_path / "faults"), 0)
+    assert [(r.node, r.degraded, r.step) for r in runs] == [("node-b", True, 5), ("node-b", True, 9),
+                                                            ("node-c", False, 9)]
 
 
 def test_replace_needs_checkpoints_to_resume_from():

@@ -4,10 +4,12 @@ Trainyard, which checkpoints are complete, how an exit is classified, the rank e
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +18,7 @@ from service.supervisor.program_steps import ProgramStepJoiner
 from trainyard.checkpoints import complete_checkpoints_in, latest_checkpoint_in
 from workers.program.environment import RankPlace, Rendezvous, rank_environment
 from workers.program.errors import ProgramUnfixable, exit_failure
+from workers.runtime.group import _first_failure
 from workers.spec import SPEC_ERRORS, JobSpec, format_validation_error
 from workers.spec_loading import parse_spec
 from workers.storage import Storage
@@ -103,6 +106,18 @@ def test_exit_classification(code, tail, unfixable):
     assert isinstance(failure, ProgramUnfixable) is unfixable
     assert failure.retryable is not unfixable
     assert str(failure).startswith("rank 1: python ")
+
+
+def test_the_rank_killed_from_outside_is_named_though_a_peers_end_was_seen_first():
+    killed = exit_failure(1, "python", -9, [], exited_at=100.5)  # the OOM killer, or an injected crash
+    peer = exit_failure(0, "python", 1, ["RuntimeError: Connection closed by peer"], exited_at=100.2)
+    later = exit_failure(2, "python", -6, [], exited_at=100.3)  # an abort is the program's own reaction
+    shipped = pickle.loads(pickle.dumps(killed))  # as Ray carries it to the group
+    assert (shipped.killed, shipped.failed_at) == (True, 100.5)
+    failures = [(0, SimpleNamespace(cause=peer)), (1, SimpleNamespace(cause=shipped)),
+                (2, SimpleNamespace(cause=later))]
+    assert min(failures, key=_first_failure)[0] == 1
+    assert min(failures[::2], key=_first_failure)[0] == 0  # otherwise the end seen first
 
 
 def test_rank_environment_is_torchruns():

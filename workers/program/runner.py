@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -91,10 +92,11 @@ class CommandRunner(ProgramRunner):
               f"in {self.workdir}", flush=True)
         try:
             code = self.proc.wait()
+            exited_at = time.time()  # before the session drains: the peers' ends are seen as promptly
         finally:
             server.close()
         if code != 0:
-            raise exit_failure(self.place.rank, self.program.command[0], code, _tail(self.log_path))
+            raise exit_failure(self.place.rank, self.program.command[0], code, _tail(self.log_path), exited_at)
 
     def _start(self, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
         """The program's process: the actor's pre-started Python where it runs this command as a new one

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from workers.program.reports import ReportSink
 
+DRAIN_S = 2.0  # how long a closing session waits for the rank's last line
+
 
 class SessionServer:
     def __init__(self, sink: ReportSink, stop: threading.Event):
@@ -61,7 +63,7 @@ class SessionServer:
             raise ValueError(f"unknown op {op!r}")
         return {"stop": self.stop.is_set()}  # every answer says whether to stop
 
-    def close(self, drain_s: float = 2.0) -> None:
+    def close(self, drain_s: float = DRAIN_S) -> None:
         """After the rank's process ended: take the last line it sent (its final reports, sent at exit),
         waiting at most drain_s, then remove the socket."""
         self._closed = True

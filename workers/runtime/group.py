@@ -22,6 +22,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from workers.events import RankEvent, RestartCause
 from workers.program.errors import ProgramFailed
 from workers.program.prestarted import ENABLED as PRESTART
+from workers.program.session_server import DRAIN_S
 from workers.runtime.actor import TrainWorker
 from workers.runtime.group_owner import GroupOwner
 from workers.runtime.node_loss import node_lost
@@ -53,6 +54,10 @@ def restart_cause(exc: BaseException, default: RestartCause = RestartCause.ERROR
         return RestartCause.WORKER_LOST  # died, or unreachable (ActorUnavailableError): its call is lost
     return default
 
+
+# How long the peers of a failed rank get to report theirs: a command rank's actor reports its end only
+# after its session has drained (up to DRAIN_S), and the rank that died first must be among them.
+PEER_GRACE_S = DRAIN_S + 1.0
 
 # Errors that a restart cannot fix: the spec or the user's code is wrong.
 CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, KeyError)  # incl. UserModelError
@@ -168,7 +173,7 @@ class WorkerGroup:
         if failures:
             # Peers of a dead rank fail too (broken connections); give them a moment so the
             # report names the rank that died rather than the first peer to notice.
-            ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=2.0)
+            ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=PEER_GRACE_S)
             failures = self._collect(self.train_refs)
             rank, exc = min(failures, key=_first_failure)
             retryable = not self._same_user_error(failures) and not _any_unfixable(failures)
@@ -231,12 +236,13 @@ class WorkerGroup:
             self.pg = None
 
 
-def _first_failure(failure: tuple[int, ray.exceptions.RayError]) -> tuple[bool, float, int]:
-    """Order failures by how likely each is the root cause: a dead actor, then the program that
-    failed first, then the lowest rank."""
+def _first_failure(failure: tuple[int, ray.exceptions.RayError]) -> tuple[bool, bool, float, int]:
+    """Order failures by how likely each is the root cause: a dead actor, then a program killed from
+    outside (SIGKILL), then the program that failed first, then the lowest rank."""
     rank, exc = failure
-    failed_at = getattr(getattr(exc, "cause", None), "failed_at", math.inf)
-    return (not isinstance(exc, ray.exceptions.RayActorError), failed_at, rank)
+    cause = getattr(exc, "cause", None)
+    return (not isinstance(exc, ray.exceptions.RayActorError), not getattr(cause, "killed", False),
+            getattr(cause, "failed_at", math.inf), rank)
 
 
 def _any_unfixable(failures: list[tuple[int, ray.exceptions.RayError]]) -> bool:

@@ -7,13 +7,16 @@ spike may last `steps` consecutive steps, each step firing once).
 A slow fault models a degraded node: from its step on, rank `rank` is slow while it
 runs on the node where the fault first struck (recorded in its marker). A rank restarted
 on the same node stays slow (a rebalance does not cure the node); a rank moved to another
-node (the `replace` straggler policy) is not.
+node (the `replace` straggler policy) is not. Each attempt of a slow rank records where it ran
+(`SlowRun`), so a verdict on its detection can tell a rank that stayed on the node from one that left.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from workers.spec import FaultSpec
@@ -33,6 +36,28 @@ def this_node() -> str:
     except Exception:  # not in a Ray worker
         pass
     return "local"
+
+
+SLOW_RUN_PREFIX = "slow-run-"
+
+
+@dataclass(frozen=True)
+class SlowRun:
+    """One attempt of a slow fault's rank, from its first step at or past the fault: where it ran,
+    whether that is the degraded node, and when (wall clock)."""
+
+    fault: int
+    node: str
+    degraded: bool
+    step: int
+    at: float
+
+
+def slow_runs(markers: Storage, fault: int) -> list[SlowRun]:
+    """The recorded attempts of slow fault `fault`'s rank (markers: the job's `faults/`), oldest first."""
+    runs = [SlowRun(**json.loads(markers.read_text(name))) for name in markers.list()
+            if name.startswith(f"{SLOW_RUN_PREFIX}{fault}-")]
+    return sorted(runs, key=lambda r: r.at)
 
 
 class FaultInjector:
@@ -83,6 +108,8 @@ class FaultInjector:
                 continue
             if index not in self._slow_node:  # read once: the marker never changes after it is written
                 self._slow_node[index] = self._slow_marker(index, step, fault.factor)
+                run = SlowRun(index, self.node, self._slow_node[index] == self.node, step, time.time())
+                self._write_marker(f"{SLOW_RUN_PREFIX}{index}-{time.time_ns()}.json", json.dumps(asdict(run)))
             if self._slow_node[index] == self.node:
                 factors.append(fault.factor)
         return max(factors)
