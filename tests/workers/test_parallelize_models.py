@@ -1,7 +1,8 @@
 """The parallelisms applied to models Trainyard has never seen, on two real gloo processes
 (no Ray): the tensor-parallel plan of HF Llama (GQA), of the built-in GPT and of a user's plan,
 with and without sequence parallelism, gives the single-process loss and gradients; each rank
-holds 1/tp of q_proj's rows; FSDP makes every repeated block its own unit."""
+holds 1/tp of q_proj's rows; FSDP makes every repeated block its own unit; DDP broadcasts trained
+buffers, not those each rank derives from the config."""
 
 from __future__ import annotations
 
@@ -120,3 +121,34 @@ def test_fsdp_shards_each_block_as_its_own_unit(spec_data):
     out = _spawn(_fsdp_case, spec_data)
     assert out["all_blocks_units"] and out["block_params_sharded_on_dp"], out
     assert out["units"] == out["blocks"] + 1  # every block, plus the root (embeddings, norm, head)
+
+
+def _ddp_buffers_case(rank, world, port, queue, spec_data):
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from workers.models import build_model
+    from workers.parallel import StrategyContext
+    from workers.parallel.control_group import ControlGroups
+    from workers.parallel.ddp import DDPStrategy
+    from workers.spec_loading import parse_spec
+    from workers.telemetry import CommMeter
+
+    _init(rank, world, port)
+    spec = parse_spec({**spec_data, "resources": {"workers": 2}})
+    mesh = init_device_mesh("cpu", (1, 2, 1), mesh_dim_names=("pp", "dp", "tp"))
+    ctx = StrategyContext(spec, rank, world, mesh, torch.device("cpu"), CommMeter(), ControlGroups())
+    llama = DDPStrategy().wrap(build_model(spec), ctx)
+    normed = DDPStrategy().wrap(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), ctx)
+    if rank == 0:
+        queue.put({"llama_buffers": sorted(n for n, _ in llama.module.named_buffers()),
+                   "llama_syncs": llama.will_sync_module_buffers(),
+                   "normed_syncs": normed.will_sync_module_buffers(), "normed_synced": len(normed.modules_buffers)})
+    dist.destroy_process_group()
+
+
+def test_ddp_broadcasts_trained_buffers_but_not_those_each_rank_derives():
+    out = _spawn(_ddp_buffers_case, LLAMA_SPEC)
+    assert out["llama_buffers"] == ["model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"], out
+    assert out["llama_syncs"] is False, out  # rotary frequencies: no broadcast before every forward
+    assert out["normed_syncs"] is True and out["normed_synced"] == 3, out  # BatchNorm's running stats still are

@@ -60,6 +60,7 @@ class DDPStrategy:
         model = model.to(ctx.device)
         apply_activation_checkpointing(model, ctx)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, derived_buffers(model))
         ddp = DistributedDataParallel(model, device_ids=device_ids)
         register_comm_hook(ddp, ctx)  # plain, fp16/bf16-compressed or PowerSGD (parallel.compression)
         return ddp
@@ -81,3 +82,11 @@ class DDPStrategy:
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
         return replicated_over(ctx.mesh["dp"], wrapped.parameters())  # whole parameters on every dp rank
+
+
+def derived_buffers(model: nn.Module) -> list[str]:
+    """Buffers kept out of the state dict (`persistent=False`: rotary frequencies, causal masks): each
+    rank computes them from the config and training never changes them, so DDP need not broadcast them
+    from rank 0 before every forward (a collective per micro-batch). Trained buffers (BatchNorm's
+    running statistics) are persistent and still are."""
+    return sorted(set(dict(model.named_buffers())) - set(model.state_dict()))
