@@ -139,7 +139,10 @@ def _ddp_buffers_case(rank, world, port, queue, spec_data):
     mesh = init_device_mesh("cpu", (1, 2, 1), mesh_dim_names=("pp", "dp", "tp"))
     ctx = StrategyContext(spec, rank, world, mesh, torch.device("cpu"), CommMeter(), ControlGroups())
     llama = DDPStrategy().wrap(build_model(spec), ctx)
-    normed = DDPStrategy().wrap(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), ctx)
+    normed = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    # A model whose state-dict hook renames its keys: its running statistics are still trained buffers.
+    normed._register_state_dict_hook(lambda module, state, prefix, local: {f"renamed.{k}": v for k, v in state.items()})
+    normed = DDPStrategy().wrap(normed, ctx)
     if rank == 0:
         queue.put({"llama_buffers": sorted(n for n, _ in llama.module.named_buffers()),
                    "llama_syncs": llama.will_sync_module_buffers(),

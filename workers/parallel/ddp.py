@@ -88,5 +88,9 @@ def derived_buffers(model: nn.Module) -> list[str]:
     """Buffers kept out of the state dict (`persistent=False`: rotary frequencies, causal masks): each
     rank computes them from the config and training never changes them, so DDP need not broadcast them
     from rank 0 before every forward (a collective per micro-batch). Trained buffers (BatchNorm's
-    running statistics) are persistent and still are."""
-    return sorted(set(dict(model.named_buffers())) - set(model.state_dict()))
+    running statistics) are persistent and still are. Read from each module's own record of them, not
+    from the state dict's keys, which a model's state-dict hooks may rename."""
+    named = {id(buffer): name for name, buffer in model.named_buffers()}  # the names DDP uses
+    return sorted(named[id(buffer)] for module in model.modules()
+                  for key in getattr(module, "_non_persistent_buffers_set", ())
+                  if (buffer := module._buffers.get(key)) is not None and id(buffer) in named)
