@@ -6,10 +6,17 @@ Two dashboards with stable uids, the Prometheus datasource as a variable, and on
 service/metric_catalogue.py in their queries:
 - trainyard-fleet: jobs by state, queue, scheduler decisions, throughput per job, restarts and
   resizes over time, failing jobs, API latency;
-- trainyard-job (templated by `job`): throughput, step time per rank, compute vs communication,
-  measured vs theoretical bubble per stage, activations in flight, straggler scores with the
-  threshold drawn, loss and grad norm, learning rate, checkpoints, memory per rank, comm bytes,
-  world size and layout, MFU; restarts, resizes and layout changes as annotations.
+- trainyard-job (templated by `job`): throughput, step time quantiles over the recent steps,
+  compute vs communication across ranks, measured vs theoretical bubble per stage, activations in
+  flight, straggler scores (the lowest over ranks, and the slowest ranks by rank, at most 8) with the
+  threshold drawn, loss and grad norm, checkpoints, memory across ranks, world size, MFU; restarts,
+  resizes and layout changes as annotations. No panel draws one line per rank: a job's series do not
+  grow with its ranks (service/metric_catalogue.py). Learning rate, comm bytes, layout degrees, data
+  share and memory by category are per-step detail: GET /v1/jobs/{id}/metrics.
+
+Event counters (restarts, resizes, straggler actions, ...) exist from a job's first such event, not at
+zero from its start (docs/observability.md, "Series budget"): their queries end in `or vector(0)`, so a
+panel shows 0 rather than no data while nothing happened.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parent / "grafana"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 J = 'job="$job"'
+NONE_YET = " or vector(0)"  # an event counter is absent until its first event
 # MFU needs the hardware peak: a CPU worker has none, and a GPU outside the table needs the setting.
 MFU_UNKNOWN = ("MFU unknown: no peak FLOP/s for these workers (CPU, or a GPU not in the table); "
                "set TRAINYARD_PEAK_FLOPS_PER_WORKER")
@@ -100,6 +108,9 @@ def fleet() -> dict:
     b.panel("Scheduler decisions", [
         ("sum by (decision) (rate(trainyard_scheduler_decisions_total[$__rate_interval]))", "{{decision}}")],
         "ops", w=6)
+    b.panel("Control loop pass (p99)", [
+        ("histogram_quantile(0.99, sum by (loop, le) (rate(trainyard_control_pass_seconds_bucket[$__rate_interval])))",
+         "{{loop}}")], "s", w=6, description="The leader's reconcile and schedule passes; they tick every 0.5 s")
     b.row("Throughput")
     b.panel("Samples per second per job", [
         ("trainyard_job_samples_per_second * on (job, name) group_left () trainyard_job_active", "{{name}} {{job}}")],
@@ -108,14 +119,16 @@ def fleet() -> dict:
             w=12)
     b.row("Faults and elasticity")
     b.panel("Restarts by cause", [
-        ("sum by (cause) (increase(trainyard_restarts_total[$__rate_interval]))", "{{cause}}")], "none", w=8,
+        ("sum by (cause) (increase(trainyard_restarts_total[$__rate_interval]))" + NONE_YET, "{{cause}}")], "none",
+        w=8,
         custom={"drawStyle": "bars", "fillOpacity": 80})
     b.panel("Resizes by reason", [
-        ("sum by (reason) (increase(trainyard_resizes_total[$__rate_interval]))", "{{reason}}")], "none", w=8,
+        ("sum by (reason) (increase(trainyard_resizes_total[$__rate_interval]))" + NONE_YET, "{{reason}}")], "none",
+        w=8,
         custom={"drawStyle": "bars", "fillOpacity": 80})
     b.panel("Straggler actions", [
-        ("sum by (action) (increase(trainyard_straggler_actions_total[$__rate_interval]))", "{{action}}")], "none",
-        w=8, custom={"drawStyle": "bars", "fillOpacity": 80})
+        ("sum by (action) (increase(trainyard_straggler_actions_total[$__rate_interval]))" + NONE_YET,
+         "{{action}}")], "none", w=8, custom={"drawStyle": "bars", "fillOpacity": 80})
     b.panel("Failing and recovering jobs", [
         ('trainyard_job_state{state=~"FAILED|RECOVERING"} == 1', "{{state}} {{name}} {{job}}")], "none",
         kind="table", w=12, options={"showHeader": True})
@@ -152,22 +165,22 @@ def job() -> dict:
                                    (f"trainyard_job_grad_norm{{{J}}}", "grad norm")], "none", w=12,
             overrides=[{"matcher": {"id": "byName", "options": "grad norm"},
                         "properties": [{"id": "custom.axisPlacement", "value": "right"}]}])
-    b.panel("Learning rate", [(f"trainyard_job_learning_rate{{{J}}}", "lr")], "none", w=12)
-    b.row("Step time")
-    b.panel("Step time per rank", [(f"trainyard_rank_step_seconds{{{J}}}", "rank {{rank}}")], "s", w=12)
-    b.panel("Step duration (p50, p95)", [
-        (f"histogram_quantile(0.5, sum by (le) (rate(trainyard_job_step_duration_seconds_bucket{{{J}}}"
-         "[$__rate_interval])))", "p50"),
-        (f"histogram_quantile(0.95, sum by (le) (rate(trainyard_job_step_duration_seconds_bucket{{{J}}}"
-         "[$__rate_interval])))", "p95"),
-    ], "s", w=12)
-    b.panel("Compute vs communication per rank", [
-        (f"trainyard_rank_compute_seconds{{{J}}}", "compute rank {{rank}}"),
-        (f"trainyard_rank_comm_seconds{{{J}}}", "comm rank {{rank}}")], "s", w=12)
-    b.panel("Straggler score per rank", [
-        (f"trainyard_straggler_score{{{J}}}", "rank {{rank}}"),
-        (f"trainyard_straggler_threshold{{{J}}}", "threshold")], "none", w=12,
-        description="median compute time over ranks / the rank's; below the threshold the rank is a straggler",
+    b.row("Step time and stragglers")
+    b.panel("Step time (p50, p90, p99 of the recent steps)", [
+        (f"trainyard_job_step_seconds{{{J}}}", "p{{quantile}}")], "s", w=8,
+        description="Quantiles of the wall time of the job's last 100 steps; every step's own time: "
+                    "GET /v1/jobs/{id}/metrics")
+    b.panel("Compute vs communication across ranks", [
+        (f"trainyard_rank_compute_seconds{{{J}}}", "compute {{stat}}"),
+        (f"trainyard_rank_comm_seconds{{{J}}}", "comm {{stat}}")], "s", w=8,
+        description="compute: min, median and max over the job's ranks (a wide spread is a slow rank); comm: "
+                    "median and max (the fast ranks waiting for a slow one, or a slow link)")
+    b.panel("Straggler score", [
+        (f"trainyard_slowest_rank_straggler_score{{{J}}}", "rank {{rank}}"),
+        (f'trainyard_straggler_score{{{J},stat="min"}}', "lowest over ranks"),
+        (f"trainyard_straggler_threshold{{{J}}}", "threshold")], "none", w=8,
+        description="median compute time over ranks / the rank's; below the threshold the rank is a straggler. "
+                    "By rank: the job's slowest ranks (at most 8, the lowest scores, re-chosen every step)",
         overrides=[{"matcher": {"id": "byName", "options": "threshold"},
                     "properties": [{"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}},
                                    {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}]}])
@@ -182,34 +195,35 @@ def job() -> dict:
         (f"trainyard_stage_idle_seconds{{{J}}}", "stage {{stage}} idle")], "s", w=6)
     b.panel("Activations in flight per stage", [
         (f"trainyard_stage_activation_bytes_in_flight{{{J}}}", "stage {{stage}}")], "bytes", w=6)
-    b.row("Memory, communication, layout")
-    b.panel("Memory per rank", [
-        (f"trainyard_rank_peak_memory_bytes{{{J}}}", "peak rank {{rank}}"),
-        (f"trainyard_rank_model_state_bytes{{{J}}}", "model state rank {{rank}}")], "bytes", w=8)
-    b.panel("Communication bytes per step", [(f"trainyard_job_comm_bytes_per_step{{{J}}}", "per rank")], "bytes",
-            w=8)
-    b.panel("World size and layout", [
-        (f"trainyard_job_world_size{{{J}}}", "world size"),
-        (f"trainyard_job_layout_degree{{{J}}}", "{{dim}}")], "none", w=8)
+    b.row("Memory and layout")
+    b.panel("Memory (the highest rank)", [
+        (f"trainyard_rank_peak_memory_bytes{{{J}}}", "peak"),
+        (f"trainyard_rank_model_state_bytes{{{J}}}", "model state")], "bytes", w=12,
+        description="The highest over the job's ranks; each rank's peak and its breakdown by category: "
+                    "GET /v1/jobs/{id}/metrics")
+    b.panel("World size", [(f"trainyard_job_world_size{{{J}}}", "world size")], "none", w=12,
+            description="The layout's degrees (dp, tp, pp): GET /v1/jobs/{id}")
     b.row("Checkpoints and events")
     b.panel("Checkpoints", [
-        (f"increase(trainyard_checkpoints_total{{{J}}}[$__rate_interval])", "written"),
+        (f"increase(trainyard_checkpoints_total{{{J}}}[$__rate_interval])" + NONE_YET, "written"),
         (f"trainyard_job_last_checkpoint_step{{{J}}}", "last step")], "none", w=8,
         overrides=[{"matcher": {"id": "byName", "options": "last step"},
                     "properties": [{"id": "custom.axisPlacement", "value": "right"}]}])
     b.panel("Checkpoint duration and size", [
-        (f"histogram_quantile(0.9, sum by (le) (rate(trainyard_checkpoint_duration_seconds_bucket{{{J}}}"
-         "[$__rate_interval])))", "p90 duration"),
+        (f"trainyard_checkpoint_seconds{{{J}}}", "last duration"),
         (f"trainyard_checkpoint_bytes{{{J}}}", "bytes")], "s", w=8,
         overrides=[{"matcher": {"id": "byName", "options": "bytes"},
                     "properties": [{"id": "unit", "value": "bytes"},
                                    {"id": "custom.axisPlacement", "value": "right"}]}])
     b.panel("Restarts, rollbacks, straggler actions", [
-        (f"sum by (cause) (increase(trainyard_restarts_total{{{J}}}[$__rate_interval]))", "restart {{cause}}"),
-        (f"sum by (cause) (increase(trainyard_rollbacks_total{{{J}}}[$__rate_interval]))", "rollback {{cause}}"),
-        (f"sum by (action) (increase(trainyard_straggler_actions_total{{{J}}}[$__rate_interval]))",
+        (f"sum by (cause) (increase(trainyard_restarts_total{{{J}}}[$__rate_interval]))" + NONE_YET,
+         "restart {{cause}}"),
+        (f"sum by (cause) (increase(trainyard_rollbacks_total{{{J}}}[$__rate_interval]))" + NONE_YET,
+         "rollback {{cause}}"),
+        (f"sum by (action) (increase(trainyard_straggler_actions_total{{{J}}}[$__rate_interval]))" + NONE_YET,
          "straggler {{action}}"),
-        (f"increase(trainyard_skipped_steps_total{{{J}}}[$__rate_interval])", "skipped steps")], "none", w=8,
+        (f"increase(trainyard_skipped_steps_total{{{J}}}[$__rate_interval])" + NONE_YET, "skipped steps")], "none",
+        w=8,
         custom={"drawStyle": "bars", "fillOpacity": 80})
     job_var = {"name": "job", "label": "Job", "type": "query", "datasource": DS,
                "query": {"query": "label_values(trainyard_job_step, job)", "refId": "jobs"},
@@ -227,7 +241,8 @@ def job() -> dict:
          "titleFormat": "restart", "textFormat": "{{cause}}"},
     ]
     return dashboard("trainyard-job", "Trainyard / Job detail", b, [datasource_var(), job_var], annotations,
-                     "One job: throughput, step time per rank, pipeline bubble, stragglers, memory, checkpoints.")
+                     "One job: throughput, step time quantiles, compute across ranks, the slowest ranks, pipeline "
+                     "bubble, stragglers, memory, checkpoints.")
 
 
 DASHBOARDS = {"trainyard-fleet.json": fleet, "trainyard-job.json": job}

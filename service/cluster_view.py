@@ -5,6 +5,8 @@ A node restarting (a pod rescheduled, a host rebooting) is still part of the clu
 needs it waits in the queue, and fails only once the node has stayed away past the grace.
 
 Ray lists a dead node without its resources, so the view remembers what each node had when alive.
+Besides CPU and GPU, a node's `memory` (bytes Ray lets its tasks use) when the nodes report it: admission
+compares a job's predicted peak per worker with the largest node's (service/admission/submit.py).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-Capacity = tuple[dict[str, float], dict[str, float]]  # (total, the largest node's), CPU and GPU
+Capacity = tuple[dict[str, float], dict[str, float]]  # (total, the largest node's), CPU, GPU (and memory)
 KEYS = ("CPU", "GPU")
+MEMORY = "memory"  # bytes; present in the capacity only when some node reports it
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,10 @@ class ClusterView:
         alive = [n for n in nodes if n.get("Alive")]
         for n in alive:
             before = self._seen.get(n["NodeID"])
-            self._seen[n["NodeID"]] = SeenNode(n.get("NodeManagerAddress", ""),
-                                               {k: float(n["Resources"].get(k, 0.0)) for k in KEYS},
+            kept = {k: float(n["Resources"].get(k, 0.0)) for k in KEYS}
+            if MEMORY in n["Resources"]:
+                kept[MEMORY] = float(n["Resources"][MEMORY])
+            self._seen[n["NodeID"]] = SeenNode(n.get("NodeManagerAddress", ""), kept,
                                                before.since if before else now, now)
         live = {i: self._seen[i] for i in {n["NodeID"] for n in alive}}
         self._seen = {i: s for i, s in self._seen.items() if i in live or now - s.alive_at < self.grace_s}
@@ -46,6 +51,7 @@ class ClusterView:
             return any(s.address == lost.address and s.since > lost.alive_at for s in live.values())
 
         counted = [s for i, s in self._seen.items() if i in live or not replaced(s)]
-        total = {k: sum(s.resources[k] for s in counted) for k in KEYS}
-        largest = {k: max((s.resources[k] for s in counted), default=0.0) for k in KEYS}
+        keys = KEYS + ((MEMORY,) if any(MEMORY in s.resources for s in counted) else ())
+        total = {k: sum(s.resources.get(k, 0.0) for s in counted) for k in keys}
+        largest = {k: max((s.resources.get(k, 0.0) for s in counted), default=0.0) for k in keys}
         return total, largest

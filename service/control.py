@@ -2,7 +2,16 @@
 
 Start-up migrates the database, bootstraps the admin credential, connects to
 Ray in the background (so /healthz answers at once and /readyz turns ready when
-Ray is there) and runs the scheduler and reconciler on one loop thread.
+Ray is there) and runs the control loops.
+
+Threads of a replica (besides HTTP): `trainyard-control` connects to Ray, keeps the cluster's
+capacity fresh (every replica admits against it) and tries for the leader lease; `trainyard-lease`
+renews it. While this replica leads, two more: `trainyard-reconciler` (a pass every
+loop_interval_s, then the standby pool's refill and the periodic sweeps) and `trainyard-scheduler`
+(a tick when a submit or a job's end wakes it, else every loop_interval_s), so admission never
+waits behind a slow pass. Both write through sessions fenced by this leadership term's token and
+share the supervisors' handles and launcher under the reconciler's launch lock; losing the lease
+stops and joins both before anything is handed over.
 """
 
 from __future__ import annotations
@@ -12,10 +21,15 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
+
+from sqlalchemy.orm import Session
 
 from service import quotas
 from service.admission.submit import Admission
+from service.cluster_port import Cluster
 from service.cluster_view import ClusterView
 from service.db import repository as repo
 from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
@@ -26,12 +40,14 @@ from service.live_metrics import LiveMetrics
 from service.metrics import make_registry
 from service.settings import Settings
 from service.shared_state import SharedState
+from service.supervisor.placement import placement_problem
 
 if TYPE_CHECKING:
     from service.supervisor.standby import StandbyPool
 
 log = logging.getLogger("trainyard.control")
 WAKE_GAP_S = 0.02
+JOIN_TIMEOUT_S = 30.0  # a stepping-down leader waits this long for its loops' current pass
 # How stale a replica's view of the cluster's size may get. Admission refuses a job that can never
 # run on it, so a view from before a node returned (or the autoscaler added one) refuses good jobs.
 CAPACITY_REFRESH_S = 1.0
@@ -42,8 +58,15 @@ class ControlPlane:
     (api_only=False) is the whole control plane; an API worker (api_only=True) answers requests from
     the database and the shared state only: no Ray, no loops, no migrations (the primary ran them)."""
 
-    def __init__(self, settings: Settings, shared: SharedState | None = None, api_only: bool = False):
+    def __init__(self, settings: Settings, shared: SharedState | None = None, api_only: bool = False,
+                 cluster: Cluster | None = None):
+        """`cluster`: what the loops run jobs on (service/cluster_port.py); None = Ray, as configured."""
         self.settings = settings
+        if cluster is None:
+            from service.ray_cluster import RayCluster
+
+            cluster = RayCluster(settings)
+        self.cluster = cluster
         self.shared, self.api_only = shared, api_only
         self.engine = make_engine(settings.db_url)
         self.sessions: Sessions = make_sessionmaker(self.engine)
@@ -54,6 +77,7 @@ class ControlPlane:
         self.live = LiveMetrics(self.registry, settings.metrics_retention_s, settings.peak_flops_per_worker)
         self.ray_ready = shared.ray_ready if shared else threading.Event()
         self._ray_error: str | None = None
+        self._supervisor_placement: str | None = None
         self._capacity: tuple[dict, dict] | None = None  # (cluster total, largest node), refreshed by the loop
         self._capacity_at = 0.0  # monotonic time of the last refresh
         self.cluster_view = ClusterView(settings.node_return_grace_s)
@@ -73,6 +97,17 @@ class ControlPlane:
         if self.shared:
             self.shared.capacity = value
         self._capacity = value
+
+    @property
+    def supervisor_placement(self) -> str | None:
+        """Why no supervisor can be placed (service/supervisor/placement.py), None when one can."""
+        return self.shared.supervisor_placement if self.shared else self._supervisor_placement
+
+    @supervisor_placement.setter
+    def supervisor_placement(self, value: str | None) -> None:
+        if self.shared:
+            self.shared.supervisor_placement = value
+        self._supervisor_placement = value
 
     @property
     def ray_error(self) -> str | None:
@@ -176,17 +211,12 @@ class ControlPlane:
             return
         if self.pool is not None:
             self.pool.shutdown()  # our standbys; the next leader starts its own
-        if not self.settings.ray_address:
-            from service.ray_client import stop_local_ray
-
-            stop_local_ray()
+        self.cluster.release()
 
     def _run_loops(self) -> None:
-        from service.ray_client import connect
-
         while not self._stop.is_set():
             try:
-                connect(self.settings)
+                self.cluster.connect()
                 self._refresh_capacity()
                 break
             except Exception as exc:  # Ray not reachable yet: keep trying, /readyz says why
@@ -206,41 +236,36 @@ class ControlPlane:
         lease = self.lease
         assert lease is not None, "start() takes the lease before this thread when control_loops is on"
         loops: _Loops | None = None
-        last_try = next_full = 0.0
-        while not self._stop.is_set():
-            started = time.monotonic()
-            full = started >= next_full  # else a submit woke us: only the scheduler has work
-            self.wake.clear()
-            if started - self._capacity_at >= CAPACITY_REFRESH_S:  # leader or not: every replica admits
-                self._refresh_capacity_quietly()
-            try:
-                # Only the lease holder schedules and reconciles; the others serve the API and try
-                # for the lease once per interval (not per submit), to take over from a dead leader.
-                if not lease.held() and started - last_try >= self.settings.loop_interval_s:
-                    last_try = started
-                    lease.try_acquire()
-                if lease.held():
-                    loops = loops or _Loops(self, lease)
-                    loops.tick(full)
-                elif loops is not None:
-                    self._step_down(loops)
-                    loops = None
-            except LeaseLost as exc:
-                log.warning("stepping down: %s", exc)
-                self._step_down(loops)
-                loops = None
-            except Exception:
-                log.exception("control loop tick failed; retrying")
-            if full:
-                next_full = started + self.settings.loop_interval_s
-            # A burst of submits wakes the scheduler once per gap, not once per submit.
-            self._stop.wait(WAKE_GAP_S)
-            self.wake.wait(max(0.0, next_full - time.monotonic()))
+        last_try = 0.0
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                if started - self._capacity_at >= CAPACITY_REFRESH_S:  # leader or not: every replica admits
+                    self._refresh_capacity_quietly()
+                try:
+                    # Only the lease holder schedules and reconciles; the others serve the API and try
+                    # for the lease once per interval, to take over from a dead leader.
+                    if not lease.held() and started - last_try >= self.settings.loop_interval_s:
+                        last_try = started
+                        lease.try_acquire()
+                    if loops is not None and not loops.leading():
+                        log.warning("stepping down: this replica no longer holds the control lease")
+                        self._step_down(loops)
+                        loops = None
+                    if loops is None and lease.held():
+                        loops = _Loops(self, lease)
+                        loops.start()
+                except Exception:
+                    log.exception("control loop tick failed; retrying")
+                self._stop.wait(min(self.settings.loop_interval_s, CAPACITY_REFRESH_S))
+        finally:
+            self._step_down(loops)  # both loops end before Ray is let go (_release_ray)
 
     def _refresh_capacity(self) -> None:
-        import ray
-
-        self.capacity = self.cluster_view.observe(ray.nodes())
+        nodes = self.cluster.nodes()
+        self.capacity = self.cluster_view.observe(nodes)
+        self.supervisor_placement = placement_problem(self.settings.supervisor_resource,
+                                                      self.settings.supervisor_memory_mb, nodes)
         self._capacity_at = time.monotonic()
 
     def _refresh_capacity_quietly(self) -> None:
@@ -259,18 +284,14 @@ class ControlPlane:
     def sweep_orphans(self) -> None:
         """Kill supervisors nobody needs: those of ended jobs, and this plane's stale standbys
         (e.g. a control plane died before it could). Other planes' actors are left alone."""
-        import ray
-
         from service.lifecycle import TERMINAL
-        from service.ray_client import NAMESPACE
         from service.supervisor.actor import SUPERVISOR_PREFIX
-        from service.supervisor.standby import named_actors
 
         pool = self.pool
         assert pool is not None, "called by the leader's _Loops, which set the pool"
         with self.sessions() as s:
             in_use = {j.supervisor_name for j in repo.active_jobs(s)} | pool.names()
-            for name in named_actors():
+            for name in self.cluster.named_actors():
                 if name in in_use:
                     continue
                 if pool.owns(name):
@@ -280,15 +301,32 @@ class ControlPlane:
                     stale = job is not None and (job.state in TERMINAL or job.supervisor_name != name)
                 else:
                     stale = False
-                if stale:
-                    try:
-                        ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
-                    except Exception:
-                        pass
+                if stale and (handle := self.cluster.find_supervisor(name)) is not None:
+                    self.cluster.kill(handle)
+
+
+class _TermSessions(FencedSessions):
+    """FencedSessions for one leadership term: a write of a loop that outlived its term (a step-down
+    that could not join it in time, the lease since taken back) is refused like a stale leader's."""
+
+    def __init__(self, sessions: Sessions, lease: LeaderLease, term: int | None):
+        super().__init__(sessions, lease)
+        self.term = term
+
+    @contextmanager
+    def begin(self) -> Iterator[Session]:
+        if self.lease.token != self.term:
+            raise LeaseLost(f"the leadership term {self.term} is over (now {self.lease.token})")
+        with super().begin() as s:
+            yield s
+
+    def still_leading(self) -> bool:
+        return self.lease.held() and self.lease.token == self.term
 
 
 class _Loops:
-    """The leader's scheduler, reconciler and standby pool, built when this replica takes the lease."""
+    """The leader's scheduler, reconciler and standby pool, built when this replica takes the lease,
+    each loop on a thread of its own until the term ends (close)."""
 
     def __init__(self, plane: ControlPlane, lease: LeaderLease):
         from service.leaked_groups import LeakedGroups
@@ -302,35 +340,95 @@ class _Loops:
             from workers.runtime.pool import start_pool
 
             start_pool(settings.warm_workers)  # the cluster's pool of pre-imported rank workers (shared)
-        self.plane, self.lease = plane, lease
+        self.plane, self.lease, self.term = plane, lease, lease.token
         # One standby pool name per database: the leader that follows a dead one clears its standbys.
-        plane.pool = self.pool = StandbyPool(plane_id(settings.db_url), settings.standby_supervisors)
-        fenced = FencedSessions(plane.sessions, lease)
-        launcher = Launcher(settings, self.pool)
-        self.reconciler = Reconciler(fenced, settings, launcher, metrics=plane.live)
+        cluster = plane.cluster
+        plane.pool = self.pool = StandbyPool(plane_id(settings.db_url), settings.standby_supervisors, cluster)
+        self.fenced = fenced = _TermSessions(plane.sessions, lease, self.term)
+        launcher = Launcher(settings, self.pool, cluster, placement=lambda: plane.supervisor_placement)
+        self.reconciler = Reconciler(fenced, settings, launcher, metrics=plane.live, cluster=cluster)
+        self.reconciler.on_job_end = plane.wake.set  # capacity freed: the scheduler looks at once
         self.scheduler = Scheduler(fenced, settings, launcher, self.reconciler.handles, metrics=plane.live,
-                                   capacity=lambda: plane.capacity)
+                                   capacity=lambda: plane.capacity, cluster=cluster)
         self.count = 0
-        self.leaked_groups = LeakedGroups(fenced)
+        self.leaked_groups = LeakedGroups(fenced, cluster)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
         plane.sweep_orphans()
 
-    def tick(self, full: bool = True) -> None:
-        """full: reconcile, schedule, refill the standbys; else (woken by a submit) only schedule."""
-        settings = self.plane.settings
-        if full:
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self._reconcile_loop, name="trainyard-reconciler", daemon=True),
+                         threading.Thread(target=self._schedule_loop, name="trainyard-scheduler", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def leading(self) -> bool:
+        """This term goes on: not closed, and the lease still held under the token it began with."""
+        return not self._stop.is_set() and self.fenced.still_leading()
+
+    def _reconcile_loop(self) -> None:
+        interval = self.plane.settings.loop_interval_s
+        while not self._stop.is_set():
+            started = time.monotonic()
+            if self.leading():
+                try:
+                    self.reconcile()
+                except LeaseLost as exc:  # the control thread sees it too and closes this term
+                    log.warning("reconciler: %s", exc)
+                except Exception:
+                    log.exception("reconciler pass failed; retrying")
+            # a pass every interval (start to start); one that ran over is followed after a short gap
+            self._stop.wait(max(WAKE_GAP_S, started + interval - time.monotonic()))
+
+    def reconcile(self) -> None:
+        """One reconciler pass, then the standbys' refill and, every 20 passes, the sweeps."""
+        started = time.monotonic()
+        try:
             self.reconciler.tick()
-        if settings.scheduler_enabled:
-            self.scheduler.tick()
-        if not full:
-            return
-        self.pool.refill()
-        self.count += 1
-        if self.count % 20 == 0 and self.lease.held():
-            self.plane.sweep_orphans()
-            self.leaked_groups.sweep()
+        finally:
+            self.plane.live.control_pass("reconcile", time.monotonic() - started)
+        with self.reconciler.launch_lock:  # the pool and the supervisors are the scheduler's too
+            self.pool.refill()
+            self.count += 1
+            if self.count % 20 == 0 and self.leading():
+                self.plane.sweep_orphans()
+                self.leaked_groups.sweep()
+
+    def _schedule_loop(self) -> None:
+        settings, wake = self.plane.settings, self.plane.wake
+        while not self._stop.is_set():
+            started = time.monotonic()
+            wake.clear()
+            if settings.scheduler_enabled and self.leading():
+                try:
+                    self.schedule()
+                except LeaseLost as exc:
+                    log.warning("scheduler: %s", exc)
+                except Exception:
+                    log.exception("scheduler tick failed; retrying")
+            # A burst of submits wakes the scheduler once per gap, not once per submit.
+            self._stop.wait(WAKE_GAP_S)
+            wake.wait(max(0.0, started + settings.loop_interval_s - time.monotonic()))
+
+    def schedule(self) -> None:
+        with self.reconciler.launch_lock:  # a job admitted is handed its supervisor before a pass looks
+            started = time.monotonic()
+            try:
+                self.scheduler.tick()
+            finally:
+                self.plane.live.control_pass("schedule", time.monotonic() - started)
 
     def close(self) -> None:
-        self.reconciler.handles.clear()
+        """The term is over: both loops stop (joined, so nothing of this term runs on), then the
+        handles are forgotten (the next leader re-attaches by name) and our standbys go."""
+        self._stop.set()
+        self.plane.wake.set()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=JOIN_TIMEOUT_S)
+                if thread.is_alive():
+                    log.warning("%s did not stop in %.0f s; its writes are fenced", thread.name, JOIN_TIMEOUT_S)
+        self.reconciler.close()
         try:
             self.pool.shutdown()  # our standbys; the next leader starts its own
         except Exception:

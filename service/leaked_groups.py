@@ -17,14 +17,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import ray
-from ray._raylet import PlacementGroupID
-from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
-
+from service.cluster_port import Cluster
 from service.db import repository as repo
 from service.db.engine import SessionSource
 from service.lifecycle import JobState
-from service.supervisor.actor import find_supervisor
 from workers.runtime.group_owner import GroupOwner
 
 log = logging.getLogger("trainyard.leaked_groups")
@@ -46,25 +42,26 @@ def is_leaked(owner: GroupOwner, job: JobHolder, supervisor_alive: Callable[[str
 
 
 class LeakedGroups:
-    def __init__(self, sessions: SessionSource, grace_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
-        self.sessions, self.grace_s, self.clock = sessions, grace_s, clock
+    def __init__(self, sessions: SessionSource, cluster: Cluster, grace_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.sessions, self.grace_s, self.clock, self.cluster = sessions, grace_s, clock, cluster
         self.first_seen: dict[tuple[str, str], float] = {}  # (name, id) -> when first seen leaked
 
     def sweep(self) -> list[str]:
         """Remove the groups leaked for at least `grace_s`; their names."""
-        named = {(pg["name"], pg_id): owner for pg_id, pg in placement_group_table().items()
+        named = {(pg["name"], pg_id): owner for pg_id, pg in self.cluster.placement_groups().items()
                  if pg.get("state") != "REMOVED" and (owner := GroupOwner.of_group(pg.get("name") or ""))}
         if not named:
             self.first_seen.clear()
             return []
         holders = self._holders({o.job_id for o in named.values()})
         leaked = {key for key, owner in named.items()
-                  if owner.job_id in holders and is_leaked(owner, holders[owner.job_id], _alive)}
+                  if owner.job_id in holders and is_leaked(owner, holders[owner.job_id], self._alive)}
         now = self.clock()
         self.first_seen = {key: self.first_seen.get(key, now) for key in leaked}
         removed = []
         for (name, pg_id), since in self.first_seen.items():
-            if now - since >= self.grace_s and _remove(pg_id):
+            if now - since >= self.grace_s and self.cluster.remove_placement_group(pg_id):
                 log.warning("removed placement group %s: its supervisor is gone (a group Ray leaked)", name)
                 removed.append(name)
         return removed
@@ -75,14 +72,5 @@ class LeakedGroups:
             return {j.id: JobHolder(JobState(j.state), j.supervisor_epoch, j.supervisor_name)
                     for j in jobs if j is not None}
 
-
-def _alive(supervisor_name: str | None) -> bool:
-    return find_supervisor(supervisor_name) is not None
-
-
-def _remove(pg_id: str) -> bool:
-    try:  # by id: a group's name is looked up in the caller's Ray namespace, the supervisors' may differ
-        remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
-    except (ValueError, ray.exceptions.RayError):  # removed meanwhile (by Ray or its supervisor)
-        return False
-    return True
+    def _alive(self, supervisor_name: str | None) -> bool:
+        return self.cluster.find_supervisor(supervisor_name) is not None

@@ -10,12 +10,21 @@ Two sources feed /metrics:
   aggregate with `sum`/`max by (job)`: each drained record is applied by exactly one replica.
 
 Labels are bounded: `job` (job id), `rank`, `stage`, and short enumerations (`state`, `cause`,
-`reason`, `action`, `decision`, `route`). Never one label per step.
+`reason`, `action`, `decision`, `route`, `stat`, `quantile`). Never one label per step.
 
-Retention: a job's live series (per job, per rank, per stage, its event counters) stay while the
-job is active and for `TRAINYARD_METRICS_RETENTION_S` (default 600 s) after it ends, so the last
-values and the final increments are scraped; then they are removed. The label set is therefore
-bounded by the jobs active in the last retention window.
+A job's series do not grow with its ranks, and stay within RUNNING_JOB_SERIES_BUDGET (docs/observability.md
+has the table). Each per-rank quantity a dashboard reads (compute and communication time, straggler
+score, model state, peak memory) is exported as its distribution across the job's ranks at the last
+step, only the stats read (`stat` = min | median | max; RANK_QUANTITIES). Only the job's slowest ranks,
+at most SLOWEST_RANKS (8) and chosen anew every step, carry a `rank` label
+(`trainyard_slowest_rank_straggler_score`); a rank that leaves them loses its series. Every rank's own
+numbers stay in the job's records: `GET /v1/jobs/{id}/metrics` (per-rank peak memory of the measured
+steps), `GET /v1/jobs/{id}/events` (stragglers by rank and node) and the per-rank logs. Event counters
+exist from their first event (no series at 0 per known cause).
+
+Retention: a job's live gauges go when it stops being active; its event counters and last checkpoint
+step stay for `TRAINYARD_METRICS_RETENTION_S` (default 600 s) more, so the final increments are
+scraped, then go. Finished jobs therefore add a few series each, not a running job's.
 
 Model FLOPs utilisation (`trainyard_job_mfu_ratio`) is exported only when the hardware peak is
 known: `TRAINYARD_PEAK_FLOPS_PER_WORKER` > 0 (e.g. 989e12 for an H100 SXM at bf16 dense). It uses
@@ -25,6 +34,7 @@ CPU clusters have no meaningful peak, so by default no MFU series exists.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from workers.events import (
@@ -39,10 +49,15 @@ from workers.events import (
     StragglerRecoveredEvent,
 )
 
-STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-CHECKPOINT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+STEP_WINDOW = 100  # recent step times per job behind trainyard_job_step_seconds' quantiles
+STEP_QUANTILES = (0.5, 0.9, 0.99)
+# The most series a running job has on /metrics (live and database parts; docs/observability.md has the
+# table): 30 before its first checkpoint, 35 with one and with MFU. Per pipeline stage (5) and per event
+# cause that happened (a counter each) come on top; none of it grows with the job's ranks.
+RUNNING_JOB_SERIES_BUDGET = 35
 QUEUE_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0)
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+PASS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # the loops tick every 0.5 s
 
 
 @dataclass(frozen=True)
@@ -68,7 +83,6 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("trainyard_job_total_steps", "gauge", "Steps the job trains for", ["job", "name"], "db"),
     _m("trainyard_job_loss", "gauge", "Training loss at the last step", ["job", "name"], "db"),
     _m("trainyard_job_samples_per_second", "gauge", "Training throughput at the last step", ["job", "name"], "db"),
-    _m("trainyard_job_step_time_seconds", "gauge", "Wall time of the last step", ["job", "name"], "db"),
     _m("trainyard_job_restarts", "gauge", "Restarts of the job so far", ["job", "name"], "db"),
     _m("trainyard_pipeline_bubble_fraction", "gauge",
        "Pipeline bubble per stage at the end of the run: steady-state mean of idle / step wall time",
@@ -82,45 +96,48 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("trainyard_queue_wait_seconds", "histogram", "Time a job waited QUEUED before the scheduler admitted it",
        buckets=QUEUE_BUCKETS),
     _m("trainyard_scheduler_decisions", "counter",
-       "Scheduler decisions: admitted, or deferred (the head of the queue does not fit yet)", ["decision"]),
+       "Scheduler decisions: admitted, backfilled (started ahead of a head that does not fit), deferred (the head "
+       "does not fit yet), reserved (capacity held for a starving head), preempted", ["decision"]),
+    _m("trainyard_control_pass_seconds", "histogram",
+       "One pass of the leader's control loops: loop=reconcile (drain every running job's supervisor, store "
+       "what changed) or schedule (admit what fits)", ["loop"], buckets=PASS_BUCKETS),
     _m("trainyard_http_request_duration_seconds", "histogram", "HTTP request latency by route template",
        ["method", "route", "status"], buckets=HTTP_BUCKETS),
     # --- per job (live, from per-step records) ------------------------------------
     _m("trainyard_job_tokens_per_second", "gauge", "Tokens trained per second at the last step", ["job"]),
-    _m("trainyard_job_step_duration_seconds", "histogram", "Wall time of training steps (slowest rank)", ["job"],
-       buckets=STEP_BUCKETS),
+    _m("trainyard_job_step_seconds", "gauge",
+       f"Wall time of the job's recent steps (the last {STEP_WINDOW} drained): quantile 0.5, 0.9 and 0.99",
+       ["job", "quantile"]),
     _m("trainyard_job_grad_norm", "gauge", "Global gradient norm at the last step (before clipping)", ["job"]),
-    _m("trainyard_job_learning_rate", "gauge", "Learning rate at the last step", ["job"]),
-    _m("trainyard_job_comm_bytes_per_step", "gauge", "Logical collective bytes per rank in the last step", ["job"]),
     _m("trainyard_job_world_size", "gauge", "Workers in the job's current layout", ["job"]),
-    _m("trainyard_job_layout_degree", "gauge", "Parallel degree of the current layout per dimension",
-       ["job", "dim"]),
     _m("trainyard_job_bubble_fraction", "gauge", "Pipeline bubble at the last step (mean over stages)", ["job"]),
     _m("trainyard_job_bubble_fraction_theoretical", "gauge", "The schedule's ideal pipeline bubble", ["job"]),
     _m("trainyard_skipped_steps", "counter", "Updates skipped for non-finite gradients or loss spikes", ["job"]),
     _m("trainyard_job_mfu_ratio", "gauge",
        "Model FLOPs utilisation (6 x params x tokens/s over the workers' peak); only when the peak is known",
        ["job"]),
-    # --- per rank (live) -------------------------------------------------------------
-    _m("trainyard_rank_compute_seconds", "gauge", "Rank's own compute time in the last step", ["job", "rank"]),
-    _m("trainyard_rank_comm_seconds", "gauge", "Time the rank was blocked in collectives in the last step",
-       ["job", "rank"]),
-    _m("trainyard_rank_step_seconds", "gauge", "Rank's wall time of the last step", ["job", "rank"]),
-    _m("trainyard_rank_samples", "gauge", "Samples the rank trained in the last step (its data share)",
-       ["job", "rank"]),
+    # --- per rank, as distributions across the job's ranks (live; 1-3 series per job whatever its ranks) --
+    _m("trainyard_rank_compute_seconds", "gauge",
+       "Ranks' own compute time in the last step: min, median and max across the job's ranks (stat)",
+       ["job", "stat"]),
+    _m("trainyard_rank_comm_seconds", "gauge",
+       "Time ranks were blocked in collectives in the last step: median and max across ranks (stat)",
+       ["job", "stat"]),
     _m("trainyard_straggler_score", "gauge",
-       "Windowed straggler score: median compute time over ranks / this rank's (1 typical, < threshold slow)",
-       ["job", "rank"]),
+       "Windowed straggler score (median compute time over ranks / the rank's: 1 typical, < threshold slow): "
+       "the lowest across the job's ranks (stat=min)", ["job", "stat"]),
     _m("trainyard_straggler_threshold", "gauge", "Score below which a rank is a straggler (the job's spec)",
        ["job"]),
-    _m("trainyard_rank_model_state_bytes", "gauge", "Parameters, gradients and optimiser state held by the rank",
-       ["job", "rank"]),
+    _m("trainyard_rank_model_state_bytes", "gauge",
+       "Parameters, gradients and optimiser state held by a rank: the most across ranks (stat=max)",
+       ["job", "stat"]),
     _m("trainyard_rank_peak_memory_bytes", "gauge",
-       "High-water mark of the rank's tensor memory during its last measured step (CUDA allocator on GPU, "
-       "tracked tensor storage on CPU)", ["job", "rank"]),
-    _m("trainyard_rank_peak_memory_category_bytes", "gauge",
-       "What the rank's last measured peak held by category (params, grads, optimizer, activations)",
-       ["job", "rank", "category"]),
+       "High-water mark of a rank's tensor memory during its last measured step (CUDA allocator on GPU, "
+       "tracked tensor storage on CPU): the highest across the job's ranks (stat=max)", ["job", "stat"]),
+    # --- the job's slowest ranks by rank (live; at most SLOWEST_RANKS per job, re-chosen every step) -----
+    _m("trainyard_slowest_rank_straggler_score", "gauge",
+       "Windowed straggler score of the job's slowest ranks (at most 8, the lowest scores); a rank's series "
+       "goes when it leaves them", ["job", "rank"]),
     # --- per pipeline stage (live) -----------------------------------------------------
     _m("trainyard_stage_bubble_fraction", "gauge", "Measured bubble (idle / pipeline makespan) at the last step",
        ["job", "stage"]),
@@ -141,8 +158,8 @@ CATALOGUE: tuple[Metric, ...] = (
        "Straggler decisions: reported, rebalance_planned, rebalanced, replace_planned, replaced, recovered",
        ["job", "action"]),
     _m("trainyard_checkpoints", "counter", "Durable checkpoints written", ["job"]),
-    _m("trainyard_checkpoint_duration_seconds", "histogram", "Time from starting a checkpoint save to durable",
-       ["job"], buckets=CHECKPOINT_BUCKETS),
+    _m("trainyard_checkpoint_seconds", "gauge",
+       "Time from starting the job's last durable checkpoint's save to durable", ["job"]),
     _m("trainyard_checkpoint_bytes", "gauge", "Size on disk of the job's last durable checkpoint", ["job"]),
     _m("trainyard_job_last_checkpoint_step", "gauge", "Step of the job's last durable checkpoint", ["job"]),
 )
@@ -191,44 +208,21 @@ STRAGGLER_OUTCOMES: dict[type, str] = {RebalanceEvent: "rebalanced", ReplaceEven
 STRAGGLER_ACTIONS = ("reported", "rebalance_planned", "rebalanced", "replace_planned", "replaced", "recovered")
 
 
-def zero_counters(job: str) -> list[Update]:
-    """A new job's event counters at 0, so the first event is an increase() and panels show zeros, not gaps.
-    (The bounded label values are listed above; a cause outside them still counts, from 1.)"""
-    out = [update("trainyard_restarts", "inc", 0, job=job, cause=c) for c in RESTART_CAUSES]
-    out += [update("trainyard_rollbacks", "inc", 0, job=job, cause=c) for c in sorted(ROLLBACK_CAUSES)]
-    out += [update("trainyard_resizes", "inc", 0, job=job, reason=r) for r in RESIZE_REASONS]
-    out += [update("trainyard_straggler_actions", "inc", 0, job=job, action=a) for a in STRAGGLER_ACTIONS]
-    out += [update("trainyard_checkpoints", "inc", 0, job=job), update("trainyard_skipped_steps", "inc", 0, job=job)]
-    return out
-
-
-def step_updates(job: str, rec: dict) -> list[Update]:
-    """Updates for one job-level step record (see service/supervisor/aggregate.py)."""
+def step_updates(job: str, rec: dict, ranks: bool = True) -> list[Update]:
+    """Updates for one job-level step record (see service/supervisor/aggregate.py); with `ranks`, also its
+    ranks' distributions and slowest ranks (rank_updates). The gauges keep only the last value, so of the
+    records drained together only the last one's ranks need summarising (LiveMetrics does that)."""
     out = []
     for key, name in (("tokens_per_s", "trainyard_job_tokens_per_second"), ("grad_norm", "trainyard_job_grad_norm"),
-                      ("lr", "trainyard_job_learning_rate"), ("comm_bytes", "trainyard_job_comm_bytes_per_step"),
                       ("bubble_fraction", "trainyard_job_bubble_fraction"),
                       ("bubble_fraction_theoretical", "trainyard_job_bubble_fraction_theoretical")):
         value = rec.get(key)
         if value is not None and value == value and abs(value) != float("inf"):  # skip NaN/inf (skipped steps)
             out.append(update(name, "set", value, job=job))
-    if rec.get("step_time_s") is not None:
-        out.append(update("trainyard_job_step_duration_seconds", "observe", rec["step_time_s"], job=job))
     if rec.get("skipped") and not rec.get("partial"):
         out.append(update("trainyard_skipped_steps", "inc", 1, job=job))
-    for r in rec.get("ranks") or ():
-        rank = r["rank"]
-        for key, name in (("compute_time_s", "trainyard_rank_compute_seconds"),
-                          ("comm_time_s", "trainyard_rank_comm_seconds"),
-                          ("step_time_s", "trainyard_rank_step_seconds"), ("samples", "trainyard_rank_samples"),
-                          ("straggler_score", "trainyard_straggler_score"),
-                          ("model_state_bytes", "trainyard_rank_model_state_bytes"),
-                          ("peak_memory_bytes", "trainyard_rank_peak_memory_bytes")):
-            if r.get(key) is not None:
-                out.append(update(name, "set", r[key], job=job, rank=rank))
-        for category, nbytes in (r.get("peak_memory_breakdown") or {}).items():
-            out.append(update("trainyard_rank_peak_memory_category_bytes", "set", nbytes, job=job, rank=rank,
-                              category=category))
+    if ranks:
+        out += rank_updates(job, rec.get("ranks") or ())
     for st in rec.get("stages") or ():
         stage = st["stage"]
         for key, name in (("bubble_fraction", "trainyard_stage_bubble_fraction"),
@@ -237,6 +231,70 @@ def step_updates(job: str, rec: dict) -> list[Update]:
                           ("busy_s", "trainyard_stage_busy_seconds"), ("idle_s", "trainyard_stage_idle_seconds")):
             if st.get(key) is not None:
                 out.append(update(name, "set", st[key], job=job, stage=stage))
+    return out
+
+
+# Per-rank quantities of a step record's `ranks` entries, the gauge that summarises each across ranks and
+# the stats it keeps: only those a dashboard or alert reads (compute imbalance needs all three; a straggler
+# is the lowest score; memory pressure is the highest rank). The rest of each rank's numbers is in REST.
+RANK_QUANTITIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("compute_time_s", "trainyard_rank_compute_seconds", ("min", "median", "max")),
+    ("comm_time_s", "trainyard_rank_comm_seconds", ("median", "max")),
+    ("straggler_score", "trainyard_straggler_score", ("min",)),
+    ("model_state_bytes", "trainyard_rank_model_state_bytes", ("max",)),
+    ("peak_memory_bytes", "trainyard_rank_peak_memory_bytes", ("max",)))
+STATS = ("min", "median", "max")  # the `stat` label's values (distribution's order)
+SLOWEST_RANKS = 8  # the most ranks of one job that carry a `rank` label
+# The families labelled by rank: the slowest ranks' value of a quantity. The set of ranks is chosen anew
+# with every step; LiveMetrics removes the series of ranks that left it.
+SLOWEST: tuple[tuple[str, str], ...] = (("straggler_score", "trainyard_slowest_rank_straggler_score"),)
+SLOWEST_FAMILIES = tuple(name for _, name in SLOWEST)
+
+
+def _finite(value) -> bool:
+    return value is not None and value == value and abs(value) != float("inf")
+
+
+def distribution(values: list[float]) -> tuple[float, float, float]:
+    """min, median, max (the median of an even count is the mean of the middle two)."""
+    ordered = sorted(values)
+    n, mid = len(ordered), len(ordered) // 2
+    median = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return ordered[0], median, ordered[-1]
+
+
+def slowest_ranks(ranks, k: int = SLOWEST_RANKS) -> list[dict]:
+    """The k slowest of a step's rank entries: by straggler score (lowest first; the supervisor's windowed
+    judgement) where the step carries scores, else by compute time, then step time (longest first)."""
+    scored = any(_finite(r.get("straggler_score")) for r in ranks)
+
+    def key(r):
+        score = r.get("straggler_score")
+        return (score if scored and _finite(score) else float("inf"),
+                -(r.get("compute_time_s") or 0.0), -(r.get("step_time_s") or 0.0), r["rank"])
+
+    return heapq.nsmallest(k, ranks, key=key)
+
+
+def rank_updates(job: str, ranks) -> list[Update]:
+    """The ranks of one step as series whose number does not grow with them: each quantity's min, median
+    and max across ranks (`stat`), the peak memory's breakdown on the rank with the highest peak, and the
+    slowest ranks (at most SLOWEST_RANKS) by `rank`. Quantities no rank reported this step are left out
+    (their last values stay: CPU workers measure memory on a schedule, not every step)."""
+    ranks = list(ranks)
+    if not ranks:
+        return []
+    out = []
+    for key, name, stats in RANK_QUANTITIES:
+        values = [float(r[key]) for r in ranks if _finite(r.get(key))]
+        if values:
+            for stat, value in zip(STATS, distribution(values)):
+                if stat in stats:
+                    out.append(update(name, "set", value, job=job, stat=stat))
+    for r in slowest_ranks(ranks):
+        for key, name in SLOWEST:
+            if _finite(r.get(key)):
+                out.append(update(name, "set", r[key], job=job, rank=r["rank"]))
     return out
 
 
@@ -258,7 +316,7 @@ def event_updates(job: str, event: RunEvent) -> list[Update]:
         out = [update("trainyard_checkpoints", "inc", 1, job=job),
                update("trainyard_job_last_checkpoint_step", "set", event.step, job=job)]
         if event.duration_s is not None:
-            out.append(update("trainyard_checkpoint_duration_seconds", "observe", event.duration_s, job=job))
+            out.append(update("trainyard_checkpoint_seconds", "set", event.duration_s, job=job))
         if event.bytes is not None:
             out.append(update("trainyard_checkpoint_bytes", "set", event.bytes, job=job))
         return out
@@ -268,11 +326,7 @@ def event_updates(job: str, event: RunEvent) -> list[Update]:
 def layout_updates(job: str, layout: dict | None) -> list[Update]:
     if not layout:
         return []
-    out = [update("trainyard_job_world_size", "set", layout["world_size"], job=job)]
-    for dim in ("dp", "tp", "pp"):
-        if layout.get(dim) is not None:
-            out.append(update("trainyard_job_layout_degree", "set", layout[dim], job=job, dim=dim))
-    return out
+    return [update("trainyard_job_world_size", "set", layout["world_size"], job=job)]
 
 
 def mfu(tokens_per_s: float | None, params: float | None, peak_flops_per_worker: float, world: int) -> float | None:

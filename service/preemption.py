@@ -2,17 +2,21 @@
 checkpoint and requeue the same tenant's lower-priority running jobs, never another tenant's (a
 tenant must not starve others by raising its priorities).
 
-The choice is a pure function over rows (`choose_victims`). A request is an event
-`preempt_requested` on the victim naming the head job and the victim's supervisor epoch, written
-in the scheduler's fenced transaction (so a replica that lost the lease writes none); the
-reconciler delivers it to that epoch's supervisor every tick until the job is requeued (like a
-cancel), and the supervisor ignores a request for another epoch. A victim asked and not yet
-requeued counts as freeing its resources, so a head job never asks twice.
+The choice is a pure function over rows (`choose_victims`). A request is written on the victim's
+row (`preempt_by`, `preempt_epoch`: the head job and the victim's supervisor epoch), beside an event
+`preempt_requested` for its history, in the scheduler's fenced transaction (so a replica that lost
+the lease writes none); the reconciler delivers it to that epoch's supervisor every pass until the
+job is requeued (like a cancel), and the supervisor ignores a request for another epoch. A request
+is pending while the epoch it names is the job's: the next supervisor (after the requeue) has a new
+one, so nothing needs clearing, and finding the pending ones reads no events (the row is read anyway).
+A victim asked and not yet requeued counts as freeing its resources, so a head job never asks twice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -22,6 +26,7 @@ from service.lifecycle import JobState
 
 EPS = 1e-6
 REQUESTED = "preempt_requested"
+LIVE = (JobState.STARTING, JobState.RUNNING, JobState.RECOVERING)
 
 
 @dataclass(frozen=True)
@@ -83,21 +88,33 @@ def _neg_time(ts) -> float:
 # --- requests in the database ----------------------------------------------
 
 
-def pending(s: Session, jobs: list[Job]) -> dict[str, str]:
+class Requestable(Protocol):
+    """What `pending` reads of a job: a Job, or a row of its columns (service/db/batched.py)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def supervisor_epoch(self) -> int: ...
+    @property
+    def preempt_by(self) -> str | None: ...
+    @property
+    def preempt_epoch(self) -> int | None: ...
+
+
+def pending(s: Session | None, jobs: Iterable[Requestable]) -> dict[str, str]:
     """Victim job id -> the head job it makes room for, for requests to the victim's current
-    supervisor that are not carried out yet (the job is still running)."""
-    live = {j.id: j.supervisor_epoch for j in jobs if j.state in (JobState.STARTING, JobState.RUNNING,
-                                                                    JobState.RECOVERING)}
-    if not live:
-        return {}
-    q = select(JobEvent).where(JobEvent.kind == REQUESTED, JobEvent.job_id.in_(list(live)))
-    return {e.job_id: e.data["by"] for e in s.scalars(q.order_by(JobEvent.id))
-            if e.data.get("epoch") == live[e.job_id]}
+    supervisor that are not carried out yet (the job is still running). Reads only the jobs' own
+    columns: no query (`s` is kept for the callers that pass their session)."""
+    return {j.id: j.preempt_by for j in jobs
+            if j.state in LIVE and j.preempt_by is not None and j.preempt_epoch == j.supervisor_epoch}
 
 
 def request(s: Session, victim: Job, head: Row) -> None:
     from service.db import repository as repo
 
+    victim.preempt_by, victim.preempt_epoch = head.id, victim.supervisor_epoch
     repo.add_event(s, victim.id, REQUESTED,
                    f"preempting (checkpoint, then requeue) for job {head.id} of priority {head.priority}",
                    data={"by": head.id, "epoch": victim.supervisor_epoch, "priority": head.priority})

@@ -1,4 +1,4 @@
-"""Per-tenant quotas: at submit (429 or accepted to wait) and at admission (the scheduler's filter).
+"""Per-tenant quotas: at submit (429 or accepted to wait); at admission the scheduler's policy applies them.
 
 The server caps every tenant's open (queued or running) jobs (`max_active_jobs_per_tenant`); a
 tenant may also cap its queued jobs (`max_queued_jobs`) and the workers its jobs hold at once
@@ -6,7 +6,9 @@ tenant may also cap its queued jobs (`max_queued_jobs`) and the workers its jobs
 tenant already has queued or running, would pass `max_workers` is refused with 429, so its
 jobs never wait on the quota; with `queue` it is accepted and waits until the tenant's
 running jobs leave room. Either way the scheduler never admits past `max_workers`, and a
-tenant held back by its own quota never holds back other tenants' jobs.
+tenant held back by its own quota never holds back other tenants' jobs: the policy
+(service/queueing/policy.py) sets such a tenant aside for the pass after one look, however
+long its backlog.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from service.db import repository as repo
-from service.db.models import Job, Tenant
+from service.db.models import Tenant
 from service.refusals import NeverFits, OverQuota
 
 QUOTA_MODES = ("reject", "queue")
@@ -68,25 +70,3 @@ def check_submit(tenant: Tenant, usage: repo.Usage, workers: int, max_open_jobs:
         raise OverQuota(
             f"quota: tenant {tenant.name!r} has {usage.active_workers} workers running and {usage.queued_workers} "
             f"queued; {workers} more would pass its max_workers quota of {cap} (quota_mode reject)")
-
-
-def admissible(s: Session, queue: list[Job]) -> list[Job]:
-    """The queue without the jobs that would take their tenant past max_workers, counting the
-    tenant's running jobs and its jobs ahead in this queue (which the scheduler may admit first)."""
-    caps = {t.id: t.max_workers for t in repo.list_tenants(s) if t.max_workers is not None}
-    if not caps:
-        return queue
-    held = repo.active_workers_by_tenant(s)
-    blocked: set[str] = set()
-    kept = []
-    for job in queue:
-        cap = caps.get(job.tenant_id)
-        if cap is not None:
-            if job.tenant_id in blocked or held.get(job.tenant_id, 0) + job.world_size > cap:
-                # Waits, and so do the tenant's later (lower-priority) jobs: priority order holds
-                # within a tenant, while other tenants' jobs behind it may still go.
-                blocked.add(job.tenant_id)
-                continue
-            held[job.tenant_id] = held.get(job.tenant_id, 0) + job.world_size
-        kept.append(job)
-    return kept

@@ -1,6 +1,6 @@
 """Reconciler: copies what supervisors report into the database and recovers lost ones.
 
-Each tick, for every STARTING/RUNNING/RECOVERING job:
+Each pass, for every STARTING/RUNNING/RECOVERING job:
 - its supervisor (found by name, so a restarted control plane re-attaches) is
   drained; state changes go through the lifecycle table and become events,
   steps become (downsampled) metrics, checkpoints become rows; the records'
@@ -9,6 +9,20 @@ Each tick, for every STARTING/RUNNING/RECOVERING job:
 - a job whose supervisor is gone is restarted with a new supervisor on the
   same job directory, which resumes from the latest checkpoint (or cancelled,
   if a cancel was pending). No accepted job is dropped.
+
+A pass costs a few statements, not a few per job: one read of the active jobs' columns; the
+drains gathered under one deadline; then every drain with something new stored in one transaction
+(one `SELECT ... FOR UPDATE` over those jobs, the events in one multi-row insert at the flush, the
+metrics in one upsert, the job rows in one executemany). If that transaction fails, each job is
+stored in one of its own, so one bad drain loses no other job's. The metrics see the stored records
+after the commit; checkpoint sizes are listed on the store afterwards, off this thread
+(service/checkpoint_sizes.py), so a slow store never holds a pass.
+
+The scheduler runs on a thread of its own (service/control.py) and shares `handles` and the
+supervisor launcher with this one: both take `launch_lock` around what they read of the jobs and
+the handles and around starting or stopping a supervisor, so a job the scheduler has committed but
+not yet handed to its supervisor is never taken for a lost one. Drains are gathered and stored
+outside that lock: admission goes on meanwhile.
 
 With several control-plane replicas only the lease holder reconciles, and its
 sessions are fenced (service/leases.py): a replica that lost the lease cannot
@@ -20,87 +34,166 @@ supervisors themselves: a drain from an older epoch is ignored.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-import ray
-from ray.actor import ActorHandle
 from sqlalchemy.orm import Session
 
 from service import preemption
+from service.background import Background
+from service.checkpoint_sizes import CheckpointSizer, Sizing
+from service.cluster_port import Cluster, ReplyKind
+from service.db import batched
 from service.db import repository as repo
 from service.db.engine import SessionSource
+from service.db.models import JobEvent
+from service.leases import LeaseLost
 from service.lifecycle import TERMINAL, IllegalTransition, JobState
 from service.live_metrics import LiveMetrics
 from service.restart_history import restarts_used
 from service.settings import Settings
-from service.supervisor.actor import find_supervisor
 from service.supervisor.launch import Launcher
 from service.supervisor.policies.failure import FailureAction, FailureStatus, on_failure
 from service.supervisor.resume_point import resume_step
 from workers.checkpointing import checkpoint_root, step_name
-from workers.events import CheckpointEvent, RestartCause, RestartEvent
+from workers.events import RestartCause, RestartEvent
 from workers.spec import FaultToleranceSpec
 from workers.storage import Storage, client_env
 
 log = logging.getLogger("trainyard.reconciler")
 DRAIN_TIMEOUT_S = 10.0
+JOBS_PER_TRANSACTION = 1000  # a pass's drains are stored in transactions of at most this many jobs
+FEED_MAX_PENDING = 20_000  # jobs' drains waiting for the metrics feed before a pass waits for it
+
+
+class Handles(dict):
+    """Job id -> supervisor actor handle, shared by the scheduler's and the reconciler's threads.
+    Each operation is atomic; `take_if` removes a job's handle only if it is still the one given,
+    so a supervisor the scheduler started for a re-admitted job is never taken for its old one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def __setitem__(self, job_id: str, handle: Any) -> None:
+        with self._lock:
+            super().__setitem__(job_id, handle)
+
+    def __delitem__(self, job_id: str) -> None:
+        with self._lock:
+            super().__delitem__(job_id)
+
+    def pop(self, job_id, *default):  # type: ignore[override]
+        with self._lock:
+            return super().pop(job_id, *default)
+
+    def clear(self) -> None:
+        with self._lock:
+            super().clear()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self)
+
+    def take_if(self, job_id: str, handle: Any) -> bool:
+        with self._lock:
+            if super().get(job_id) is handle:
+                super().__delitem__(job_id)
+                return True
+            return False
+
+
+@dataclass
+class _Stored:
+    """What one job's drain stored: for after the commit."""
+
+    records: list[dict] = field(default_factory=list)  # new to the database: the metrics see each once
+    spec: dict | None = None  # None: nothing stored (an ended job, another epoch)
+    finished: bool = False  # its supervisor's work is over: retire it
+    checkpoints: list[tuple[JobEvent, Storage]] = field(default_factory=list)  # to size on the store
 
 
 class Reconciler:
     def __init__(self, sessions: SessionSource, settings: Settings, launcher: Launcher | None = None,
-                 metrics: LiveMetrics | None = None):
-        self.sessions, self.settings = sessions, settings
-        self.launcher = launcher or Launcher(settings)
+                 metrics: LiveMetrics | None = None, cluster: Cluster | None = None):
+        if cluster is None:
+            from service.ray_cluster import RayCluster
+
+            cluster = RayCluster(settings)
+        self.sessions, self.settings, self.cluster = sessions, settings, cluster
+        self.launcher = launcher or Launcher(settings, cluster=cluster)
         self.metrics = metrics or LiveMetrics(retention_s=settings.metrics_retention_s)
-        self.handles: dict[str, ActorHandle] = {}  # job id -> supervisor actor handle
+        self.handles = Handles()  # job id -> supervisor actor handle (the scheduler adds the ones it starts)
+        # Held around reading the jobs and handles and starting or stopping supervisors; the control
+        # loop's scheduler thread holds it around its tick (service/control.py).
+        self.launch_lock = threading.RLock()
+        self.sizer = CheckpointSizer(sessions, self.metrics)
+        # The live metrics are fed the stored records after the commit, in order, on a thread of their
+        # own: the next pass does not wait for them (a feed that falls far behind does hold it up).
+        self.feed: Background[tuple] = Background("trainyard-metrics-feed", self._feed, FEED_MAX_PENDING, block=True)
+        self._specs: dict[str, dict] = {}  # job id -> its spec (a job's spec never changes), for the metrics
+        self.on_job_end: Callable[[], None] = lambda: None  # a job ended or was requeued: capacity freed
 
     def _leading(self) -> bool:
         """Still the lease holder (always, with plain sessions: one replica)."""
         return getattr(self.sessions, "still_leading", lambda: True)()
 
     def tick(self) -> None:
-        with self.sessions() as s:
-            active = repo.active_jobs(s)
-            jobs = [(j.id, j.drained_seq, j.cancel_requested, j.supervisor_name) for j in active]
-            epochs = {j.id: j.supervisor_epoch for j in active}
-            preempts = preemption.pending(s, active)  # asked by the scheduler, resent until requeued
-        refs = {}
-        for job_id, ack, cancel, name in jobs:
-            handle = self.handles.get(job_id)
-            if handle is None:
-                handle = find_supervisor(name)
+        with self.launch_lock:
+            with self.sessions() as s:
+                rows = batched.active_rows(s)
+            known = {row.id: row for row in rows}
+            for job_id, handle in self.handles.snapshot().items():
+                if job_id not in known:  # ended, or requeued: its supervisor's work is over
+                    self._retire(job_id, handle)
+            preempts = preemption.pending(None, rows)  # asked by the scheduler, resent until requeued
+            refs: dict[str, Any] = {}
+            drained_by: dict[str, Any] = {}  # the handle each drain went to
+            lost, reattached = [], []
+            for row in rows:
+                handle = self.handles.get(row.id)
                 if handle is None:
-                    self.recover(job_id)
-                    continue
-                self.handles[job_id] = handle
-                self._note_reattach(job_id)
-            if cancel:
-                handle.cancel.remote()
-            elif job_id in preempts:
-                handle.preempt.remote(preempts[job_id], epochs[job_id])
-            refs[job_id] = handle.drain.remote(ack)
-        for job_id, ref in refs.items():
-            try:
-                drained = ray.get(ref, timeout=DRAIN_TIMEOUT_S)
-                if not drained["started"]:  # admitted, but the control plane died before handing it the job
-                    self._hand_over(job_id)
-                    continue
-                self.apply(job_id, drained)
-            except ray.exceptions.GetTimeoutError:
-                log.warning("supervisor of %s did not answer within %.0fs", job_id, DRAIN_TIMEOUT_S)
-            except ray.exceptions.ActorUnavailableError:
-                # Alive but unreachable this moment (a loaded node, a network blip): a RayActorError
-                # too, but recovering would start a second supervisor beside a live one (found by
-                # the soak: the job then FAILED on its group's duplicate name). Ask again next tick.
-                log.warning("supervisor of %s is unavailable for now", job_id)
-            except ray.exceptions.RayActorError:
-                self.handles.pop(job_id, None)
+                    handle = self.cluster.find_supervisor(row.supervisor_name)
+                    if handle is None:
+                        lost.append(row.id)
+                        continue
+                    self.handles[row.id] = handle
+                    reattached.append(row.id)
+                if row.cancel_requested:
+                    handle.cancel.remote()
+                elif row.id in preempts:
+                    handle.preempt.remote(preempts[row.id], row.supervisor_epoch)
+                refs[row.id] = handle.drain.remote(row.drained_seq)
+                drained_by[row.id] = handle
+            self._note_reattach(reattached)
+            for job_id in lost:
                 self.recover(job_id)
-        for job_id in set(self.handles) - {j[0] for j in jobs}:
-            self._retire(job_id)
-        self.metrics.retain({j[0] for j in jobs})
+        # One deadline for every drain: a slow supervisor delays this pass by at most DRAIN_TIMEOUT_S,
+        # not DRAIN_TIMEOUT_S per job. No lock held: the scheduler admits meanwhile.
+        drains = {}
+        for job_id, reply in self.cluster.gather(refs, DRAIN_TIMEOUT_S).items():
+            if reply.kind == ReplyKind.ANSWERED:
+                if not reply.value["started"]:  # admitted, but the control plane died before handing it the job
+                    self._hand_over(job_id, drained_by[job_id])
+                    continue
+                drains[job_id] = reply.value
+            elif reply.kind == ReplyKind.GONE:
+                with self.launch_lock:
+                    if self.handles.take_if(job_id, drained_by[job_id]):
+                        self.recover(job_id)
+            else:
+                # No answer yet, or alive but unreachable this moment (a loaded node, a network blip):
+                # recovering would start a second supervisor beside a live one (found by the soak:
+                # the job then FAILED on its group's duplicate name). Ask again next pass.
+                log.warning("supervisor of %s: %s (%s)", job_id, reply.kind.value, reply.error)
+        self.apply_many(drains, known, drained_by)
+        self.metrics.retain(set(known))
+        if len(self._specs) > 2 * len(known) + 100:
+            self._specs = {job_id: spec for job_id, spec in self._specs.items() if job_id in known}
 
-    def _hand_over(self, job_id: str) -> None:
+    def _hand_over(self, job_id: str, handle: Any) -> None:
         with self.sessions() as s:
             job = repo.get_job(s, job_id)
             if job is None or job.state in TERMINAL:
@@ -109,64 +202,125 @@ class Reconciler:
                     repo.metric_stride(job.total_steps, self.settings.metrics_max_points), client_env(),
                     restarts_used(s, job_id))
         if self._leading():
-            self.handles[job_id].start.remote(*args)
+            handle.start.remote(*args)
 
-    # --- one drain into the database ---------------------------------------
+    # --- drains into the database --------------------------------------------
 
     def apply(self, job_id: str, drained: dict) -> None:
-        finished = False
-        stored: list[dict] = []  # records new to the database: metrics see each once, after the commit
-        spec = None
+        """Store one supervisor's drain (as a pass stores many: apply_many), its metrics fed on return."""
+        self.apply_many({job_id: drained})
+        self.feed.wait_idle()
+
+    def apply_many(self, drains: dict[str, dict], known: dict[str, Any] | None = None,
+                   handles: dict[str, Any] | None = None) -> None:
+        """Store the drains (job id -> what its supervisor returned). `known`: the pass's read of the
+        jobs' columns; a drain with nothing new against it is skipped without a statement.
+        `handles`: the handle each drain came from (the one retired if the job's run is over)."""
+        todo = {job_id: d for job_id, d in drains.items()
+                if known is None or job_id not in known or _has_news(known[job_id], d)}
+        ids = list(todo)
+        stored: dict[str, _Stored] = {}
+        for i in range(0, len(ids), JOBS_PER_TRANSACTION):
+            chunk = {job_id: todo[job_id] for job_id in ids[i:i + JOBS_PER_TRANSACTION]}
+            try:
+                stored.update(self._store(chunk))
+            except LeaseLost:
+                raise
+            except Exception:
+                if len(chunk) == 1:
+                    log.exception("storing the drain of job %s failed; it is drained again next pass", *chunk)
+                    continue
+                log.exception("storing %d drains together failed; storing them one job at a time", len(chunk))
+                for job_id, drained in chunk.items():
+                    try:
+                        stored.update(self._store({job_id: drained}))
+                    except LeaseLost:
+                        raise
+                    except Exception:
+                        log.exception("storing the drain of job %s failed; it is drained again next pass", job_id)
+        # Committed: the metrics see each new record once; the store is asked for sizes off this thread.
+        self.feed.submit([(job_id, out.records, todo[job_id].get("layout"), out.spec)
+                          for job_id, out in stored.items() if out.spec is not None])
+        self.sizer.submit([Sizing(job_id, event.id, dict(event.data), where)
+                           for job_id, out in stored.items() for event, where in out.checkpoints])
+        ended = [job_id for job_id, out in stored.items() if out.finished]
+        for job_id in ended:
+            self._retire(job_id, (handles or {}).get(job_id))
+        if ended:
+            self.on_job_end()
+
+    def _feed(self, batch: list[tuple]) -> None:
+        for job_id, records, layout, spec in batch:
+            self.metrics.drained(job_id, records, layout, spec)
+
+    def drain_background(self, timeout_s: float = 30.0) -> bool:
+        """Until the drains stored so far have fed the metrics and their checkpoints are sized (tests, benches)."""
+        return self.feed.wait_idle(timeout_s) and self.sizer.worker.wait_idle(timeout_s)
+
+    def _store(self, drains: dict[str, dict]) -> dict[str, _Stored]:
+        """One transaction for these drains."""
+        out = {job_id: _Stored() for job_id in drains}
         with self.sessions.begin() as s:
-            job = repo.get_job(s, job_id, lock=True)
-            if job is None or job.state in TERMINAL or drained["epoch"] != job.supervisor_epoch:
-                finished = job is not None and job.state in TERMINAL
-            else:
-                steps = []
-                for rec in drained["records"]:
-                    if rec["seq"] <= job.drained_seq:
+            jobs = batched.lock_jobs(s, drains)
+            if missing := [job_id for job_id in jobs if job_id not in self._specs]:
+                self._specs.update(batched.specs(s, missing))
+            metric_rows: list[dict] = []
+            checkpoints: list[tuple[str, int, str]] = []
+            summaries, progress = [], []
+            with s.no_autoflush:  # no ORM flush of the progress columns before take_progress
+                for job_id, drained in drains.items():
+                    job, result = jobs.get(job_id), out[job_id]
+                    if job is None or job.state in TERMINAL or drained["epoch"] != job.supervisor_epoch:
+                        result.finished = job is not None and job.state in TERMINAL
                         continue
-                    if rec["type"] == "state" and JobState(rec["state"]).terminal and not drained["done"]:
-                        break  # the run's summary follows at once: store the end with it (next drain)
-                    stored.append(rec)
-                    if rec["type"] == "state":
-                        self._apply_state(s, job, JobState(rec["state"]), rec["message"])
-                    elif rec["type"] == "event":
-                        repo.add_event(s, job.id, rec["kind"], rec["message"], data=rec["data"])
-                        if rec["kind"] == "checkpoint":
+                    steps = []
+                    for rec in drained["records"]:
+                        if rec["seq"] <= job.drained_seq:
+                            continue
+                        if rec["type"] == "state" and JobState(rec["state"]).terminal and not drained["done"]:
+                            break  # the run's summary follows at once: store the end with it (next drain)
+                        result.records.append(rec)
+                        if rec["type"] == "state":
+                            self._apply_state(s, job, JobState(rec["state"]), rec["message"])
+                        elif rec["type"] == "event" and rec["kind"] == "checkpoint":
                             step = rec["data"]["step"]
                             job.last_checkpoint_step = step
                             where = checkpoint_root(self.settings.job_storage(job.id)) / step_name(step)
-                            repo.record_checkpoint(s, job.id, step, where.uri)
-                            rec["data"] = {**rec["data"], "bytes": _checkpoint_bytes(where)}
-                            if isinstance(rec.get("event"), CheckpointEvent):  # what the metrics read
-                                rec["event"] = replace(rec["event"], bytes=rec["data"]["bytes"])
-                    elif rec["type"] == "step":
-                        steps.append(rec)
-                    job.drained_seq = rec["seq"]
-                if steps:
-                    repo.record_steps(s, job, steps, self.settings.metrics_max_points)
-                    last = steps[-1]
-                    job.step, job.loss = last["step"], last["loss"]
-                    job.samples_per_s, job.step_time_s = last.get("samples_per_s"), last.get("step_time_s")
-                job.restarts = job.restarts_base + drained["restarts"]
-                spec = job.spec
-                job.layout = drained["layout"]
-                if drained.get("tracking"):  # the MLflow run id appears once the run exists on the server
-                    job.tracking = drained["tracking"]
-                summary = drained["summary"]
-                if job.state == JobState.QUEUED:  # preempted: its next supervisor resumes from the checkpoint
-                    job.restarts_base = job.restarts  # a preemption is not a failure: restarts carry over
-                    finished = True  # this supervisor's work is over
-                elif drained["done"] and summary is not None:
-                    job.summary = self._complete_summary(s, job, summary)
-                    job.error = summary.get("error")
-                    self._apply_state(s, job, JobState(summary["state"]), job.error or "run finished")
-                    finished = True
-        if spec is not None:
-            self.metrics.drained(job_id, stored, drained.get("layout"), spec)
-        if finished:
-            self._retire(job_id)
+                            event = batched.add_event_row(s, job.id, rec["kind"], rec["message"], rec["data"])
+                            checkpoints.append((job.id, step, where.uri))
+                            result.checkpoints.append((event, where))
+                        elif rec["type"] == "event":
+                            repo.add_event(s, job.id, rec["kind"], rec["message"], data=rec["data"])
+                        elif rec["type"] == "step":
+                            steps.append(rec)
+                        job.drained_seq = rec["seq"]
+                    if steps:
+                        metric_rows += batched.metric_rows(job, steps, self.settings.metrics_max_points)
+                        last = steps[-1]
+                        job.step, job.loss = last["step"], last["loss"]
+                        job.samples_per_s, job.step_time_s = last.get("samples_per_s"), last.get("step_time_s")
+                    job.restarts = job.restarts_base + drained["restarts"]
+                    result.spec = self._specs[job_id]
+                    job.layout = drained["layout"]
+                    if drained.get("tracking"):  # the MLflow run id appears once the run exists on the server
+                        job.tracking = drained["tracking"]
+                    job.phase = drained.get("phase")  # None while training: the view names no phase
+                    if job.state == JobState.QUEUED:  # preempted: its next supervisor resumes from the checkpoint
+                        job.restarts_base = job.restarts  # a preemption is not a failure: restarts carry over
+                        result.finished = True  # this supervisor's work is over
+                    elif drained["done"] and drained["summary"] is not None:
+                        summaries.append((job, drained["summary"], result))
+                    # Written by update_progress below, in one statement: the ORM flush leaves them out.
+                    progress.append(job)
+            batched.update_progress(s, batched.take_progress(progress))
+            batched.upsert_metrics(s, metric_rows)
+            batched.record_checkpoints(s, checkpoints)
+            for job, summary, result in summaries:  # after the metrics: the summary reads the first one
+                job.summary = self._complete_summary(s, job, summary)
+                job.error = summary.get("error")
+                self._apply_state(s, job, JobState(summary["state"]), job.error or "run finished")
+                result.finished = True
+        return out
 
     @staticmethod
     def _complete_summary(s: Session, job, summary: dict) -> dict:
@@ -195,6 +349,10 @@ class Reconciler:
     # --- supervisors that vanished -----------------------------------------
 
     def recover(self, job_id: str) -> None:
+        with self.launch_lock:  # the launcher and its standby pool are the scheduler's too
+            self._recover(job_id)
+
+    def _recover(self, job_id: str) -> None:
         with self.sessions.begin() as s:
             job = repo.get_job(s, job_id, lock=True)
             if job is None or job.state in TERMINAL or job.state == JobState.QUEUED:
@@ -239,27 +397,43 @@ class Reconciler:
         except Exception as exc:  # e.g. Ray unreachable: the next tick tries again
             log.warning("restarting the supervisor of %s failed: %s", job_id, exc)
 
-    def _note_reattach(self, job_id: str) -> None:
+    def _note_reattach(self, job_ids: list[str]) -> None:
+        if not job_ids:
+            return
         with self.sessions.begin() as s:
-            repo.add_event(s, job_id, "reattach", "control plane attached to the running supervisor")
+            for job_id in job_ids:
+                repo.add_event(s, job_id, "reattach", "control plane attached to the running supervisor")
 
-    def _retire(self, job_id: str) -> None:
-        """The job is over and stored: stop its supervisor (its workers are already gone)."""
-        handle = self.handles.pop(job_id, None)
-        if handle is None:
-            with self.sessions() as s:
-                job = repo.get_job(s, job_id)
-                handle = find_supervisor(job.supervisor_name if job else None)
+    def _retire(self, job_id: str, handle: Any = None) -> None:
+        """The job is over and stored: stop its supervisor (its workers are already gone). `handle`:
+        the supervisor to stop; the job's handle is forgotten only if it is still that one."""
+        with self.launch_lock:
+            if handle is not None:
+                self.handles.take_if(job_id, handle)
+            else:
+                handle = self.handles.pop(job_id, None)
+            if handle is None:
+                with self.sessions() as s:
+                    job = repo.get_job(s, job_id)
+                    handle = self.cluster.find_supervisor(job.supervisor_name if job else None)
         if handle is not None:
-            try:
-                ray.kill(handle, no_restart=True)
-            except Exception:
-                pass
+            self.cluster.kill(handle)
+
+    def close(self) -> None:
+        """Stepping down: forget the handles; the metrics of what was stored are still fed."""
+        self.handles.clear()
+        self.feed.wait_idle(5.0)
+        self.feed.close()
+        self.sizer.worker.close()
 
 
-def _checkpoint_bytes(checkpoint: Storage) -> int | None:
-    """Bytes of a checkpoint's files on its store (one listing); None if the store does not answer."""
-    try:
-        return sum(checkpoint.sizes().values()) or None
-    except Exception:  # a store outage must not stop the drain
-        return None
+def _has_news(row: Any, drained: dict) -> bool:
+    """Whether a drain changes anything against the pass's read of the job's columns."""
+    if drained["epoch"] != row.supervisor_epoch:
+        return False  # an older supervisor's: ignored (the job is active, so not ended either)
+    if drained["done"] and drained["summary"] is not None:
+        return True
+    return (any(rec["seq"] > row.drained_seq for rec in drained["records"])
+            or row.restarts != row.restarts_base + drained["restarts"] or row.layout != drained["layout"]
+            or bool(drained.get("tracking")) and drained["tracking"] != row.tracking
+            or drained.get("phase") != row.phase)

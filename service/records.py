@@ -50,6 +50,7 @@ class JobRecord:
     error: str | None
     summary: dict | None
     tracking: dict | None
+    phase: dict | None  # the running job's phase outside its steps (validation, upload, export, ...)
     cancel_requested: bool
     supervisor_name: str | None
 
@@ -95,6 +96,8 @@ class TenantRecord:
     max_queued_jobs: int | None
     quota_mode: str
     allow_user_code: bool
+    weight: float  # fair share (service/queueing/)
+    reserve_after_s: float | None  # None: the server's TRAINYARD_RESERVE_AFTER_S
 
 
 @dataclass(frozen=True)

@@ -1,31 +1,40 @@
-"""Admission: QUEUED jobs start, highest priority first then oldest first, when Ray has room.
+"""Admission: QUEUED jobs start when the cluster has room, in fair order across tenants, with backfill.
 
-Free resources are read from Ray, minus what admitted jobs will take but do
-not hold yet (a job between admission and its placement group being created,
-or one recovering while its group is re-formed), so two ticks never promise
-the same CPUs twice. Admission is strictly in order: a job that does not fit
-now holds back the jobs behind it, so a big job is never starved by small ones.
+The policy is pure (service/queueing/): tenants take turns by weighted dominant share, a tenant's
+jobs go by priority then age, a job that fits starts ahead of one that does not (backfill), and the
+first job in fair order that has waited `reserve_after_s` gets a reservation, so it starts in bounded
+time. A tenant held back by its own max_workers quota is set aside, never holding back others.
+This module feeds the policy and carries out its decisions.
+
+The queue lives in memory (service/queue_feed.py): each tick reads only the jobs that entered or left
+QUEUED since the last one (the scheduler is woken by submits), and the whole queue, a few columns
+per job, once a minute as a safety net.
+
+Free resources are read from the cluster, minus what admitted jobs will take but do not hold yet
+(a job between admission and its placement group being created, or one recovering while its group
+is re-formed), so two ticks never promise the same CPUs twice.
 
 With several control-plane replicas only the lease holder schedules (service/leases.py),
 its writes fenced by the lease token; on top of that a job is claimed with
 `SELECT ... FOR UPDATE SKIP LOCKED` (PostgreSQL), so a row another transaction holds
 (a second scheduler, a cancel in flight) is passed over this tick, never admitted twice.
 
-With TRAINYARD_PREEMPTION a tenant's first queued job that waits (on the cluster or on its
-tenant's max_workers quota) asks the same tenant's lower-priority running jobs to checkpoint
-and requeue (service/preemption.py), once per head job and tick.
+With TRAINYARD_PREEMPTION a tenant's job that waits (the first in fair order that does not fit, or
+one its tenant's max_workers quota holds back) asks the same tenant's lower-priority running jobs to
+checkpoint and requeue (service/preemption.py), once per head job and tick.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Callable
 
-import ray
 from sqlalchemy import select
 
 from service import preemption
+from service.cluster_port import Cluster
 from service.cluster_view import Capacity, ClusterView
 from service.db import repository as repo
 from service.db.engine import SessionSource
@@ -33,7 +42,8 @@ from service.db.models import Job, utcnow
 from service.lifecycle import JobState
 from service.live_metrics import LiveMetrics
 from service.preemption import Shortfall, choose_victims, row_of
-from service.quotas import admissible
+from service.queue_feed import RESYNC_S, QueueFeed
+from service.queueing import Plan, QueuedJob, Reservation, Resources, TenantState, plan
 from service.restart_history import restarts_used
 from service.settings import Settings
 from service.supervisor.launch import Launcher
@@ -74,66 +84,118 @@ def never_fits(demand: Demand, total: dict[str, float], largest_node: dict[str, 
 class Scheduler:
     def __init__(self, sessions: SessionSource, settings: Settings, launcher: Launcher | None = None,
                  handles: dict | None = None, metrics: LiveMetrics | None = None,
-                 capacity: Callable[[], Capacity | None] | None = None):
+                 capacity: Callable[[], Capacity | None] | None = None, cluster: Cluster | None = None,
+                 resync_s: float = RESYNC_S, clock: Callable[[], float] = time.time):
         """`capacity`: the cluster's size as the control plane sees it (service/cluster_view.py); None
-        reads the nodes alive now from Ray."""
+        reads the nodes alive now from the cluster. `resync_s`: how often the whole queue is read."""
         self.sessions, self.settings = sessions, settings
-        self.capacity = capacity or (lambda: ClusterView(grace_s=0).observe(ray.nodes()))
+        if cluster is None:
+            from service.ray_cluster import RayCluster
+
+            cluster = RayCluster(settings)
+        self.cluster = cluster
+        self.capacity = capacity or (lambda: ClusterView(grace_s=0).observe(self.cluster.nodes()))
         self.metrics = metrics or LiveMetrics()
-        self.launcher = launcher or Launcher(settings)
+        self.launcher = launcher or Launcher(settings, cluster=cluster)
         self.handles = handles if handles is not None else {}  # shared with the reconciler
+        self.clock = clock  # "now" for how long a job has waited
+        self.feed = QueueFeed(resync_s=resync_s)
+        self.reserved_for: str | None = None  # the job capacity is held for (sticky across ticks)
 
     def tick(self) -> list[str]:
         """Admit what fits now; returns the admitted job ids."""
+        now = self.clock()
         with self.sessions() as s:
-            waiting = repo.queued_jobs(s)
-            queue = admissible(s, waiting)  # per-tenant max_workers quotas
-            reserved = self._reserved_not_held(repo.active_jobs(s)) if queue else {}
-            heads = self._quota_blocked(s, waiting, queue) if self.settings.preemption and waiting else []
-        if not queue:
-            self._preempt_for(heads)
-            return []
-        free = ray.available_resources()
-        free = {k: free.get(k, 0.0) - reserved.get(k, 0.0) for k in ("CPU", "GPU")}
-        admitted = []
-        capacity: Capacity | None = None
-        for job in queue:
-            if job.cpus > free["CPU"] + EPS or job.gpus > free["GPU"] + EPS:
-                # Accepted before the cluster's size was known, or the cluster shrank: fail it
-                # rather than let it hold up the queue forever.
-                capacity = capacity or self.capacity()
-                demand = Demand(job.cpus, job.gpus, job.cpus / job.world_size, job.gpus / job.world_size)
-                if capacity and (why := never_fits(demand, *capacity)) and self._fail(job.id, why):
-                    continue
-                self.metrics.decision("deferred")
-                if self.settings.preemption:
-                    heads.append((row_of(job), Shortfall(cpus=job.cpus - free["CPU"], gpus=job.gpus - free["GPU"])))
-                break  # strict order: nothing jumps the queue
-            outcome = self._admit(job.id, free)
-            if outcome is None:
-                break  # held by another transaction: try again next tick, still in order
-            if outcome:
-                free["CPU"] -= job.cpus
-                free["GPU"] -= job.gpus
-                admitted.append(job.id)
-                self.metrics.decision("admitted")
-        self._preempt_for(heads)
+            self.feed.refresh(s)
+            queue = self.feed.index
+            if not len(queue):
+                self.reserved_for = None
+                return []
+            tenants = self._tenants(s)
+            reserved = self._reserved_not_held(repo.forming_jobs(s))
+        available = self.cluster.available_resources()
+        free = Resources(max(0.0, available.get("CPU", 0.0) - reserved.get("CPU", 0.0)),
+                        max(0.0, available.get("GPU", 0.0) - reserved.get("GPU", 0.0)))
+        total = Resources(free.cpus + sum(t.held_cpus for t in tenants.values()),
+                         free.gpus + sum(t.held_gpus for t in tenants.values()))
+        decision = plan(queue.queues(), tenants, free, total, now, self.settings.reserve_after_s,
+                        reserved=queue.get(self.reserved_for), never=self._never_fits(), bounds=queue.bounds)
+        for job, why in decision.never:
+            # Accepted before the cluster's size was known, or the cluster shrank: fail it rather
+            # than let it hold capacity (a reservation) or the queue's attention forever.
+            if self._fail(job.id, why) or not self._still_queued(job.id):
+                self.feed.drop(job.id)
+        self._hold_for(decision.reservation)
+        admitted = self._admit_all(decision, free)
+        if decision.head is not None:
+            self.metrics.decision("deferred")
+        if self.settings.preemption:
+            self._preempt_for(self._quota_blocked(decision))
         return admitted
 
-    @staticmethod
-    def _quota_blocked(s, waiting: list[Job], queue: list[Job]) -> list[tuple]:
-        """Each tenant's first queued job when its max_workers quota holds it back, with the workers it lacks."""
-        caps = {t.id: t.max_workers for t in repo.list_tenants(s) if t.max_workers is not None}
-        held = repo.active_workers_by_tenant(s)
-        passed, seen, heads = {j.id for j in queue}, set(), []
-        for job in waiting:
-            if job.tenant_id in seen:
-                continue
-            seen.add(job.tenant_id)
-            if job.id not in passed and job.tenant_id in caps:
-                lack = held.get(job.tenant_id, 0) + job.world_size - caps[job.tenant_id]
-                heads.append((row_of(job), Shortfall(workers=lack)))
-        return heads
+    def _tenants(self, s) -> dict[str, TenantState]:
+        """Every tenant's weight, quota and what its admitted jobs hold now (one aggregate query)."""
+        held = repo.holdings_by_tenant(s)
+        return {t.id: TenantState(t.id, t.weight or 1.0, t.max_workers, t.reserve_after_s, *held.get(t.id, (0, 0, 0)))
+                for t in repo.list_tenants(s)}
+
+    def _never_fits(self) -> Callable[[QueuedJob], str | None]:
+        """never_fits against the cluster's size, read once per tick and only if a job needs it."""
+        seen: list[Capacity | None] = []
+
+        def why(job: QueuedJob) -> str | None:
+            if not seen:
+                seen.append(self.capacity())
+            if seen[0] is None:
+                return None  # the cluster's size is not known yet: wait
+            workers = max(1, job.workers)
+            return never_fits(Demand(job.cpus, job.gpus, job.cpus / workers, job.gpus / workers), *seen[0])
+
+        return why
+
+    def _admit_all(self, decision: Plan, free: Resources) -> list[str]:
+        left = {"CPU": free.cpus, "GPU": free.gpus}
+        admitted = []
+        for job in decision.admit:
+            ahead_of = decision.head.job.id if decision.head and job.id in decision.backfilled else None
+            outcome = self._admit(job.id, left, ahead_of)
+            if outcome is None:
+                continue  # held by another transaction: still queued, tried again next tick
+            self.feed.drop(job.id)  # started, or no longer queued (cancelled, gone)
+            if outcome:
+                left["CPU"] -= job.cpus
+                left["GPU"] -= job.gpus
+                admitted.append(job.id)
+                self.metrics.decision("backfilled" if ahead_of else "admitted")
+        return admitted
+
+    def _hold_for(self, reservation: Reservation | None) -> None:
+        """Remember the reservation for the next tick; a new one is recorded on its job's events."""
+        if reservation is None or reservation.job.id == self.reserved_for:
+            self.reserved_for = reservation.job.id if reservation else None
+            return
+        job = reservation.job
+        with self.sessions.begin() as s:  # fenced: a replica that lost the lease records nothing
+            repo.add_event(s, job.id, "reserved",
+                           f"capacity held for this job: it waited {reservation.waited_s:.0f}s (reserve_after_s "
+                           f"{reservation.reserve_after_s:g}); jobs behind it use only what lies beyond "
+                           f"{job.cpus:g} CPU / {job.gpus:g} GPU",
+                           data={"waited_s": round(reservation.waited_s, 3), "cpus": job.cpus, "gpus": job.gpus})
+        self.reserved_for = job.id
+        self.metrics.decision("reserved")
+
+    def _quota_blocked(self, decision: Plan) -> list[tuple]:
+        """Each head job the preemption may make room for, as (Row, Shortfall): each tenant's job its
+        max_workers quota holds back (the workers it lacks), and the first job in fair order that does
+        not fit (the resources it lacks)."""
+        waiting = [(w, Shortfall(workers=w.workers)) for w in decision.quota_blocked]
+        if decision.head is not None:
+            waiting.append((decision.head, Shortfall(cpus=decision.head.cpus, gpus=decision.head.gpus)))
+        if not waiting:
+            return []
+        with self.sessions() as s:
+            rows = {j.id: j for j in s.scalars(select(Job).where(Job.id.in_([w.job.id for w, _ in waiting])))}
+            return [(row_of(rows[w.job.id]), short) for w, short in waiting if w.job.id in rows]
 
     def _preempt_for(self, heads: list[tuple]) -> None:
         """Ask victims to make room for each waiting head job, in one fenced transaction."""
@@ -160,8 +222,7 @@ class Scheduler:
         waiting = [j for j in active if j.state in (JobState.STARTING, JobState.RECOVERING)]
         if not waiting:
             return {}
-        held = {owner for pg in ray.util.placement_group_table().values() if pg.get("state") == "CREATED"
-                if (owner := GroupOwner.of_group(pg.get("name", ""))) is not None}
+        held = self.cluster.created_group_owners()
         reserved = {"CPU": 0.0, "GPU": 0.0}
         for job in waiting:
             if GroupOwner(job.id, job.supervisor_epoch) not in held:
@@ -184,8 +245,9 @@ class Scheduler:
             repo.transition(s, job, JobState.FAILED, job.error)
             return True
 
-    def _admit(self, job_id: str, free: dict[str, float]) -> bool | None:
-        """True: admitted. False: no longer admissible (cancelled, gone). None: locked elsewhere."""
+    def _admit(self, job_id: str, free: dict[str, float], ahead_of: str | None = None) -> bool | None:
+        """True: admitted. False: no longer admissible (cancelled, gone). None: locked elsewhere.
+        `ahead_of`: the job that does not fit and that this one starts ahead of (backfill)."""
         reservation = self.launcher.reserve()
         try:
             with self.sessions.begin() as s:  # fenced: a replica that lost the lease writes nothing
@@ -195,8 +257,10 @@ class Scheduler:
                     return None if job is None and self._still_queued(job_id) else False
                 created = job.created_at if job.created_at.tzinfo else job.created_at.replace(tzinfo=utcnow().tzinfo)
                 self.metrics.queue_wait((utcnow() - created).total_seconds())
+                backfill = f"; backfilled ahead of job {ahead_of}, which does not fit yet" if ahead_of else ""
                 repo.transition(s, job, JobState.STARTING,
-                                f"admitted: needs {job.cpus:g} CPU / {job.gpus:g} GPU, {free['CPU']:g} CPU free")
+                                f"admitted: needs {job.cpus:g} CPU / {job.gpus:g} GPU, {free['CPU']:g} CPU free"
+                                + backfill, data={"backfilled_ahead_of": ahead_of} if ahead_of else None)
                 job.supervisor_epoch += 1
                 job.drained_seq = 0
                 job.supervisor_name = self.launcher.name(reservation, job.id, job.supervisor_epoch)
@@ -213,6 +277,9 @@ class Scheduler:
             self.handles[job_id] = self.launcher.launch(reservation, job_id, spec, epoch, total_steps, used)
         except Exception as exc:  # retried by the reconciler
             log.warning("starting the supervisor of %s failed: %s", job_id, exc)
+        if why := self.launcher.placement():  # Ray holds the supervisor until a node can take it
+            with self.sessions.begin() as s:
+                repo.add_event(s, job_id, "supervisor_waiting", f"waiting for a supervisor: {why}")
         return True
 
     def _still_queued(self, job_id: str) -> bool:

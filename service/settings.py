@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     access_log: bool = False
     warm_workers: int = 4  # size of the cluster's warm pool of rank workers (0 = none); CPU jobs take from it
     standby_supervisors: int = 1  # idle supervisors kept ready (torch imported) so a job starts at once
+    # Where supervisors run: a custom Ray resource they each ask a sliver of (the Helm chart gives it to
+    # the head, so they never share a GPU node with ranks, nor pile up on one node by chance); empty = anywhere
+    supervisor_resource: str = Field("", pattern=r"^[A-Za-z0-9_.:-]*$")
+    supervisor_memory_mb: int = Field(0, ge=0)  # Ray memory reserved per supervisor; 0 = none reserved
     api_threads: int = Field(4, ge=1)  # threads for the API's blocking database calls (per process)
     api_workers: int = Field(1, ge=1)  # processes answering the API (`trainyard serve --workers`); about one per core
     # a read that meets the database down or restarting tries again (0.1 s, doubling to 1 s) for this long,
@@ -47,6 +51,13 @@ class Settings(BaseSettings):
     # true = a tenant's queued job that cannot be admitted checkpoints and requeues the tenant's
     # lower-priority running jobs (never another tenant's)
     preemption: bool = False
+    # a queued job that does not fit waits this long while smaller jobs start past it (backfill); then
+    # free capacity is held for it until it starts (service/queueing/policy.py). 300 s lets short gaps
+    # fill with small jobs (a supervisor starts in seconds, a job's first checkpoint comes in minutes),
+    # yet bounds a big job's extra wait to minutes; 0 = hold capacity for the first job that does not fit at
+    # once (the jobs behind it use only what lies beyond its demand).
+    # A tenant's own reserve_after_s overrides it.
+    reserve_after_s: float = Field(300.0, ge=0)
     peak_flops_per_worker: float = 0.0  # hardware peak FLOP/s of one worker; > 0 exports trainyard_job_mfu_ratio
 
     # --- auth and abuse limits ---

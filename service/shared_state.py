@@ -22,6 +22,7 @@ class SharedState:
         self.primary_url = primary_url  # the primary's private loopback listener
         self._capacity = ctx.Array(ctypes.c_char, 1 << 16)
         self._ray_error = ctx.Array(ctypes.c_char, 2048)
+        self._supervisor_placement = ctx.Array(ctypes.c_char, 2048)  # why no supervisor can be placed
 
     @property
     def capacity(self) -> tuple[dict, dict] | None:
@@ -40,6 +41,14 @@ class SharedState:
     @ray_error.setter
     def ray_error(self, value: str | None) -> None:
         self._ray_error.value = (value or "").encode()[: len(self._ray_error) - 1]
+
+    @property
+    def supervisor_placement(self) -> str | None:
+        return self._supervisor_placement.value.decode(errors="replace") or None
+
+    @supervisor_placement.setter
+    def supervisor_placement(self, value: str | None) -> None:
+        self._supervisor_placement.value = (value or "").encode()[: len(self._supervisor_placement) - 1]
 
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
         try:

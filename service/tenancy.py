@@ -16,7 +16,8 @@ from service.records import AuditEntry, Principal, TenantRecord, TokenRecord, co
 
 
 def create_tenant(s: Session, name: str, **quotas) -> tuple[TenantRecord, str]:
-    """A new tenant and its first token's secret (shown once). Conflict if the name is taken."""
+    """A new tenant and its first token's secret (shown once). Conflict if the name is taken.
+    `quotas`: its quotas, its fair-share weight and reserve_after_s (service/queueing/)."""
     tenant, secret = repo.create_tenant(s, name, **quotas)
     return copy_row(TenantRecord, tenant), secret
 
@@ -35,7 +36,8 @@ def tenant_usage(s: Session, tenant_id: str) -> repo.Usage:
 
 
 def update_tenant(s: Session, id_or_name: str, changes: dict) -> TenantRecord | None:
-    """Set the given quota fields (None lifts a limit); None if there is no such tenant."""
+    """Set the given quota and queueing fields (None lifts a limit, or takes the server's
+    reserve_after_s); None if there is no such tenant. The scheduler reads them on its next tick."""
     tenant = repo.find_tenant(s, id_or_name)
     if tenant is None:
         return None

@@ -64,7 +64,70 @@ class RankNotice:
     event: RunEvent
 
 
-RankEvent = RankStep | RankCheckpoint | RankShares | RankNotice
+class Phase(StrEnum):
+    """What a rank is doing between (or before, or after) its steps: each phase it can spend long in
+    reports progress in its own unit, so the supervisor tells a slow phase from a hung one."""
+
+    OPENING_DATA = "opening data"  # building the datasets (file indexes, tokenising); stages done
+    BUILDING_MODEL = "building the model"  # building, sharding or wrapping it, the optimiser; stages done
+    LOADING_CHECKPOINT = "loading checkpoint"  # resuming from the latest checkpoint
+    FIRST_STEP = "first step"  # its set-up: warm-up, allocation (compilation once that lands); micro-batches
+    TRAINING = "training"  # steps (RankStep is the progress)
+    EVALUATING = "evaluating"  # validation batches of this rank
+    SAVING_CHECKPOINT = "saving checkpoint"  # bytes staged on the node's disk
+    UPLOADING_CHECKPOINT = "uploading checkpoint"  # bytes written to the job's storage
+    EXPORTING = "exporting"  # the final model: gathering it, hashing, writing it out; stages done
+
+    @property
+    def unit(self) -> str:
+        return {Phase.EVALUATING: "batches", Phase.SAVING_CHECKPOINT: "bytes", Phase.UPLOADING_CHECKPOINT: "bytes",
+                Phase.FIRST_STEP: "micro-batches", Phase.TRAINING: "steps"}.get(self, "stages")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far one rank is in one phase: `done` of `total` (None: not known ahead) in the phase's unit.
+    `step`: the optimizer steps finished when the phase began; `what` tells apart two phases of one kind
+    at one step ("final validation", "checkpoint step 40")."""
+
+    phase: Phase
+    done: int = 0
+    total: int | None = None
+    step: int = 0
+    what: str = ""
+
+    @property
+    def key(self) -> tuple[Phase, int, str]:
+        """The phase this is progress in: a new key is progress, so is a larger `done` under the same key."""
+        return (self.phase, self.step, self.what)
+
+    def advanced_from(self, before: Progress | None) -> bool:
+        return before is None or before.key != self.key or self.done > before.done
+
+    def describe(self) -> str:
+        """`evaluating 1,200/3,125 batches`, `uploading checkpoint 40% of 12.0 MB`."""
+        name = f"{self.phase.value} ({self.what})" if self.what else self.phase.value
+        if self.total is None or self.total <= 0:
+            return name if not self.done else f"{name} {self.done:,} {self.phase.unit}"
+        if self.phase.unit == "bytes":
+            return f"{name} {100 * self.done // self.total}% of {self.total / 1e6:,.1f} MB"
+        return f"{name} {self.done:,}/{self.total:,} {self.phase.unit}"
+
+    def view(self) -> dict[str, Any]:
+        """The phase as the job's view shows it (GET /v1/jobs/{id} `phase`): typed figures and the message."""
+        return {"name": self.phase.name.lower(), "done": self.done, "total": self.total, "unit": self.phase.unit,
+                "step": self.step, "what": self.what, "message": self.describe()}
+
+
+@dataclass(frozen=True)
+class RankProgress:
+    """A rank's progress in a phase other than a step (workers/training/progress.py throttles them)."""
+
+    rank: int
+    progress: Progress
+
+
+RankEvent = RankStep | RankCheckpoint | RankShares | RankNotice | RankProgress
 
 
 # --- causes and decisions that become metric labels -------------------------------------
@@ -82,6 +145,7 @@ class RestartCause(StrEnum):
     ERROR = "error"
     SUPERVISOR_LOST = "supervisor_lost"  # the control plane replaced a lost supervisor
     STORAGE = "storage"  # the checkpoint store stayed unreachable past its retry limit
+    OUT_OF_MEMORY = "out_of_memory"  # a rank ran out of memory: a restart would too (never restarted)
 
     @property
     def rolls_back(self) -> bool:
@@ -187,14 +251,16 @@ class StragglerEvent(RunEvent):
     policy: str
     decision: StragglerAction
     action: str  # the sentence saying what was done
+    node: str | None = None  # the Ray node the rank runs on (a degraded node is the usual cause)
 
     @property
     def message(self) -> str:
-        return f"rank {self.rank} is slow (score {self.score:.2f}): {self.action}"
+        where = f" on node {self.node[:12]}" if self.node else ""
+        return f"rank {self.rank} is slow (score {self.score:.2f}){where}: {self.action}"
 
     def data(self) -> Json:
-        return {"rank": self.rank, "score": self.score, "step": self.step, "policy": self.policy,
-                "action": self.action}
+        return {"rank": self.rank, "node": self.node, "score": self.score, "step": self.step,
+                "policy": self.policy, "action": self.action}
 
 
 @dataclass(frozen=True)
@@ -370,14 +436,16 @@ class StoreRetryEvent(RunEvent):
     attempt: int
     delay_s: float
     error: str
+    ranks: int = 1  # ranks that reported it at once (merged by the supervisor: one event, not one per rank)
 
     @property
     def message(self) -> str:
-        return f"rank {self.rank}: {self.what} failed ({self.error}); retry {self.attempt} in {self.delay_s:.1f}s"
+        return (f"{_ranks(self.rank, self.ranks)}: {self.what} failed ({self.error}); retry {self.attempt} "
+                f"in {self.delay_s:.1f}s")
 
     def data(self) -> Json:
         return {"rank": self.rank, "what": self.what, "attempt": self.attempt, "delay_s": self.delay_s,
-                "error": self.error}
+                "error": self.error, "ranks": self.ranks}
 
 
 @dataclass(frozen=True)
@@ -389,13 +457,20 @@ class StoreRecoveredEvent(RunEvent):
     what: str
     retries: int
     after_s: float
+    ranks: int = 1  # ranks that reported it at once (merged by the supervisor)
 
     @property
     def message(self) -> str:
-        return f"rank {self.rank}: {self.what} written after {self.retries} retries ({self.after_s:.1f}s)"
+        return (f"{_ranks(self.rank, self.ranks)}: {self.what} written after {self.retries} retries "
+                f"({self.after_s:.1f}s)")
 
     def data(self) -> Json:
-        return {"rank": self.rank, "what": self.what, "retries": self.retries, "after_s": self.after_s}
+        return {"rank": self.rank, "what": self.what, "retries": self.retries, "after_s": self.after_s,
+                "ranks": self.ranks}
+
+
+def _ranks(rank: int, ranks: int) -> str:
+    return f"rank {rank}" if ranks == 1 else f"rank {rank} and {ranks - 1} other ranks"
 
 
 @dataclass(frozen=True)
@@ -416,3 +491,47 @@ class CheckpointIncompleteEvent(RunEvent):
 
     def data(self) -> Json:
         return {"step": self.step, "missing": list(self.missing), "resume_step": self.resume_step}
+
+
+@dataclass(frozen=True)
+class PhaseEvent(RunEvent):
+    """A phase other than training that has gone on for a while (`elapsed_s`), and how far it is: only
+    long phases become events, so a job whose phases are quick keeps the events it always had."""
+
+    kind: ClassVar[str] = "phase"
+    rank: int
+    progress: Progress
+    elapsed_s: float
+
+    @property
+    def message(self) -> str:
+        return f"rank {self.rank}: {self.progress.describe()} ({self.elapsed_s:.0f}s in this phase)"
+
+    def data(self) -> Json:
+        p = self.progress
+        return {"rank": self.rank, "phase": p.phase.name.lower(), "done": p.done, "total": p.total,
+                "unit": p.phase.unit, "step": p.step, "what": p.what, "elapsed_s": round(self.elapsed_s, 3)}
+
+
+@dataclass(frozen=True)
+class ValidationEvent(RunEvent):
+    """A validation (every `train.eval_every` steps, and the final one) and what it covered."""
+
+    kind: ClassVar[str] = "validation"
+    step: int
+    loss: float
+    samples: int  # over all data-parallel ranks
+    batches: int  # forward batches per rank
+    batch_size: int  # samples per forward batch on a rank (train.eval_micro_batch_size)
+    split_samples: int | None  # the validation split's size (None: a stream, of unknown length)
+    final: bool
+
+    @property
+    def message(self) -> str:
+        of = f" of {self.split_samples:,}" if self.split_samples is not None else ""
+        return (f"{'final validation' if self.final else 'validation'} at step {self.step}: loss {self.loss:.4f} "
+                f"over {self.samples:,}{of} samples ({self.batches:,} batches of {self.batch_size} per rank)")
+
+    def data(self) -> Json:
+        return {"step": self.step, "loss": self.loss, "samples": self.samples, "batches": self.batches,
+                "batch_size": self.batch_size, "split_samples": self.split_samples, "final": self.final}

@@ -20,9 +20,9 @@ def _call(method: str, path: str, **kwargs) -> dict:
         raise fail(exc)
 
 
-def _quotas(max_workers, max_queued_jobs, quota_mode, allow_user_code) -> dict:
+def _quotas(max_workers, max_queued_jobs, quota_mode, allow_user_code, weight=None, reserve_after_s=None) -> dict:
     given = {"max_workers": max_workers, "max_queued_jobs": max_queued_jobs, "quota_mode": quota_mode,
-             "allow_user_code": allow_user_code}
+             "allow_user_code": allow_user_code, "weight": weight, "reserve_after_s": reserve_after_s}
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -31,23 +31,29 @@ MaxQueued = Annotated[int | None, typer.Option(help="jobs it may have queued")]
 QuotaMode = Annotated[str | None, typer.Option(help="over max-workers at submit: reject (429) or queue (wait)")]
 UserCode = Annotated[bool | None, typer.Option("--allow-user-code/--no-user-code",
                                                help="may run model/data entrypoints")]
+Weight = Annotated[float | None, typer.Option(help="fair-share weight (> 0; default 1): twice the weight, "
+                                                   "twice the share")]
+ReserveAfter = Annotated[float | None, typer.Option(help="seconds its first job that does not fit waits before "
+                                                         "capacity is held for it (default: the server's)")]
 
 
 def tenant_create(name: Annotated[str, typer.Argument(help="lower-case tenant name")],
                   max_workers: MaxWorkers = None, max_queued_jobs: MaxQueued = None,
-                  quota_mode: QuotaMode = None, allow_user_code: UserCode = None) -> None:
+                  quota_mode: QuotaMode = None, allow_user_code: UserCode = None, weight: Weight = None,
+                  reserve_after_s: ReserveAfter = None) -> None:
     """Create a tenant and print its first API token (read + submit; shown once)."""
-    tenant = _call("POST", "/v1/tenants",
-                   json={"name": name, **_quotas(max_workers, max_queued_jobs, quota_mode, allow_user_code)})
+    tenant = _call("POST", "/v1/tenants", json={"name": name, **_quotas(max_workers, max_queued_jobs, quota_mode,
+                                                                        allow_user_code, weight, reserve_after_s)})
     out.print(f"tenant {tenant['name']} ({tenant['id']}) token: {tenant['token']}")
 
 
 def tenant_update(tenant: Annotated[str, typer.Argument(help="tenant id or name")],
                   max_workers: MaxWorkers = None, max_queued_jobs: MaxQueued = None,
-                  quota_mode: QuotaMode = None, allow_user_code: UserCode = None) -> None:
-    """Change a tenant's quotas or whether it may run user code."""
+                  quota_mode: QuotaMode = None, allow_user_code: UserCode = None, weight: Weight = None,
+                  reserve_after_s: ReserveAfter = None) -> None:
+    """Change a tenant's quotas, fair-share weight, reservation wait or whether it may run user code."""
     row = _call("PATCH", f"/v1/tenants/{tenant}",
-                json=_quotas(max_workers, max_queued_jobs, quota_mode, allow_user_code))
+                json=_quotas(max_workers, max_queued_jobs, quota_mode, allow_user_code, weight, reserve_after_s))
     out.print(json.dumps(row))
 
 
@@ -57,10 +63,12 @@ def tenant_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
     if as_json:
         print(json.dumps(rows))
         return
-    table = Table("ID", "NAME", "MAX WORKERS", "MAX QUEUED", "MODE", "USER CODE", "CREATED")
+    table = Table("ID", "NAME", "WEIGHT", "MAX WORKERS", "MAX QUEUED", "MODE", "RESERVE AFTER", "USER CODE", "CREATED")
     for t in rows:
-        table.add_row(t["id"], t["name"], str(t["max_workers"] or "-"), str(t["max_queued_jobs"] or "-"),
-                      t["quota_mode"], "yes" if t["allow_user_code"] else "no", (t["created_at"] or "")[:16])
+        reserve = "-" if t.get("reserve_after_s") is None else f"{t['reserve_after_s']:g}s"
+        table.add_row(t["id"], t["name"], f"{t.get('weight', 1):g}", str(t["max_workers"] or "-"),
+                      str(t["max_queued_jobs"] or "-"), t["quota_mode"], reserve,
+                      "yes" if t["allow_user_code"] else "no", (t["created_at"] or "")[:16])
     out.print(table)
 
 

@@ -52,7 +52,9 @@ def follow_jobs(client: Client, job_ids: list[str], console: Console, poll_s: fl
                         progress.console.log(f"{job['name']} {job_id[:6]}: {event['kind']} {event['state'] or ''} "
                                              f"{_short(event['message'])}")
                 rate = job.get("samples_per_s")
-                progress.update(tasks[job_id], completed=job["step"], state=job["state"],
+                phase = (job.get("phase") or {}).get("message")  # `evaluating (final validation) 1,200/3,125 batches`
+                progress.update(tasks[job_id], completed=job["step"],
+                                state=f"{job['state']}: {phase}" if phase else job["state"],
                                 loss=f"{job['loss']:.4f}" if job.get("loss") is not None else "-",
                                 rate=f"{rate:,.0f}" if rate else "-", eta=_eta(job))
             if all(j["state"] in TERMINAL for j in jobs.values()) or time.monotonic() > deadline:

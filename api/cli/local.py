@@ -30,6 +30,17 @@ def read_spec_or_exit(path: Path, allow_fault_injection: bool | None = None) -> 
         raise typer.Exit(2)
 
 
+def refuse_if_too_big(spec: JobSpec, on_this_host: bool) -> None:
+    """Exit 2, as for any refused spec, when the predicted peak per worker exceeds resources.memory_per_worker_gib
+    or (`on_this_host`: its workers run here) this host's memory (workers/parallel/memory_fit.py)."""
+    from workers.parallel.memory_fit import host_budget, memory_violation, spec_budget
+
+    too_big = memory_violation(spec, [spec_budget(spec), host_budget() if on_this_host else None])
+    if too_big is not None:
+        err.print(f"[red]invalid spec[/red] {too_big.message}")
+        raise typer.Exit(2)
+
+
 def with_absolute_working_dir(spec: JobSpec, spec_dir: Path) -> JobSpec:
     """`trainyard run` uses a local program.working_dir in place: a relative one is taken from the spec
     file's directory (as `trainyard submit` does), not from wherever the workers start."""
@@ -58,6 +69,7 @@ def run(
     settings = get_settings()
     spec = with_absolute_working_dir(read_spec_or_exit(spec_path, allow_fault_injection=settings.allow_fault_injection),
                                      spec_path.parent)
+    refuse_if_too_big(spec, on_this_host=not settings.ray_address)
     job_id = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     connect(settings)
     pool = _start_warm_pool(warm_workers)
@@ -125,10 +137,12 @@ def schema() -> None:
 
 
 def validate(spec_path: Annotated[Path, typer.Argument(metavar="SPEC")]) -> None:
-    """Check SPEC against every rule and print the resolved spec."""
+    """Check SPEC against every rule, and its predicted peak memory per worker against
+    resources.memory_per_worker_gib (without one, this host's memory), and print the resolved spec."""
     from service.settings import get_settings
 
     spec = read_spec_or_exit(spec_path, allow_fault_injection=get_settings().allow_fault_injection)
+    refuse_if_too_big(spec, on_this_host=spec.resources.memory_per_worker_gib is None)
     print(json.dumps(spec.model_dump(mode="json"), indent=2))
 
 

@@ -53,8 +53,9 @@ def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
-def serve_processes(settings, host: str, port: int, workers: int) -> None:
-    """Run the primary in this process and `workers - 1` API workers beside it."""
+def serve_processes(settings, host: str, port: int, workers: int, cluster=None) -> None:
+    """Run the primary in this process and `workers - 1` API workers beside it. `cluster`: what the
+    primary's control plane runs jobs on (None: Ray; the fleet simulator passes its own)."""
     from api.http.app import create_app
     from service.shared_state import SharedState
 
@@ -77,7 +78,7 @@ def serve_processes(settings, host: str, port: int, workers: int) -> None:
         log.info("serving on %s:%d with %d processes (1 primary, %d API workers)", host, port, workers, workers - 1)
         return group.stop
 
-    app = create_app(settings, shared, api_only=False, on_started=started)
+    app = create_app(settings, shared, api_only=False, on_started=started, cluster=cluster)
     run_uvicorn(app, options, settings.request_read_timeout_s, sockets=[public, private])
 
 

@@ -132,7 +132,9 @@ def print_job(job: dict) -> None:
     table = Table(title=f"{job['name']} ({job['id']})", show_header=False)
     skip = {"spec", "summary", "id", "name"}
     for key, value in job.items():
-        if key not in skip and value is not None:
+        if key == "phase" and value is not None:  # its message: `uploading checkpoint (step 40) 40% of 12.0 MB`
+            table.add_row(key, value["message"])
+        elif key not in skip and value is not None:
             table.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) else str(value))
     for key in ("initial_loss", "final_loss", "params_sha256", "export_path"):
         if (job.get("summary") or {}).get(key) is not None:

@@ -18,22 +18,24 @@ from api.http.ratelimit import TokenBuckets
 from api.http.request_metrics import RequestMetricsMiddleware
 from api.http.routers import artifacts, audit, code, jobs, plans, system, tenants, tokens
 from api.http.server_errors import UnexpectedErrorMiddleware
+from service.cluster_port import Cluster
 from service.control import ControlPlane
 from service.settings import Settings, get_settings
 from service.shared_state import SharedState
 
 
 def create_app(settings: Settings | None = None, shared: SharedState | None = None, api_only: bool = False,
-               on_started=None) -> FastAPI:
+               on_started=None, cluster: Cluster | None = None) -> FastAPI:
     """shared/api_only: one process of `trainyard serve --workers N` (api/cli/processes.py);
-    on_started(plane) runs once the control plane is up (the primary starts its API workers then)."""
+    on_started(plane) runs once the control plane is up (the primary starts its API workers then);
+    cluster: what the control plane runs jobs on (None: Ray; the fleet simulator passes its own)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # Few threads for blocking DB work: more only queue on the GIL and stretch the latency tail.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
-        plane = ControlPlane(settings, shared, api_only)
+        plane = ControlPlane(settings, shared, api_only, cluster)
         plane.start()
         app.state.plane = plane
         stop_extra = on_started(plane) if on_started else None

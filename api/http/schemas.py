@@ -38,6 +38,8 @@ def job_out(job: JobRecord | JobRow, full: bool = True) -> dict:
         "step": job.step, "total_steps": job.total_steps, "loss": job.loss,
         "samples_per_s": job.samples_per_s, "step_time_s": job.step_time_s, "eta_s": eta,
         "restarts": job.restarts, "last_checkpoint_step": job.last_checkpoint_step,
+        # a running job's phase outside its steps: {name, done, total, unit, step, what, rank, message}
+        "phase": job.phase if running else None,
         "layout": job.layout, "error": job.error, "cancel_requested": job.cancel_requested,
         "supervisor": job.supervisor_name,
         "tracking": job.tracking,  # {"mlflow": {"run_id", "experiment_id", ...}, "tensorboard": {"logdir"}}
@@ -63,7 +65,8 @@ def checkpoint_out(c: CheckpointRecord, available: bool) -> dict:
 
 def tenant_out(t: TenantRecord) -> dict:
     return {"id": t.id, "name": t.name, "created_at": iso(t.created_at), "max_workers": t.max_workers,
-            "max_queued_jobs": t.max_queued_jobs, "quota_mode": t.quota_mode, "allow_user_code": t.allow_user_code}
+            "max_queued_jobs": t.max_queued_jobs, "quota_mode": t.quota_mode, "allow_user_code": t.allow_user_code,
+            "weight": t.weight, "reserve_after_s": t.reserve_after_s}
 
 
 def token_out(t: TokenRecord) -> dict:

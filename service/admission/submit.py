@@ -1,11 +1,13 @@
 """Admission of a submit: from the decoded request body to a committed QUEUED job and its audit record.
 
 In order: the token's right to inject faults, the spec's own rules (pydantic; ValidationError),
-whether the job could ever fit the cluster, then, in the group-commit writer's transaction and
-under the tenant's row lock (so concurrent submits on any replica cannot both take the last
-place): the idempotency key, the tenant's right to run user code, the storage paths (and that
-uploaded code a program names is stored), every quota, and finally the insert and its audit
-record. A refusal is a typed value (service/refusals.py) and writes nothing; the API maps it to its HTTP answer.
+whether the job could ever fit the cluster (its workers' CPUs and GPUs, and its predicted peak memory per
+worker against the largest node's memory and resources.memory_per_worker_gib), then, in the
+group-commit writer's transaction and under the tenant's row lock (so concurrent submits on any
+replica cannot both take the last place): the idempotency key, the tenant's right to run user code,
+the storage paths (and that uploaded code a program names is stored), every quota, and finally the
+insert and its audit record. A refusal is a typed value (service/refusals.py) and writes nothing; the
+API maps it to its HTTP answer.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sqlalchemy.orm import Session
 from service import quotas
 from service.admission import gates
 from service.admission.audit import SUBMIT, audit_record
+from service.cluster_view import MEMORY
 from service.db import repository as repo
 from service.db.group_commit import GroupCommit
 from service.db.models import Job
@@ -30,6 +33,7 @@ from service.records import JobRecord, Principal, copy_row
 from service.refusals import Conflict, NeverFits
 from service.scheduler import demand_of, never_fits
 from service.settings import Settings
+from workers.parallel.memory_fit import MemoryBudget, memory_view, memory_violation, node_budget, spec_budget
 from workers.spec import JobSpec
 from workers.spec_loading import parse_spec
 from workers.storage import Storage
@@ -53,6 +57,7 @@ class Submission:
 class Admitted:
     job: JobRecord
     created: bool  # False: an earlier submit with the same key and body, replayed
+    memory: dict | None = None  # the predicted peak per worker and its budget, or why it is not predicted
 
 
 class Admission:
@@ -81,7 +86,12 @@ class Admission:
             raise Conflict("idempotency-key: concurrent submits with this key; retry")
         if created:
             self.wake.set()
-        return Admitted(copy_row(JobRecord, job), created)  # after commit: the row's defaults are filled in
+        return Admitted(copy_row(JobRecord, job), created,  # after commit: the row's defaults are filled in
+                        memory_view(spec, self._memory_budgets(spec)))
+
+    def _memory_budgets(self, spec: JobSpec) -> list[MemoryBudget | None]:
+        capacity = self.capacity()
+        return [spec_budget(spec), node_budget(capacity[1].get(MEMORY) if capacity is not None else None)]
 
     def checked_spec(self, sub: Submission) -> JobSpec:
         """The checks that need no database: NotAllowed, ValidationError or NeverFits."""
@@ -90,6 +100,10 @@ class Admission:
         capacity = self.capacity()
         if capacity is not None and (why := never_fits(demand_of(spec), *capacity)):
             raise NeverFits(why, "resources", f"the job can never run on this cluster: {why}")
+        # The planner's predicted peak per worker (arithmetic for the built-in GPT; others built on the meta device).
+        too_big = memory_violation(spec, self._memory_budgets(spec))
+        if too_big is not None:
+            raise NeverFits(too_big.message, too_big.field, f"the job can never run: {too_big.message}")
         return spec
 
 

@@ -42,6 +42,9 @@ class Tenant(Base):
     max_queued_jobs: Mapped[int | None] = mapped_column(Integer, nullable=True)
     quota_mode: Mapped[str] = mapped_column(String(16), default="reject")  # reject (429) | queue (wait)
     allow_user_code: Mapped[bool] = mapped_column(Boolean, default=False)  # model/data entrypoints
+    # fair share (service/queueing/): its share of the cluster counts as held / weight
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    reserve_after_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # None = the server's setting
 
 
 class ApiToken(Base):
@@ -64,6 +67,9 @@ class Job(Base):
         Index("ix_jobs_queue", "state", "priority", "created_at"),
         Index("ix_jobs_tenant_created", "tenant_id", "created_at"),
         Index("ix_jobs_tenant_state", "tenant_id", "state"),
+        # the scheduler's incremental reads: jobs (re)queued, and jobs ended, since its last tick
+        Index("ix_jobs_queued_at", "queued_at"),
+        Index("ix_jobs_finished_at", "finished_at"),
     )
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
@@ -75,6 +81,8 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # when it last entered QUEUED (submit, or requeue after preemption): how long it has waited
+    queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, default=utcnow)
     # resources the job asks of Ray, denormalised for the scheduler
     world_size: Mapped[int] = mapped_column(Integer)
     cpus: Mapped[float] = mapped_column(Float)
@@ -92,6 +100,7 @@ class Job(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     summary: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     tracking: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # MLflow run, TensorBoard dir (spec.tracking)
+    phase: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # the phase outside steps (Progress.view)
     # submit idempotency and supervisor bookkeeping
     idempotency_key: Mapped[str | None] = mapped_column(String(128), nullable=True)
     body_sha256: Mapped[str] = mapped_column(String(64))
@@ -99,6 +108,10 @@ class Job(Base):
     supervisor_epoch: Mapped[int] = mapped_column(Integer, default=0)  # bumps per supervisor started
     supervisor_name: Mapped[str | None] = mapped_column(String(128), nullable=True)  # its Ray actor name
     drained_seq: Mapped[int] = mapped_column(Integer, default=0)  # last supervisor record stored
+    # a pending preemption (service/preemption.py): the head job it makes room for, asked of this
+    # supervisor epoch (a later supervisor of the job is not asked): read with the job, no event scan
+    preempt_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    preempt_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class JobEvent(Base):

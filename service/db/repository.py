@@ -272,7 +272,8 @@ def create_job(s: Session, tenant_id: str, spec: JobSpec, priority: int, body_sh
         raise QuotaExceeded(quota_message(max_open_jobs))
     r = spec.resources
     now = utcnow()  # at the submit, not at the (possibly later, batched) flush: FIFO order holds
-    job = Job(id=uuid.uuid4().hex[:16], tenant_id=tenant_id, created_at=now, updated_at=now, name=spec.name,
+    job = Job(id=uuid.uuid4().hex[:16], tenant_id=tenant_id, created_at=now, updated_at=now, queued_at=now,
+              name=spec.name,
               spec=spec.model_dump(mode="json"), state=JobState.QUEUED, priority=priority, world_size=spec.world_size,
               cpus=r.cpus_per_worker * spec.world_size, gpus=r.gpus_per_worker * spec.world_size,
               total_steps=spec.total_steps, idempotency_key=idempotency_key, body_sha256=body_sha256)
@@ -317,6 +318,8 @@ def transition(s: Session, job: Job, target: JobState, message: str, data: dict 
     job.updated_at = now
     if target == JobState.STARTING and job.started_at is None:
         job.started_at = now
+    if target == JobState.QUEUED:  # requeued (preempted): the scheduler's incremental read finds it by this
+        job.queued_at = now
     if target in TERMINAL:
         job.finished_at = now
     add_event(s, job.id, "state", message, state=target,
@@ -333,6 +336,40 @@ def request_cancel(s: Session, job: Job) -> None:
         job.cancel_requested = True
         job.updated_at = utcnow()
         add_event(s, job.id, "cancel_requested", "cancel requested by user")
+
+
+# --- the scheduler's queue index (service/queue_feed.py) --------------------
+
+# What the scheduler orders and fits a queued job by: never the spec's JSON.
+QUEUE_COLUMNS = (Job.id, Job.tenant_id, Job.priority, Job.created_at, Job.queued_at, Job.world_size, Job.cpus,
+                 Job.gpus)
+
+
+def queue_rows(s: Session, since: datetime | None = None) -> list:
+    """Every QUEUED job's QUEUE_COLUMNS, or only those that entered QUEUED at or after `since`."""
+    q = select(*QUEUE_COLUMNS).where(Job.state == JobState.QUEUED, Job.cancel_requested.is_(False))
+    if since is not None:
+        q = q.where(Job.queued_at >= since)
+    return list(s.execute(q).all())
+
+
+def ended_since(s: Session, since: datetime) -> list[str]:
+    """Ids of the jobs that ended (cancelled, failed, finished) at or after `since`."""
+    return list(s.scalars(select(Job.id).where(Job.finished_at >= since)))
+
+
+def holdings_by_tenant(s: Session) -> dict[str, tuple[float, float, int]]:
+    """Tenant id -> the CPUs, GPUs and workers its admitted (starting or running) jobs hold."""
+    rows = s.execute(select(Job.tenant_id, func.sum(Job.cpus), func.sum(Job.gpus), func.sum(Job.world_size))
+                     .where(Job.state.in_(ACTIVE)).group_by(Job.tenant_id))
+    return {tenant_id: (float(c or 0), float(g or 0), int(w or 0)) for tenant_id, c, g, w in rows}
+
+
+def forming_jobs(s: Session) -> list:
+    """STARTING and RECOVERING jobs (id, state, supervisor_epoch, cpus, gpus): those whose placement
+    group may not hold its resources yet."""
+    return list(s.execute(select(Job.id, Job.state, Job.supervisor_epoch, Job.cpus, Job.gpus)
+                          .where(Job.state.in_((JobState.STARTING, JobState.RECOVERING)))).all())
 
 
 # --- events, metrics, checkpoints -----------------------------------------
@@ -371,7 +408,9 @@ def _extra_of(record: dict) -> dict | None:
     extra = dict(record.get("metrics") or {})
     if record.get("peak_memory_bytes_per_rank"):
         extra["peak_memory_bytes_per_rank"] = record["peak_memory_bytes_per_rank"]
-        extra["peak_memory_breakdown_per_rank"] = [r.get("peak_memory_breakdown") for r in record.get("ranks", ())]
+        # a step the supervisor's buffer thinned carries the breakdowns alone (record_buffer.py)
+        extra["peak_memory_breakdown_per_rank"] = record.get("peak_memory_breakdown_per_rank") or [
+            r.get("peak_memory_breakdown") for r in record.get("ranks", ())]
     return extra or None
 
 

@@ -1,21 +1,19 @@
 """The per-job supervisor: a named, detached Ray actor that owns one JobRun.
 
 It runs the worker runtime (JobRun) in a thread and keeps what the run reports
-(state changes, events, step records) in a numbered buffer. The reconciler
-drains it with `drain(ack)`: records up to `ack` are stored in the database and
-dropped here, the rest are returned again, so a control plane that dies between
-a drain and its commit loses nothing and stores nothing twice.
+(state changes, events, step records) in a numbered buffer (service/supervisor/record_buffer.py),
+which the reconciler drains.
 
-A supervisor can be created idle (a standby, with torch and the runtime already
-imported) and handed a job later with `start(...)`; the job's row records the
-actor's name, which is how a restarted control plane finds it again.
+A supervisor can be created idle (a standby, with the runtime already imported) and
+handed a job later with `start(...)`; the job's row records the actor's name, which is how a
+restarted control plane finds it again.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 import traceback
+from collections.abc import Callable
 
 import ray
 from ray.actor import ActorHandle
@@ -23,14 +21,14 @@ from ray.actor import ActorHandle
 from service.lifecycle import JobState
 from service.ray_client import NAMESPACE
 from service.supervisor.policies.failure import RestartsUsed
+from service.supervisor.record_buffer import RecordBuffer
 from service.supervisor.run import JobRun
 from workers.events import RunEvent
-from workers.lazy import load_now
 from workers.spec import JobSpec
 from workers.storage import Storage, adopt_client_env
 
-MAX_BUFFERED_STEPS = 5000  # a control plane away for long: older steps are thinned, never the newest
 SUPERVISOR_PREFIX = "trainyard-supervisor-"
+SUPERVISOR_SHARE = 0.001  # of the supervisors' resource each asks: a node given 1000 of it holds 1000
 
 
 def supervisor_name(job_id: str, epoch: int) -> str:
@@ -38,16 +36,14 @@ def supervisor_name(job_id: str, epoch: int) -> str:
     return f"{SUPERVISOR_PREFIX}{job_id}-{epoch}"
 
 
-@ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)
-class JobSupervisor:
-    def __init__(self) -> None:
-        # The run's thread and the control plane's calls (drain, status) would otherwise import the
-        # training stack (torch) on first use, in two threads at once. A supervisor actor is the
-        # service's; `trainyard run` runs JobRun in its CLI and stays torch-free for a program.
-        load_now("workers.parallel", "workers.checkpointing")
+class Supervisor:
+    """The supervisor's logic as a plain class: the Ray actor below, and unchanged the fleet
+    simulator's supervisors (bench/fleet/), which pass a `make_run` building JobRun on simulated ranks."""
+
+    def __init__(self, make_run: Callable[..., JobRun] = JobRun) -> None:
+        self.make_run = make_run
         self._lock = threading.Lock()
-        self._records: list[dict] = []
-        self._seq = 0
+        self._records = RecordBuffer()
         self._summary: dict | None = None
         self._run: JobRun | None = None
         self.job_id: str | None = None
@@ -68,23 +64,15 @@ class JobSupervisor:
             # The spec was validated at submit (fault injection included), so no policy is re-applied here.
             spec = JobSpec.model_validate(spec_json)
             self.job_id, self.epoch, self.metric_stride = job_id, epoch, max(1, metric_stride)
-            self._run = JobRun(spec, Storage.at(job_uri), job_id, listener=self, restarts_before=restarts_before,
-                               epoch=epoch)
+            self._run = self.make_run(spec, Storage.at(job_uri), job_id, listener=self,
+                                      restarts_before=restarts_before, epoch=epoch)
         threading.Thread(target=self._main, name=f"jobrun-{job_id}", daemon=True).start()
         return True
 
     # --- RunListener (called from the run thread) ---------------------------
 
     def _push(self, record: dict) -> None:
-        with self._lock:
-            self._seq += 1
-            record["seq"] = self._seq
-            record.setdefault("ts", time.time())
-            self._records.append(record)
-            steps = [r for r in self._records if r["type"] == "step"]
-            if len(steps) > MAX_BUFFERED_STEPS:  # drop every other old step, keep the newest half intact
-                old = {id(r) for r in steps[: len(steps) // 2 : 2]}
-                self._records = [r for r in self._records if id(r) not in old]
+        self._records.push(record)
 
     def on_state(self, state, message: str) -> None:
         self._push({"type": "state", "state": str(state), "message": message})
@@ -119,9 +107,8 @@ class JobSupervisor:
 
     def drain(self, ack: int) -> dict:
         """Forget records up to `ack` (stored by the caller) and return the rest plus the run's status."""
-        with self._lock:
-            self._records = [r for r in self._records if r["seq"] > ack]
-            return {"records": list(self._records), **self._status()}
+        with self._lock:  # the summary is set under this lock after the run's last record: both or neither
+            return {"records": self._records.drain(ack), **self._status()}
 
     def status(self) -> dict:
         with self._lock:
@@ -133,8 +120,8 @@ class JobSupervisor:
             return {"job_id": None, "epoch": 0, "started": False, "done": False, "summary": None, "seq": 0}
         return {"job_id": self.job_id, "epoch": self.epoch, "started": True, "state": str(run.state),
                 "restarts": run.restarts, "last_checkpoint_step": run.last_checkpoint_step, "layout": run.layout(),
-                "done": self._summary is not None, "summary": self._summary, "seq": self._seq,
-                "tracking": run.tracking_info()}
+                "done": self._summary is not None, "summary": self._summary, "seq": self._records.seq,
+                "tracking": run.tracking_info(), "phase": run.phase()}
 
     def cancel(self) -> bool:
         if self._run is not None:
@@ -150,11 +137,24 @@ class JobSupervisor:
         return True
 
 
-def create_supervisor(name: str) -> ActorHandle:
-    """An idle supervisor that outlives the control plane that created it."""
+@ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)
+class JobSupervisor(Supervisor):
+    """The supervisor as a Ray actor. It never imports torch (tests/service/test_supervisor_torch_free.py):
+    what it needs of the training stack is torch-free (strategy names, stage plans, checkpoint layout),
+    and the pipeline cost model runs in a child process (workers/parallel/pipeline/unit_costs_apart.py)."""
+
+
+def create_supervisor(name: str, resource: str = "", memory_mb: int = 0) -> ActorHandle:
+    """An idle supervisor that outlives the control plane that created it; placed where `resource` is
+    (a custom Ray resource, a sliver of it each) with `memory_mb` reserved, when given."""
+    placement: dict = {}
+    if resource:
+        placement["resources"] = {resource: SUPERVISOR_SHARE}
+    if memory_mb:
+        placement["memory"] = memory_mb * 2**20
     # @ray.remote turns the class into an ActorClass (with .options); mypy still sees the plain class
     return JobSupervisor.options(  # type: ignore[attr-defined]
-        name=name, namespace=NAMESPACE, lifetime="detached").remote()
+        name=name, namespace=NAMESPACE, lifetime="detached", **placement).remote()
 
 
 def find_supervisor(name: str | None) -> ActorHandle | None:

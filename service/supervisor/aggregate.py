@@ -73,4 +73,7 @@ class StepAggregator:
         val = [r["val_loss"] for r in ranks if r.get("val_loss") is not None]
         if val:
             joined["val_loss"] = statistics.fmean(val)
+        covered = [r["validation"] for r in ranks if r.get("validation")]  # every rank's says the same
+        if covered:
+            joined["validation"] = covered[0]
         return joined

@@ -23,15 +23,19 @@ from service.supervisor.capacity import wait_for_capacity
 from service.supervisor.cluster import Cluster, GroupFactory, RayCluster, free_worker_slots
 from service.supervisor.listener import RunListener, SilentListener
 from service.supervisor.logfile import supervisor_log
+from service.supervisor.notices import merged
 from service.supervisor.outcome import Outcome, OutcomeKind
 from service.supervisor.pipeline_balance import PipelineRebalancer
 from service.supervisor.policies.failure import FailureAction, FailureStatus, RestartsUsed, on_failure
+from service.supervisor.policies.hang import HangStatus, on_silence
 from service.supervisor.policies.preemption import PreemptionAction, PreemptionStatus, on_preemption
 from service.supervisor.policies.reshape import CheckpointStatus, on_durable_checkpoint
 from service.supervisor.policies.rollback import RollbackStatus, on_restart
 from service.supervisor.policies.sizing import GrowthStatus, SizingAction, on_growth
 from service.supervisor.program_steps import ProgramStepJoiner
+from service.supervisor.progress_watch import ProgressWatch
 from service.supervisor.resume_point import resume_step
+from service.supervisor.step_history import StepHistory
 from service.supervisor.straggler_response import StragglerResponse
 from service.supervisor.stragglers import StragglerWatch
 from service.supervisor.summary import final_result, layout_of, run_summary
@@ -43,12 +47,15 @@ from workers.events import (
     RankCheckpoint,
     RankEvent,
     RankNotice,
+    RankProgress,
     RankShares,
     RankStep,
     ResizeEvent,
     RestartCause,
     RestartEvent,
+    RunEvent,
     SkippedStepEvent,
+    ValidationEvent,
 )
 from workers.runtime.group import GroupFailure, WorkerGroup
 from workers.runtime.group_owner import GroupOwner
@@ -87,7 +94,8 @@ class JobRun:
         self.lr_scale = 1.0  # learning-rate factor after rollbacks with fault_tolerance.lr_backoff
         self.warm_workers = 0
         self.rendezvous: list[tuple[str, int] | None] = []  # TCP store address of every attempt
-        self.steps: list[dict] = []
+        self.steps = StepHistory()  # bounded, whatever the run's length (service/supervisor/step_history.py)
+        self._notices: list[RunEvent] = []  # the ranks' notices of this poll, merged before they are told
         self.last_checkpoint_step: int | None = None
         self.error: str | None = None
         self.result: dict = {}
@@ -141,13 +149,19 @@ class JobRun:
             start_step = group.start(self.start_timeout_s, self.stragglers.shares)[0]["start_step"]
             self.rendezvous.append(group.master)
             self.warm_workers = group.warm_workers
+            left = (f"resuming after its last step ({start_step}) into the phases left: final checkpoint, "
+                    f"validation, export" if self.spec.program is None and start_step >= self.spec.total_steps
+                    else f"training from step {start_step}")
             self._set_state(JobState.RUNNING, f"{self.current.world_size} workers ({group.warm_workers} from the "
-                                              f"warm pool) training from step {start_step}")
+                                              f"warm pool) {left}")
             self.stragglers.report_move(group, self.avoid_nodes)
             now, ws = time.monotonic(), self.current.world_size
             joiner = (ProgramStepJoiner(ws) if self.spec.program is not None
                       else StepAggregator(ws, self.spec.train.global_batch_size))
             live = self._live = Attempt(group, joiner, StragglerWatch(ws, self.spec.supervisor.straggler), now, now)
+            hang = self.spec.fault_tolerance.hang_timeout_s
+            live.progress = ProgressWatch(now, self.spec.total_steps, event_after_s=min(10.0, hang / 2),
+                                          event_every_s=min(30.0, hang))
             while (outcome := self._step(live)) is None:
                 # Poll fast until the first step arrives: time to first step is what users wait on.
                 time.sleep(self.poll_interval_s if live.trained else 0.02)
@@ -178,11 +192,16 @@ class JobRun:
             if "stopped_at" in (live.group.results[0] or {}):
                 return Outcome.preempted()
             self.result = final_result(live.group.results)
+            if (validation := self.result.get("validation")) is not None:  # what the final validation covered
+                self.listener.on_event(_validation_event(validation, self.result.get("step") or 0, final=True))
             return Outcome.finished()
-        now, hang_timeout = time.monotonic(), self.spec.fault_tolerance.hang_timeout_s
-        # A program that never reports can only die, not hang: its loop is its own.
-        if now - live.last_progress_s > hang_timeout and (live.trained or self.spec.program is None):
-            raise GroupFailure(f"no step finished for {hang_timeout:.0f}s (hang)", cause=RestartCause.HANG)
+        now = time.monotonic()
+        # No progress in any phase for hang_timeout_s (a program that never reported can only die, not hang).
+        hung = on_silence(HangStatus(now, live.last_progress_s, self.spec.fault_tolerance.hang_timeout_s,
+                                     live.trained or self.spec.program is None,
+                                     tuple(live.progress.ranks.values()) if live.progress else ()))
+        if hung is not None:
+            raise GroupFailure(hung.reason, cause=RestartCause.HANG)
         may_grow = self.current.world_size < self.spec.resources.elastic_range[1]  # spares a cluster query
         if may_grow and live.grow_to is None and now - live.last_growth_check_s > self.growth_check_s:
             live.last_growth_check_s = now
@@ -215,7 +234,7 @@ class JobRun:
     def _apply(self, outcome: Outcome) -> bool:
         """Act on how an attempt ended; True to start another."""
         if outcome.kind == OutcomeKind.PREEMPTED:
-            event = PreemptedEvent(self.preempted_by, self.steps[-1]["step"] if self.steps else 0,
+            event = PreemptedEvent(self.preempted_by, self.steps.last_step,
                                    self._checkpoint_step())
             self.listener.on_event(event)
             self._set_state(JobState.QUEUED, event.message)
@@ -238,7 +257,7 @@ class JobRun:
     def _restart(self, failed: Outcome) -> bool:
         decision = on_failure(FailureStatus(
             reason=failed.reason, used=self.used, limits=self.spec.fault_tolerance,
-            steps_done=self.steps[-1]["step"] if self.steps else 0, retryable=failed.retryable, cause=failed.cause,
+            steps_done=self.steps.last_step, retryable=failed.retryable, cause=failed.cause,
         ))
         if decision.action == FailureAction.FAIL:
             self._fail(decision.reason)
@@ -276,11 +295,17 @@ class JobRun:
         """Take in what the ranks reported since the last poll; the step of a new durable checkpoint, if any."""
         durable = None
         for event in live.group.poll():
+            now = time.monotonic()
+            if live.progress is not None and live.progress.observe(event, now):
+                live.last_progress_s = now  # a step, or a phase outside the steps advancing
             if isinstance(event, RankStep):
-                live.last_progress_s, live.trained = time.monotonic(), True
+                live.trained = True
             self._handle(live, event)
             if isinstance(event, RankCheckpoint) and event.rank == 0:
                 durable = event.step
+        for phase in live.progress.phase_events(time.monotonic()) if live.progress is not None else ():
+            self.listener.on_event(phase)  # a long validation, upload or export, named with its progress
+        self._tell_notices()
         return durable
 
     def _handle(self, live: Attempt, event: RankEvent) -> None:
@@ -291,8 +316,10 @@ class JobRun:
                     self.stragglers.on_change(live, change, self.current, self.avoid_nodes)
                 self._pipeline_balance.observe(self.current, joined)
                 self._append_step(joined)
-        elif isinstance(event, RankNotice):  # each rank's own (its store retries)
-            self.listener.on_event(event.event)
+        elif isinstance(event, RankNotice):  # each rank's own (its store retries): told once per cause, below
+            self._notices.append(event.event)
+        elif isinstance(event, RankProgress):  # taken in by the attempt's ProgressWatch (_poll)
+            return
         elif event.rank != 0:  # every rank reports the same checkpoint or split: take rank 0's
             return
         elif isinstance(event, RankCheckpoint):
@@ -300,6 +327,11 @@ class JobRun:
             self.listener.on_event(CheckpointEvent(event.step, event.duration_s))
         elif isinstance(event, RankShares):  # the ranks switched to a rebalanced split
             self.stragglers.on_shares(live, event, self.current)
+
+    def _tell_notices(self) -> None:
+        for event in merged(self._notices):  # one event per cause, however many ranks saw it
+            self.listener.on_event(event)
+        self._notices = []
 
     def _reshape_at(self, live: Attempt, durable: int) -> Outcome | None:
         resplit = self._pipeline_balance.take(self.current, durable) if live.grow_to is None else None
@@ -318,6 +350,7 @@ class JobRun:
                     self._handle(self._live, event)
                 elif (joined := self._live.aggregator.add(event.record)) is not None:
                     self._append_step(joined)  # not shown to the straggler watch: this group is over
+            self._tell_notices()
 
     def _record_partial_steps(self) -> None:
         # Ranks that died took their last records with them; keep what the survivors reported.
@@ -329,8 +362,9 @@ class JobRun:
         if record.get("skipped") and not record.get("partial"):
             self.listener.on_event(SkippedStepEvent(record["step"], record["loss"],
                                                     record.get("skip_reason") or "non_finite"))
-        self.steps = [s for s in self.steps if s["step"] < record["step"]]  # replayed after a restart
-        self.steps.append(record)
+        if (validation := record.get("validation")) is not None:  # an eval_every validation and its coverage
+            self.listener.on_event(_validation_event(validation, record["step"], final=False))
+        self.steps.append(record)  # a step replayed after a restart replaces what followed it
         self.listener.on_step(record)
 
     # --- the state this run owns --------------------------------------------------------------
@@ -370,3 +404,16 @@ class JobRun:
     def layout(self, spec: JobSpec | None = None) -> dict[str, Any]:
         return layout_of(spec or self.current)
 
+    def phase(self) -> dict[str, Any] | None:
+        """The running attempt's phase outside its steps (`evaluating 1,200/3,125 batches`), None while it
+        trains or between attempts: the job view's `phase` (called from the drain's thread)."""
+        live = self._live
+        watch = live.progress if live is not None else None
+        return watch.phase_view() if watch is not None else None
+
+
+
+def _validation_event(validation: dict, step: int, final: bool) -> ValidationEvent:
+    """A rank's validation figures (workers/training/validation.py Validation, as a dict) as an event."""
+    return ValidationEvent(step, validation["loss"], validation["samples"], validation["batches"],
+                           validation["batch_size"], validation.get("split_samples"), final)

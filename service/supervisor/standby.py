@@ -11,12 +11,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from typing import Any
 
-import ray
-from ray.actor import ActorHandle
-
-from service.ray_client import NAMESPACE
-from service.supervisor.actor import create_supervisor
+from service.cluster_port import Cluster, ReplyKind
 
 log = logging.getLogger("trainyard.standby")
 STANDBY_PREFIX = "trainyard-standby-"
@@ -28,31 +25,31 @@ def plane_id(database_url: str) -> str:
 
 
 class StandbyPool:
-    def __init__(self, plane: str, size: int):
-        self.prefix, self.size = f"{STANDBY_PREFIX}{plane}-", size
-        self.ready: list[tuple[str, ActorHandle]] = []
+    def __init__(self, plane: str, size: int, cluster: Cluster):
+        self.prefix, self.size, self.cluster = f"{STANDBY_PREFIX}{plane}-", size, cluster
+        self.ready: list[tuple[str, Any]] = []
         self.starting: dict = {}  # ready() ref -> (name, handle)
 
     def refill(self) -> None:
         self._harvest()
         while len(self.ready) + len(self.starting) < self.size:
             name = f"{self.prefix}{uuid.uuid4().hex[:12]}"
-            handle = create_supervisor(name)
+            handle = self.cluster.create_supervisor(name)
             self.starting[handle.ready.remote()] = (name, handle)
 
     def _harvest(self) -> None:
         if not self.starting:
             return
-        done, _ = ray.wait(list(self.starting), num_returns=len(self.starting), timeout=0)
-        for ref in done:
+        for ref, reply in self.cluster.gather(dict(zip(self.starting, self.starting)), 0.0).items():
+            if reply.kind == ReplyKind.NO_ANSWER:
+                continue  # still starting
             name, handle = self.starting.pop(ref)
-            try:
-                ray.get(ref)
+            if reply.kind == ReplyKind.ANSWERED:
                 self.ready.append((name, handle))
-            except ray.exceptions.RayError as exc:
-                log.warning("standby supervisor %s did not start: %s", name, exc)
+            else:
+                log.warning("standby supervisor %s did not start: %s", name, reply.error)
 
-    def take(self) -> tuple[str, ActorHandle] | None:
+    def take(self) -> tuple[str, Any] | None:
         """A ready standby (name, handle); else one still starting (the job's call waits for its
         start-up, which is already under way: sooner than a new actor's); else None."""
         self._harvest()
@@ -62,7 +59,7 @@ class StandbyPool:
             return self.starting.pop(next(iter(self.starting)))
         return None
 
-    def give_back(self, standby: tuple[str, ActorHandle]) -> None:
+    def give_back(self, standby: tuple[str, Any]) -> None:
         self.ready.insert(0, standby)
 
     def names(self) -> set[str]:
@@ -73,12 +70,5 @@ class StandbyPool:
 
     def shutdown(self) -> None:
         for _, handle in [*self.ready, *self.starting.values()]:
-            try:
-                ray.kill(handle, no_restart=True)
-            except Exception:
-                pass
+            self.cluster.kill(handle)
         self.ready, self.starting = [], {}
-
-
-def named_actors() -> list[str]:
-    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE]

@@ -47,8 +47,10 @@ class StragglerResponse:
             live.replace = decision.move
         log.info("straggler: rank %d score %.2f at step %d: %s", change.rank, change.score, change.step,
                  decision.action)
+        nodes = live.group.nodes
+        node = nodes[change.rank] if change.rank < len(nodes) else None
         self.listener.on_event(StragglerEvent(change.rank, change.score, change.step, policy, decision.kind,
-                                              decision.action))
+                                              decision.action, node))
 
     def _status(self, live: Attempt, change: StragglerChange, current: JobSpec,
                 avoid_nodes: set[str]) -> StragglerStatus:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from workers.parallel.pipeline.bubble import pipeline_summary
+from service.supervisor.step_history import StepHistory
+from workers.parallel.pipeline.summary import pipeline_summary
+from workers.parallel.selection import strategy_name
 from workers.spec import JobSpec
 
 
@@ -13,9 +15,7 @@ def layout_of(spec: JobSpec) -> dict[str, Any]:
     p = spec.parallel
     if spec.program is not None:
         strategy = "program"
-    else:  # the strategy registry imports torch: not for a program's supervisor
-        from workers.parallel import strategy_name
-
+    else:
         strategy = strategy_name(spec)
     return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy, "world_size": spec.world_size}
 
@@ -32,21 +32,6 @@ def _reported_mean(steps: list[dict], key: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def peak_memory_per_rank(steps: list[dict], world_size: int) -> list[int | None] | None:
-    """Each rank's largest measured step peak (a list by rank), over the steps of the final world size
-    (a resized job's earlier ranks held other shares); None when no step was measured."""
-    peaks: list[int | None] = [None] * world_size
-    for step in steps:
-        ranks = step.get("ranks") or ()
-        if len(ranks) != world_size or step.get("partial"):
-            continue
-        for r in ranks:
-            value = r.get("peak_memory_bytes")
-            if value is not None and 0 <= r["rank"] < world_size:
-                peaks[r["rank"]] = max(value, peaks[r["rank"]] or 0)
-    return peaks if any(p is not None for p in peaks) else None
-
-
 def steady_steps(steps: list[dict]) -> list[dict]:
     """The steps that throughput and bubble are taken over: not the first fifth (warm-up), and not
     the steps whose peak memory the CPU tracker measured (they run slower by its cost)."""
@@ -55,8 +40,10 @@ def steady_steps(steps: list[dict]) -> list[dict]:
 
 
 def run_summary(run: Any) -> dict[str, Any]:
-    """The summary of a JobRun (service/supervisor/run.py) as it stands."""
-    steps: list[dict] = run.steps
+    """The summary of a JobRun (service/supervisor/run.py) as it stands: last and first step exact, the
+    steady-state figures over the run's step sample (service/supervisor/step_history.py)."""
+    history: StepHistory = run.steps
+    steps = list(history)
     spec: JobSpec = run.spec
     result: dict = run.result
     steady = steady_steps(steps)
@@ -68,10 +55,12 @@ def run_summary(run: Any) -> dict[str, Any]:
         "job_id": run.job_id,
         "name": spec.name,
         "state": str(run.state),
-        "steps": steps[-1]["step"] if steps else 0,
-        "initial_loss": steps[0]["loss"] if steps else None,
-        "final_loss": steps[-1]["loss"] if steps else None,
+        "steps": history.last_step,
+        "initial_loss": history.first.get("loss") if history.first else None,
+        "final_loss": history.last["loss"] if history.last else None,
         "final_val_loss": result.get("val_loss"),
+        # What the final validation covered (samples, batches per rank, their size, the split's size).
+        "final_validation": result.get("validation"),
         "world_size": run.current.world_size,
         "layout": layout_of(run.current),
         "samples_per_s": _reported_mean(steady, "samples_per_s") if spec.program is not None
@@ -83,8 +72,9 @@ def run_summary(run: Any) -> dict[str, Any]:
         "pipeline": pipeline,  # schedule, split with costs, per-stage bubble and activations (pp > 1)
         "model_state_bytes_per_rank": result.get("model_state_bytes"),
         # Measured inside the steps (workers/step_memory.py): the high-water mark, max over measured steps.
-        "peak_memory_bytes_per_rank": peak_memory_per_rank(steps, run.current.world_size),
-        "comm_bytes_per_step": statistics.median(s["comm_bytes"] for s in steps) if steps else None,
+        "peak_memory_bytes_per_rank": history.peak_memory_per_rank(run.current.world_size),
+        "comm_bytes_per_step": statistics.median(comm) if (comm := [s["comm_bytes"] for s in steps
+                                                                     if s.get("comm_bytes") is not None]) else None,
         "restarts": run.restarts,
         "resizes": run.resizes,
         "rollbacks": run.rollbacks,

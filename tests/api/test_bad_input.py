@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import httpx
 import pytest
@@ -37,9 +38,6 @@ CASES = [
     ("missing name", dict(json={k: v for k, v in tiny_spec().items() if k != "name"}), 422, ["name", "Field required"]),
     ("impossible layout", dict(json=tiny_spec(**{"parallel.dp": 3, "resources.workers": 2})), 422,
      ["parallel", "dp x tp x pp must equal resources.workers"]),
-    ("integrity check without replicas", dict(json=tiny_spec(**{
-        "parallel.zero": 3, "resources.workers": 2, "fault_tolerance.integrity_check_every": 5})), 422,
-     ["fault_tolerance.integrity_check_every", "needs a layout with replicas"]),
     ("checkpoint off the checked steps", dict(json=tiny_spec(**{
         "resources.workers": 2, "fault_tolerance.integrity_check_every": 4, "checkpoint.every_steps": 6})), 422,
      ["checkpoint.every_steps", "multiple of fault_tolerance.integrity_check_every"]),
@@ -52,6 +50,16 @@ CASES = [
      ["resources", "whole cluster has 8"]),
     ("worker bigger than any node", dict(json=tiny_spec(**{"resources.cpus_per_worker": 64})), 422,
      ["resources", "needs 64 CPU"]),
+    # The planner's predicted peak per worker against the nodes' memory (issue 46: terabytes of state).
+    ("a model no node can hold", dict(json=tiny_spec(
+        model={"name": "gpt", "n_layers": 256, "d_model": 16384, "n_heads": 128, "seq_len": 64},
+        **{"parallel.dp": 4, "parallel.zero": 3, "resources.workers": 4})), 422,
+     ["resources", "824.70 B parameters", "GiB per worker", "more than the largest node's memory"]),
+    ("over memory_per_worker_gib", dict(json=tiny_spec(**{"resources.memory_per_worker_gib": 0.001})), 422,
+     ["resources.memory_per_worker_gib", "predicted peak", "more than resources.memory_per_worker_gib (0.001 GiB)"]),
+    ("hf model over memory_per_worker_gib", dict(json=_user_model(LLAMA_SPEC["model"], **{
+        "resources.memory_per_worker_gib": 0.001})), 422,
+     ["resources.memory_per_worker_gib", "the model (hf llama, 2 layers", "predicted peak", "(0.001 GiB)"]),
     ("gpus on a cpu cluster", dict(json=tiny_spec(**{"resources.gpus_per_worker": 1})), 422, ["GPU", "whole cluster has 0"]),
     ("two gpus per rank of the built-in loop", dict(json=tiny_spec(**{"resources.gpus_per_worker": 2})), 422,
      ["resources.gpus_per_worker", "one rank per GPU", "machines x 2"]),
@@ -231,3 +239,28 @@ def test_bad_tenant_requests(queue_server, counts):
         _fails(admin.post("/v1/tenants", json={"name": "ok", "extra": 1}), 422, "extra")
         _fails(admin.post("/v1/tenants", content=b"{", headers={"content-type": "application/json"}), 422)
     assert counts() == before
+
+
+def test_an_accepted_job_says_what_its_memory_check_compared_or_that_it_could_not(queue_server):
+    with queue_server.client() as admin:
+        resp = admin.post("/v1/tenants", json={"name": f"m-{uuid.uuid4().hex[:8]}", "allow_user_code": True})
+        assert resp.status_code == 201, resp.text
+    with queue_server.client(resp.json()["token"]) as tenant:
+        _says_what_its_memory_check_compared(tenant)
+
+
+def _says_what_its_memory_check_compared(tenant) -> None:
+    # The built-in GPT (arithmetic) and a Hugging Face config (built on the meta device) are predicted and
+    # compared with the tightest budget; an entrypoint model is user code the service does not run: said so.
+    gpt = tenant.post("/v1/jobs", json=tiny_spec(**{"resources.memory_per_worker_gib": 4}))
+    assert gpt.status_code == 201, gpt.text
+    memory = gpt.json()["memory"]
+    assert memory["predicted"] and 0 < memory["peak_per_worker_gib"] < memory["budget_gib"] <= 4, memory
+    hf = tenant.post("/v1/jobs", json=_user_model(LLAMA_SPEC["model"], **{"resources.memory_per_worker_gib": 4}))
+    assert hf.status_code == 201, hf.text
+    assert hf.json()["memory"]["predicted"] and hf.json()["memory"]["peak_per_worker_gib"] > 0, hf.json()["memory"]
+    entry = tenant.post("/v1/jobs", json=_user_model({"entrypoint": "tests.fixtures.block_models:token_mlp",
+                                                      "args": {"width": 32, "depth": 2}}))
+    assert entry.status_code == 201, entry.text
+    assert entry.json()["memory"] == {"predicted": False, "reason": "model.entrypoint is user code, not run at submit: "
+                                      "not predicted; a rank out of memory fails the job at once"}

@@ -3,6 +3,7 @@ paused) on SQLite and PostgreSQL; the token commands through the CLI."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -311,10 +312,15 @@ def cli(server, *args: str, token: str = ADMIN_TOKEN) -> subprocess.CompletedPro
 
 def test_cli_tenant_and_token_commands(queue_server):
     name = f"cli-{uuid.uuid4().hex[:6]}"
-    made = cli(queue_server, "tenant-create", name, "--max-workers", "2", "--quota-mode", "queue")
+    made = cli(queue_server, "tenant-create", name, "--max-workers", "2", "--quota-mode", "queue", "--weight", "2.5")
     assert made.returncode == 0 and "token: ty_" in made.stdout, made.stderr
+    updated = cli(queue_server, "tenant-update", name, "--reserve-after-s", "45")
+    assert updated.returncode == 0 and json.loads(updated.stdout)["reserve_after_s"] == 45, updated.stderr
     listed = cli(queue_server, "tenant-list")
-    assert listed.returncode == 0 and name in listed.stdout and "queue" in listed.stdout
+    row = next(line for line in listed.stdout.splitlines() if name in line)
+    assert listed.returncode == 0 and "queue" in row and "2.5" in row and "45s" in row, listed.stdout
+    bad = cli(queue_server, "tenant-update", name, "--weight", "0")
+    assert bad.returncode != 0 and "weight" in bad.stderr, bad.stderr
     created = cli(queue_server, "token-create", name, "--name", "ci", "--scope", "read", "--scope", "submit", "--ttl", "600")
     assert created.returncode == 0, created.stderr
     secret = created.stdout.strip().splitlines()[-1]

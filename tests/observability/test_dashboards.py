@@ -8,7 +8,7 @@ import json
 import pytest
 
 from deploy import dashboards as generator
-from service.metric_catalogue import exposed_names
+from service.metric_catalogue import CATALOGUE, exposed_names
 from tests.observability.dashboards import (
     GRAFANA,
     METRIC,
@@ -77,9 +77,29 @@ def test_every_query_uses_catalogued_metrics_only():
         assert names and names <= known, f"{rule['alert']}: {sorted(names - known)}"
     # the issue's must-show series are on a dashboard
     for name in ("trainyard_straggler_score", "trainyard_stage_bubble_fraction",
-                 "trainyard_stage_bubble_fraction_theoretical", "trainyard_rank_step_seconds",
-                 "trainyard_rank_peak_memory_bytes", "trainyard_job_comm_bytes_per_step", "trainyard_jobs"):
+                 "trainyard_stage_bubble_fraction_theoretical", "trainyard_job_step_seconds",
+                 "trainyard_rank_compute_seconds", "trainyard_rank_peak_memory_bytes", "trainyard_jobs",
+                 "trainyard_slowest_rank_straggler_score"):
         assert name in used, name
+
+
+def test_no_panel_or_alert_draws_one_series_per_rank():
+    """A job's series do not grow with its ranks: only the slowest-ranks families (at most 8 ranks per job)
+    carry a rank label, and every line or alert by rank reads them; other per-rank quantities are read as
+    their distribution across ranks (`stat`)."""
+    by_rank = {m.name for m in CATALOGUE if "rank" in m.labels}
+    assert by_rank == {"trainyard_slowest_rank_straggler_score"}
+    per_rank_lines = 0
+    for board in dashboards().values():
+        for p in panels(board):
+            for t in p["targets"]:
+                if "{{rank}}" in t["legendFormat"]:
+                    per_rank_lines += 1
+                    assert set(METRIC.findall(t["expr"])) <= by_rank, f"{p['title']}: {t['expr']}"
+    assert per_rank_lines == 1  # the slowest ranks' straggler score
+    for rule in alert_rules():
+        if "$labels.rank" in str(rule.get("annotations")):
+            assert set(METRIC.findall(rule["expr"])) & by_rank, rule["alert"]
 
 
 def test_the_mfu_panel_says_why_it_is_empty():

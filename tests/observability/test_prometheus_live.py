@@ -96,7 +96,7 @@ def test_dashboards_and_alerts_on_a_real_prometheus(stack):
             firing = [a for a in prom.alerts() if a["labels"]["alertname"] == "TrainyardStragglerPresent"
                       and a["state"] == "firing" and a["labels"]["job"] == pp["id"]]
             assert [a["labels"]["rank"] for a in firing] == ["1"], prom.query(
-                f'trainyard_straggler_score{{job="{pp["id"]}"}}')
+                f'trainyard_slowest_rank_straggler_score{{job="{pp["id"]}"}}')
             return firing
         started = time.monotonic()
         eventually(straggler_fires, timeout=150)
@@ -125,9 +125,11 @@ def test_dashboards_and_alerts_on_a_real_prometheus(stack):
                   for s in prom.query(f'trainyard_stage_bubble_fraction_theoretical{{job="{pp["id"]}"}}')}
         assert theory == {"0": pytest.approx(1 / 5), "1": pytest.approx(1 / 5)}  # 1F1B: (P-1)/(M+P-1), P=2, M=4
         restarts = prom.query(f'sum(trainyard_restarts_total{{job="{crash["id"]}"}})')
-        assert float(restarts[0]["value"][1]) == 1.0
+        assert float(restarts[0]["value"][1]) == 1.0, (  # by cause, and the job's own restart events
+            prom.query(f'trainyard_restarts_total{{job="{crash["id"]}"}}'),
+            [e["message"] for e in c.get(f"/v1/jobs/{crash['id']}/events").json()["events"] if "restart" in e["kind"]])
         scores = {s["metric"]["rank"]: float(s["value"][1])
-                  for s in prom.query(f'trainyard_straggler_score{{job="{pp["id"]}"}}')}
+                  for s in prom.query(f'trainyard_slowest_rank_straggler_score{{job="{pp["id"]}"}}')}
         print(f"\nstraggler alert firing {straggler_after_s:.0f}s after step {SLOW_FROM + 20}; scores {scores}")
         # the job metrics API puts the schedule's ideal bubble beside every measured one
         series = c.get(f"/v1/jobs/{pp['id']}/metrics").json()

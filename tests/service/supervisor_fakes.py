@@ -4,15 +4,22 @@ named nodes with worker slots, and worker groups whose ranks follow a per-attemp
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from torch.distributed.checkpoint.metadata import Metadata
 
 from workers.checkpointing import checkpoint_root, step_name
 from workers.events import RankCheckpoint, RankEvent, RankShares, RankStep, RestartCause
 from workers.runtime.group import GroupFailure
 from workers.spec import JobSpec
 from workers.storage import Storage
+
+
+def empty_dcp_metadata() -> bytes:
+    """A real DCP `.metadata` that names no shard files. torch is imported here, not at the top: the
+    torch-free supervisor test (test_supervisor_torch_free.py) hands its bytes in from outside."""
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    return pickle.dumps(Metadata({}))
 
 
 class FakeCluster:
@@ -59,6 +66,7 @@ class Script:
     attempts: list[AttemptScript]
     total_steps: int
     checkpoint_every: int = 2
+    metadata: Callable[[], bytes] = empty_dcp_metadata  # what each checkpoint's `.metadata` holds
     started: list[ScriptedGroup] = field(default_factory=list)
 
 
@@ -99,7 +107,7 @@ class ScriptedGroup:
             events += [RankShares(r, self.step, tuple(self.shares)) for r in range(self.ws)]
         if self.step % self.script.checkpoint_every == 0 and self.step < self.script.total_steps:
             # a complete checkpoint of nothing: metadata that names no shard files
-            (checkpoint_root(self.job) / step_name(self.step)).write_bytes(".metadata", pickle.dumps(Metadata({})))
+            (checkpoint_root(self.job) / step_name(self.step)).write_bytes(".metadata", self.script.metadata())
             events += [RankCheckpoint(r, self.step, 0.01) for r in ranks]
             self.stopped = self.stop_asked and not self.plan.ignores_stop  # preempted ranks stop at a checkpoint
         return events

@@ -11,8 +11,11 @@ from workers.events import (
     CheckpointEvent,
     CheckpointIncompleteEvent,
     ExcludedNodesEvent,
+    Phase,
+    PhaseEvent,
     PipelineRebalanceEvent,
     PreemptedEvent,
+    Progress,
     RebalanceEvent,
     ReplaceEvent,
     ResizeEvent,
@@ -26,6 +29,7 @@ from workers.events import (
     StragglerEvent,
     StragglerRecoveredEvent,
     TrackingDroppedEvent,
+    ValidationEvent,
 )
 
 LAYOUT_4 = {"dp": 4, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp", "world_size": 4}
@@ -43,11 +47,12 @@ CASES = [
      {"kind": "resize", "message": "4 -> 2 workers: only 2 worker slots available",
       "data": {"from": LAYOUT_4, "to": LAYOUT_2, "reason": "only 2 worker slots available"}}),
     (StragglerEvent(1, 0.3312, 24, "rebalance", StragglerAction.REBALANCE_PLANNED,
-                    "rebalancing the global batch from [16, 16] to [24, 8] at the next agreement step"),
+                    "rebalancing the global batch from [16, 16] to [24, 8] at the next agreement step",
+                    "0123456789abcdef"),
      {"kind": "straggler",
-      "message": "rank 1 is slow (score 0.33): rebalancing the global batch from [16, 16] to [24, 8] at the "
-                 "next agreement step",
-      "data": {"rank": 1, "score": 0.3312, "step": 24, "policy": "rebalance",
+      "message": "rank 1 is slow (score 0.33) on node 0123456789ab: rebalancing the global batch from [16, 16] to "
+                 "[24, 8] at the next agreement step",
+      "data": {"rank": 1, "node": "0123456789abcdef", "score": 0.3312, "step": 24, "policy": "rebalance",
                "action": "rebalancing the global batch from [16, 16] to [24, 8] at the next agreement step"}}),
     (StragglerRecoveredEvent(1, 0.912, 40),
      {"kind": "straggler_recovered", "message": "rank 1 recovered (score 0.91)",
@@ -100,14 +105,23 @@ CASES = [
      {"kind": "store_retry",
       "message": "rank 1: checkpoint step-40 (rank 1's shards) failed (ConnectionError: refused); retry 2 in 1.0s",
       "data": {"rank": 1, "what": "checkpoint step-40 (rank 1's shards)", "attempt": 2, "delay_s": 1.0,
-               "error": "ConnectionError: refused"}}),
+               "error": "ConnectionError: refused", "ranks": 1}}),
     (StoreRecoveredEvent(0, "checkpoint step-40 (metadata)", 3, 4.5),
      {"kind": "store_recovered", "message": "rank 0: checkpoint step-40 (metadata) written after 3 retries (4.5s)",
-      "data": {"rank": 0, "what": "checkpoint step-40 (metadata)", "retries": 3, "after_s": 4.5}}),
+      "data": {"rank": 0, "what": "checkpoint step-40 (metadata)", "retries": 3, "after_s": 4.5, "ranks": 1}}),
     (CheckpointIncompleteEvent(20, ("__1_0.distcp",), 10),
      {"kind": "checkpoint_incomplete",
       "message": "checkpoint at step 20 is incomplete (missing __1_0.distcp): resuming from step 10 instead",
       "data": {"step": 20, "missing": ["__1_0.distcp"], "resume_step": 10}}),
+    (PhaseEvent(0, Progress(Phase.EVALUATING, 1200, 3125, 4, "final validation"), 12.04),
+     {"kind": "phase", "message": "rank 0: evaluating (final validation) 1,200/3,125 batches (12s in this phase)",
+      "data": {"rank": 0, "phase": "evaluating", "done": 1200, "total": 3125, "unit": "batches", "step": 4,
+               "what": "final validation", "elapsed_s": 12.04}}),
+    (ValidationEvent(40, 2.5, 128, 4, 16, 12500, False),
+     {"kind": "validation", "message": "validation at step 40: loss 2.5000 over 128 of 12,500 samples "
+                                       "(4 batches of 16 per rank)",
+      "data": {"step": 40, "loss": 2.5, "samples": 128, "batches": 4, "batch_size": 16, "split_samples": 12500,
+               "final": False}}),
 ]
 
 
@@ -125,6 +139,13 @@ def test_every_event_kind_is_pinned():
     kinds = {cls.kind for cls in vars(events).values()
              if isinstance(cls, type) and issubclass(cls, events.RunEvent) and cls is not events.RunEvent}
     assert kinds == {e.kind for e, _ in CASES}
+
+
+def test_progress_describes_itself_in_its_phase_unit():
+    assert Progress(Phase.UPLOADING_CHECKPOINT, 4_000_000, 10_000_000, 40, "step 40").describe() == (
+        "uploading checkpoint (step 40) 40% of 10.0 MB")
+    assert Progress(Phase.EVALUATING, 1200, 3125).describe() == "evaluating 1,200/3,125 batches"
+    assert Progress(Phase.BUILDING_MODEL).describe() == "building the model"
 
 
 def test_a_checkpoint_event_carries_its_bytes_once_the_control_plane_measured_them():

@@ -11,6 +11,8 @@ from service.db import repository as repo
 from service.leaked_groups import LeakedGroups
 from service.lifecycle import JobState
 from service.ray_client import NAMESPACE
+from service.ray_cluster import RayCluster
+from service.settings import get_settings
 from service.supervisor.actor import JobSupervisor, supervisor_name
 from tests.helpers import spec_of
 from workers.runtime.group_owner import GroupOwner
@@ -48,7 +50,7 @@ def test_groups_no_supervisor_can_use_are_removed_after_the_grace_and_the_rest_a
     try:
         ray.get([g.ready() for g in groups], timeout=30)
         now = [0.0]
-        sweeper = LeakedGroups(sessions, grace_s=10.0, clock=lambda: now[0])
+        sweeper = LeakedGroups(sessions, RayCluster(get_settings()), grace_s=10.0, clock=lambda: now[0])
         assert sweeper.sweep() == [] and set(names.values()) <= _live_groups()  # first seen, in its grace
         now[0] = 10.0
         removed = sweeper.sweep()

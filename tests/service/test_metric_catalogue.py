@@ -58,7 +58,7 @@ def test_catalogue_names_units_and_bounded_labels():
         assert m.name.startswith("trainyard_") and m.help, m
         assert "step" not in m.labels, f"{m.name}: never a label per step"
         assert set(m.labels) <= {"job", "name", "rank", "stage", "state", "cause", "reason", "action", "decision",
-                                 "method", "route", "status", "dim", "category"}, m
+                                 "method", "route", "status", "stat", "quantile", "loop"}, m
         if m.kind == "histogram":
             assert m.name.endswith("_seconds") and m.buckets, m
     assert "trainyard_straggler_score" in exposed_names()
@@ -72,17 +72,17 @@ def test_step_record_maps_to_job_rank_and_stage_series():
     got = samples(live)
     assert got[("trainyard_job_tokens_per_second", (("job", "j1"),))] == 10240.0
     assert got[("trainyard_job_grad_norm", (("job", "j1"),))] == 1.5
-    assert got[("trainyard_job_learning_rate", (("job", "j1"),))] == 3e-3
     assert got[("trainyard_job_world_size", (("job", "j1"),))] == 2
-    assert got[("trainyard_job_layout_degree", (("dim", "pp"), ("job", "j1")))] == 2
-    assert got[("trainyard_job_step_duration_seconds_count", (("job", "j1"),))] == 1
-    assert got[("trainyard_straggler_score", (("job", "j1"), ("rank", "1")))] == 0.52
+    assert got[("trainyard_job_step_seconds", (("job", "j1"), ("quantile", "0.5")))] == STEP["step_time_s"]
+    # per-rank quantities as distributions across ranks, the slowest ranks by rank
+    assert got[("trainyard_straggler_score", (("job", "j1"), ("stat", "min")))] == 0.52
+    assert ("trainyard_straggler_score", (("job", "j1"), ("stat", "median"))) not in got  # only the lowest
+    assert got[("trainyard_slowest_rank_straggler_score", (("job", "j1"), ("rank", "1")))] == 0.52
     assert got[("trainyard_straggler_threshold", (("job", "j1"),))] == 0.6
-    assert got[("trainyard_rank_peak_memory_bytes", (("job", "j1"), ("rank", "0")))] == 5_000_000
-    by_category = ("trainyard_rank_peak_memory_category_bytes", (("category", "activations"), ("job", "j1"),
-                                                                 ("rank", "1")))
-    assert got[by_category] == 5_996_000
-    assert got[("trainyard_rank_compute_seconds", (("job", "j1"), ("rank", "1")))] == 0.19
+    assert got[("trainyard_rank_peak_memory_bytes", (("job", "j1"), ("stat", "max")))] == 6_000_000
+    assert got[("trainyard_rank_compute_seconds", (("job", "j1"), ("stat", "max")))] == 0.19
+    assert not any(dict(labels).get("rank") and not name.startswith("trainyard_slowest_rank_")
+                   for name, labels in got), "only the slowest ranks carry a rank label"
     assert got[("trainyard_stage_bubble_fraction", (("job", "j1"), ("stage", "1")))] == 0.35
     assert got[("trainyard_stage_bubble_fraction_theoretical", (("job", "j1"), ("stage", "0")))] == 0.2
     assert got[("trainyard_stage_activation_bytes_in_flight", (("job", "j1"), ("stage", "0")))] == 2048
@@ -125,17 +125,19 @@ def test_events_map_to_bounded_counters():
     assert one(ReplaceEvent(1, "a", "b", 20, ("b", "c"), ("a",)))[0][1]["action"] == "replaced"
     names = [n for n, _ in one(CheckpointEvent(50, 1.2, bytes=123))]
     assert names == ["trainyard_checkpoints", "trainyard_job_last_checkpoint_step",
-                     "trainyard_checkpoint_duration_seconds", "trainyard_checkpoint_bytes"]
+                     "trainyard_checkpoint_seconds", "trainyard_checkpoint_bytes"]
     assert one(PreemptedEvent("high", 12, 10)) == []
 
 
 def test_finished_jobs_series_are_dropped_after_the_retention():
     live = LiveMetrics(retention_s=60.0)
-    live.drained("old", [STEP, {"type": "event", "seq": 4, "kind": "restart", "data": {"cause": "hang"}}])
+    restart = RestartEvent(1, 0, "rank 0 hung", RestartCause.HANG, "hang")
+    live.drained("old", [STEP, {"type": "event", "seq": 4, "kind": "restart", "event": restart}])
     live.drained("new", [STEP])
     assert live.retain({"old", "new"}, now=0.0) == []
-    assert live.retain({"new"}, now=10.0) == []  # "old" ended: kept for the retention
-    assert any(dict(labels).get("job") == "old" for _, labels in samples(live))
+    assert live.retain({"new"}, now=10.0) == []  # "old" ended: its counters are kept for the retention
+    assert {name for name, labels in samples(live) if dict(labels).get("job") == "old"} == {
+        "trainyard_restarts_total"}
     assert live.retain({"new"}, now=71.0) == ["old"]
     assert not any(dict(labels).get("job") == "old" for _, labels in samples(live))
     assert any(dict(labels).get("job") == "new" for _, labels in samples(live))

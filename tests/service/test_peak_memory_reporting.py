@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from service.db import repository as repo
 from service.supervisor.aggregate import StepAggregator
-from service.supervisor.summary import peak_memory_per_rank, steady_steps
+from service.supervisor.step_history import StepHistory
+from service.supervisor.summary import steady_steps
 from tests.helpers import spec_of
 
 
@@ -37,10 +38,17 @@ def test_the_summary_keeps_each_ranks_largest_measured_peak():
     assert steps[0]["peak_memory_bytes_per_rank"] == [1000, 1200]
     assert "peak_memory_bytes_per_rank" not in steps[2]  # an unmeasured step (the CPU schedule)
     assert steps[1]["ranks"][0]["peak_memory_breakdown"]["activations"] == 1100
-    assert peak_memory_per_rank(steps, 2) == [1500, 1300]
-    assert peak_memory_per_rank(steps[2:3], 2) is None
+    assert _history(steps).peak_memory_per_rank(2) == [1500, 1300]
+    assert _history(steps[2:3]).peak_memory_per_rank(2) is None
     # Steps of an earlier world size (before a resize) do not count toward the final ranks.
-    assert peak_memory_per_rank(steps, 3) is None
+    assert _history(steps).peak_memory_per_rank(3) is None
+
+
+def _history(steps: list[dict]) -> StepHistory:
+    history = StepHistory()
+    for step in steps:
+        history.append(step)
+    return history
 
 
 def test_metric_points_carry_the_step_peaks(sessions):

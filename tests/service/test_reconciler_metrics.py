@@ -50,10 +50,11 @@ def test_redrained_records_count_once(sessions, tmp_path):
     reconciler.apply(job_id, drained)
     reconciler.apply(job_id, drained)  # the same records again: already stored, not counted again
     assert value(live, "trainyard_restarts_total", job=job_id, cause="worker_lost") == 1
-    assert value(live, "trainyard_restarts_total", job=job_id, cause="hang") == 0  # initialised at 0
-    assert value(live, "trainyard_job_step_duration_seconds_count", job=job_id) == 2
+    assert value(live, "trainyard_restarts_total", job=job_id, cause="hang") is None  # none until the first
+    assert list(live._step_times[job_id]) == [step(1, 1)["step_time_s"], step(3, 2)["step_time_s"]]
     assert value(live, "trainyard_job_world_size", job=job_id) == 1
-    assert value(live, "trainyard_rank_compute_seconds", job=job_id, rank="0") == 0.08
+    assert value(live, "trainyard_rank_compute_seconds", job=job_id, stat="max") == 0.08
+    assert value(live, "trainyard_slowest_rank_straggler_score", job=job_id, rank="0") == 1.0
     drained["records"].append(step(4, 3))
     reconciler.apply(job_id, drained)
-    assert value(live, "trainyard_job_step_duration_seconds_count", job=job_id) == 3
+    assert len(live._step_times[job_id]) == 3  # each step's time once

@@ -10,6 +10,7 @@ import ray
 from service.db import repository as repo
 from service.leaked_groups import LeakedGroups
 from service.lifecycle import JobState
+from service.ray_cluster import RayCluster
 from service.scheduler import Demand, Scheduler, never_fits
 from service.settings import Settings
 from service.supervisor.actor import find_supervisor
@@ -102,7 +103,7 @@ def test_admits_by_priority_and_never_over_commits(ray_cluster, sessions, tmp_pa
             ray.kill(handle, no_restart=True)
     # Killed while creating its group, a supervisor leaks it in Ray (CI saw the 4 CPUs held for good):
     # the leader's sweep (service/leaked_groups.py) removes it.
-    sweeper = LeakedGroups(sessions, grace_s=0.0)
+    sweeper = LeakedGroups(sessions, RayCluster(Settings(home=tmp_path)), grace_s=0.0)
     deadline = time.monotonic() + 30
     while ray.available_resources().get("CPU", 0.0) < free and time.monotonic() < deadline:
         sweeper.sweep()

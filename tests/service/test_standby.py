@@ -6,11 +6,13 @@ from __future__ import annotations
 import ray
 
 from service.ray_client import NAMESPACE
+from service.ray_cluster import RayCluster
+from service.settings import get_settings
 from service.supervisor.standby import StandbyPool
 
 
 def test_take_prefers_ready_then_starting_standbys(ray_cluster):
-    pool = StandbyPool("test-take", size=1)
+    pool = StandbyPool("test-take", size=1, cluster=RayCluster(get_settings()))
     taken = []
     try:
         pool.refill()
@@ -31,9 +33,10 @@ def test_take_prefers_ready_then_starting_standbys(ray_cluster):
             ray.kill(handle, no_restart=True)
 
 
-def test_a_supervisor_has_the_training_stack_imported_before_any_call(ray_cluster):
-    """What a standby promises, and what keeps the run's thread and a drain from importing torch in
-    two threads at once (a partly initialised torch.utils failed every drain of the tracking test)."""
+def test_a_supervisor_actor_never_has_torch_or_the_training_stack_imported(ray_cluster):
+    """A supervisor is torch-free (docs/scale.md): nothing it imports at start pulls in torch, so no
+    two of its threads can ever import torch at once (a partly initialised torch.utils once failed
+    every drain of the tracking test)."""
     from service.supervisor.actor import create_supervisor
 
     handle = create_supervisor("trainyard-test-imports")
@@ -41,6 +44,6 @@ def test_a_supervisor_has_the_training_stack_imported_before_any_call(ray_cluste
         loaded = ray.get(handle.__ray_call__.remote(
             lambda self: sorted(m for m in ("torch", "workers.parallel.registry", "workers.checkpointing.saver")
                                 if m in __import__("sys").modules)), timeout=120)
-        assert loaded == ["torch", "workers.checkpointing.saver", "workers.parallel.registry"]
+        assert loaded == []
     finally:
         ray.kill(handle, no_restart=True)

@@ -29,4 +29,5 @@ def test_a_registered_policy_decides_for_a_slow_rank(monkeypatch, tmp_path):
     [event] = rec.of("straggler")
     assert (event.policy, event.rank, event.decision) == ("name_node", 1, StragglerAction.REPORTED)
     assert event.action == "reported (rank 1 runs on node node-b)"
+    assert event.node == "node-b" and event.data()["node"] == "node-b"  # named by rank and node
     assert not rec.of("rebalance") and not rec.of("resize")  # it only reported

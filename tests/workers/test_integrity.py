@@ -55,9 +55,11 @@ def test_a_flipped_bit_on_one_replica_is_caught_and_restored(clean, tmp_path):
                        **{"fault_tolerance.integrity_check_every": 5})
     assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 1
     [restart] = [d for k, d in rec.events if k == "restart"]
-    # Two replicas have no majority, so both are named.
-    assert restart["cause"] == "corruption" and "odd ranks: [0, 1]" in restart["reason"]
-    assert restart["resume_step"] == 5  # the corrupted state at step 10 was never checkpointed
+    # Rank 1's own checksums catch it before step 8's forward, naming it alone (comparing the two replicas
+    # at step 10 could not say which one is wrong: workers/training/shard_integrity.py).
+    assert restart["cause"] == "corruption" and "corrupted ranks: [1]" in restart["reason"], restart
+    assert "step 8's forward" in restart["reason"], restart
+    assert restart["resume_step"] == 5  # the corrupted state was never checkpointed
     assert summary["params_sha256"] == clean["params_sha256"]
 
 

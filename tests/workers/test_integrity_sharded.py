@@ -1,6 +1,7 @@
 """The integrity check on sharded layouts with replicas, end to end on a real Ray with 4 gloo workers:
 one flipped bit on one rank of an SDP job (each block held by several workers) and of an HSDP job
-(dp_replicate 2 x dp_shard 2) is caught at the next check, the job restores the last checkpoint, and
+(dp_replicate 2 x dp_shard 2) is caught before the next forward by that rank's own checksums
+(workers/training/shard_integrity.py, which name it alone), the job restores the last checkpoint, and
 its final state is bit-identical to a run without the fault (as test_integrity.py shows for DDP)."""
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ pytestmark = pytest.mark.slow
 BASE = {"resources.workers": 4, "model.n_layers": 4, "model.n_heads": 2, "train.steps": 12,
         "checkpoint.every_steps": 5, "fault_tolerance.integrity_check_every": 5, "data.max_bytes": 50_000}
 LAYOUTS = {
-    # every worker holds the embeddings: the flipped rank is the minority of four
-    "sdp": ({"parallel.sdp": {"mode": "block", "coverage": 0.75}}, "odd ranks: [1]"),
-    # rank 1's shard is replicated on rank 3 only: two replicas, no majority, both named
-    "hsdp": ({"parallel.zero": 3, "parallel.dp_shard": 2}, "odd ranks: [1, 3]"),
+    "sdp": ({"parallel.sdp": {"mode": "block", "coverage": 0.75}}, "corrupted ranks: [1]"),
+    # the replica comparison alone would name rank 3 too (two replicas, no majority)
+    "hsdp": ({"parallel.zero": 3, "parallel.dp_shard": 2}, "corrupted ranks: [1]"),
 }
 
 

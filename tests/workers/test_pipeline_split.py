@@ -13,7 +13,6 @@ from workers.models import build_model
 from workers.models.description import describe_spec_model
 from workers.parallel.pipeline.bubble import (
     join_stage_reports,
-    pipeline_summary,
     theoretical_bubble,
 )
 from workers.parallel.pipeline.probe import probe
@@ -31,6 +30,7 @@ from workers.parallel.pipeline.stage import (
     replacements_for,
 )
 from workers.parallel.pipeline.stage_meter import StageTimes
+from workers.parallel.pipeline.summary import pipeline_summary
 
 
 def pp_spec(**overrides):

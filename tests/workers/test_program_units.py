@@ -42,6 +42,7 @@ def test_a_program_spec_round_trips_without_the_trainer_sections():
     ({"parallel": {"tp": 2}}, "parallel"),
     ({"program": {"function": "m:f"}, "parallel": {"dp": 1, "pp": 2}}, "parallel"),
     ({"fault_injection": [{"at_step": 1, "kind": "nan"}]}, "fault_injection[0].kind"),
+    ({"fault_injection": [{"at_step": 1, "kind": "crash", "during": "final_validation"}]}, "fault_injection[0].during"),
     ({"program": {"command": ["a"], "env": {"TRAINYARD_JOB_ID": "x"}}}, "program.env"),
     ({"program": {"function": "m:f"}, "parallel": "auto"}, "parallel"),
 ])
@@ -263,7 +264,7 @@ def test_trainyard_run_reaches_a_programs_first_step_without_importing_torch():
             "from api.cli.local import read_spec_or_exit\n"
             "from service.supervisor.run import JobRun\n"
             "from service.supervisor.summary import layout_of\n"
-            "from workers.parallel.pipeline.bubble import pipeline_summary\n"
+            "from workers.parallel.pipeline.summary import pipeline_summary\n"
             "spec = read_spec_or_exit(Path('examples/torchrun-script/spec.yaml'))\n"
             "assert layout_of(spec)['strategy'] == 'program' and pipeline_summary(spec, []) is None\n"
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")

@@ -90,12 +90,7 @@ INVALID = [
      "supervisor.straggler.policy", ["not available with parallel.zero 3", "per-micro-batch all-gathers", "zero=3"]),
     ({"parallel.zero": 2, "resources.workers": 2, "supervisor.straggler.policy": "rebalance"},
      "supervisor.straggler.policy", ["not available with parallel.zero 2", "every micro-batch", "zero=2"]),
-    # integrity checks need replicas, and every checkpoint must land on a checked step
-    ({"parallel.zero": 3, "resources.workers": 2, "fault_tolerance.integrity_check_every": 5},
-     "fault_tolerance.integrity_check_every", ["needs a layout with replicas", "'fsdp'", "dp_shard=None"]),
-    ({"parallel.tp": 2, "resources.workers": 2, "fault_tolerance.integrity_check_every": 5},
-     "fault_tolerance.integrity_check_every", ["needs a layout with replicas", "'tp'", "dp=1"]),
-    ({"fault_tolerance.integrity_check_every": 5}, "fault_tolerance.integrity_check_every", ["'ddp'", "dp=1"]),
+    # every checkpoint must land on a checked step (layouts without replicas are checked too: test_shard_integrity)
     ({"resources.workers": 2, "fault_tolerance.integrity_check_every": 4, "checkpoint.every_steps": 6},
      "checkpoint.every_steps", ["multiple of fault_tolerance.integrity_check_every", "every_steps=6",
                                 "integrity_check_every=4"]),
@@ -146,6 +141,8 @@ def test_fault_injection_refused_unless_allowed(monkeypatch):
 @pytest.mark.parametrize("fault,field,word", [
     ({"at_step": 99, "rank": 0, "kind": "crash"}, "fault_injection[0].at_step", "steps=20"),
     ({"at_step": 2, "rank": 5, "kind": "hang"}, "fault_injection[0].rank", "workers=1"),
+    ({"at_step": 20, "kind": "hang", "during": "final_validation"}, "fault_injection[0].during", "kind 'crash'"),
+    ({"at_step": 19, "kind": "crash", "during": "final_validation"}, "fault_injection[0].during", "train.steps=20"),
 ])
 def test_fault_injection_bounds(fault, field, word):
     with pytest.raises(SPEC_ERRORS) as info:

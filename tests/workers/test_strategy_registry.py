@@ -28,16 +28,16 @@ LAYOUTS = [
 @pytest.mark.parametrize(("overrides", "name"), LAYOUTS)
 def test_each_layout_selects_its_strategy(overrides, name):
     spec = spec_of(**{"model.n_layers": 2, **overrides})
-    assert registry.strategy_name(spec) == name
+    assert registry.strategy_class(spec).name == name
     assert type(registry.build_strategy(spec)).name == name
 
 
 def test_a_new_strategy_is_one_file_and_one_registry_line(monkeypatch):
     monkeypatch.setattr(registry, "REGISTRY", (EchoStrategy, *registry.REGISTRY))  # the one line
     spec = spec_of(name="echo-job", **{"resources.workers": 2})
-    assert registry.strategy_name(spec) == "echo"
+    assert registry.strategy_class(spec).name == "echo"
     assert isinstance(registry.build_strategy(spec), EchoStrategy)
-    assert registry.strategy_name(spec_of(**{"resources.workers": 2})) == "ddp"  # others unchanged
+    assert registry.strategy_class(spec_of(**{"resources.workers": 2})).name == "ddp"  # others unchanged
     est = estimate(spec)  # its own cost
     assert est.strategy == "echo" and est.model_state_bytes_per_rank == 1 and est.comm_bytes_per_step == 2
     with pytest.raises(SPEC_ERRORS) as info:  # its own rule, refused by name like every other

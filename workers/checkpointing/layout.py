@@ -13,10 +13,10 @@ the bytes it points into. An incomplete one is never "latest": the previous comp
 from __future__ import annotations
 
 import os
-import pickle
 import re
 from collections.abc import Callable
 
+from workers.checkpointing.metadata_reader import read_metadata
 from workers.storage import Storage
 
 ROOT = "checkpoints"
@@ -50,7 +50,7 @@ def missing_files(checkpoint: Storage) -> list[str] | None:
     except FileNotFoundError:
         return None
     try:
-        metadata = pickle.loads(raw)
+        metadata = read_metadata(raw)  # torch-free: the supervisor reads it
         needed: dict[str, int] = {}
         for info in (metadata.storage_data or {}).values():
             needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)

@@ -1,15 +1,18 @@
 """Reading checkpoints and weights back, straight from the job's storage (local disk or object store).
 
 DCP reshards on load: each rank reads the parts of the saved tensors its current layout holds, so a
-job resumed with another layout (dp 2 -> 1, zero 3 -> ddp) reads the same checkpoint.
+job resumed with another layout (dp 2 -> 1, zero 3 -> ddp) reads the same checkpoint. On an object
+store a rank fetches only those parts (store_reader.py); `last_read` says how many bytes that was.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +30,24 @@ from torch.distributed.checkpoint.state_dict import (
 
 from workers.checkpointing.layout import EXPORT_NAME, METADATA, latest_checkpoint
 from workers.checkpointing.saver import OPTIM_OPTIONS
-from workers.checkpointing.staging import downloaded
+from workers.checkpointing.store_reader import StoreReader
 from workers.checkpointing.writer import reader_for
 from workers.storage import Storage
+
+log = logging.getLogger("trainyard.checkpoint")
+
+
+@dataclass
+class ReadCount:
+    """This process's last load from an object store: the bytes fetched (metadata included), of the
+    checkpoint's shard files' total."""
+
+    checkpoint: str = ""
+    bytes_read: int = 0
+    checkpoint_bytes: int = 0
+
+
+last_read = ReadCount()  # for the resume log line, its test and bench/checkpoint_reads.py
 
 
 class CheckpointUnreadable(RuntimeError):
@@ -90,9 +108,12 @@ def load_weights(source: Storage | str | os.PathLike, model: nn.Module) -> None:
 def _reader(checkpoint: Storage) -> Iterator[StorageReader]:
     if checkpoint.is_local:
         yield reader_for(checkpoint)
-    else:
-        with downloaded(checkpoint) as reader:
-            yield reader
+        return
+    reader = StoreReader(checkpoint)
+    yield reader
+    whole = reader.checkpoint_bytes()
+    last_read.checkpoint, last_read.bytes_read, last_read.checkpoint_bytes = checkpoint.uri, reader.bytes_read, whole
+    log.info("read %d of the %d bytes of checkpoint %s", reader.bytes_read, whole, checkpoint.uri)
 
 
 def _load_hf(where: Storage, model: nn.Module) -> None:

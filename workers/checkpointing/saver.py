@@ -12,20 +12,22 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
 from workers.checkpointing.layout import JobStorage, checkpoint_root, prune, step_name
 from workers.checkpointing.retry import RetryPolicy, StoreUnavailable
+from workers.checkpointing.save_plans import SavePlans
 from workers.checkpointing.staging import StagedUpload
-from workers.checkpointing.writer import writer_for
-from workers.events import RunEvent
+from workers.checkpointing.transfer import Throttle, TransferMeter
+from workers.checkpointing.writer import MeteredFileSystemWriter, metered, writer_for
+from workers.events import Phase, RunEvent
+from workers.runtime.gloo_groups import lazy_gloo_group
 from workers.storage import Storage
 
 log = logging.getLogger("trainyard.checkpoint")
@@ -42,29 +44,37 @@ class Checkpointer:
     def __init__(self, job: JobStorage, keep: int, rank: int, policy: RetryPolicy | None = None):
         self.storage, self.keep, self.rank = Storage.of(job), keep, rank
         self.policy = policy or RetryPolicy.from_env()
-        self.group = dist.new_group(backend="gloo")
+        self.group = lazy_gloo_group()  # the save's thread: not the control group (workers/runtime/gloo_groups.py)
         self._pending: Future | None = None
         self._pending_step = 0
         self._started = 0.0
         self.last_duration_s: float | None = None  # save start to durable, of the last completed save
         self.progress: dict = {}  # recorded beside the step (the trainer's data skips and LR factor)
         self.notify: Callable[[RunEvent], None] = lambda event: log.warning(event.message)  # the trainer's emit
+        self.meter = self.upload_meter = TransferMeter()  # the bytes of the save in flight (transfer.py)
         self.uploads = StagedUpload(self.storage, rank, self.group, self.policy, lambda event: self.notify(event))
+        self.plans = SavePlans()  # the layout is fixed for this Checkpointer's life (save_plans.py)
 
-    def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
+             throttle: Throttle | None = None) -> None:
+        """Start saving `step`; `throttle`: an injected slow or stalled write (workers/training/faults.py)."""
         self.wait()  # at most one save in flight (callers that report durability wait first)
         self._started = time.monotonic()
+        # Bytes to the job's storage (a local directory), or to the node's staging directory first.
+        self.meter = TransferMeter(throttle)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIM_OPTIONS)
         state = {"model": model_sd, "optim": optim_sd, "progress": {**self.progress, "step": step}}
         name, notify = step_name(step), lambda event: self.notify(event)
         target = checkpoint_root(self.storage) / name
         if self.storage.is_local:
-            writer = writer_for(target, f"checkpoint {name}", self.rank, self.policy, notify)
+            writer = metered(writer_for(target, f"checkpoint {name}", self.rank, self.policy, notify), self.meter)
         else:  # written to this node's disk, then uploaded in the background (staging.py says why)
-            writer = FileSystemWriter(str(self.uploads.staging_dir(name)))
-        pending = dcp.async_save(state, storage_writer=writer, process_group=self.group)
+            writer = metered(MeteredFileSystemWriter(str(self.uploads.staging_dir(name))), self.meter)
+        pending = dcp.async_save(state, storage_writer=writer, process_group=self.group, planner=self.plans.planner())
         assert isinstance(pending, Future)  # an AsyncSaveResponse comes only with async staging (not asked for)
-        self._pending = pending if self.storage.is_local else self.uploads.after(pending, target, name)
+        self.upload_meter = TransferMeter()
+        self._pending = (pending if self.storage.is_local
+                         else self.uploads.after(pending, target, name, self.upload_meter))
         self._pending_step = step
 
     def completed(self) -> int | None:
@@ -73,13 +83,30 @@ class Checkpointer:
             return self.wait()
         return None
 
-    def wait(self) -> int | None:
+    def transfer(self) -> tuple[Phase, int, int]:
+        """Where the save in flight is: (phase, bytes done, bytes expected). To a local directory the
+        write is the upload; to an object store, staged on the node's disk, then uploaded."""
+        if self.storage.is_local:
+            return (Phase.UPLOADING_CHECKPOINT, *self.meter.snapshot())
+        if self.upload_meter.total:
+            return (Phase.UPLOADING_CHECKPOINT, *self.upload_meter.snapshot())
+        return (Phase.SAVING_CHECKPOINT, *self.meter.snapshot())
+
+    def wait(self, progress: Callable[[int, Phase, int, int], None] | None = None,
+             every_s: float = 0.5) -> int | None:
         """Block until the in-flight save is durable; returns its step. StoreUnavailable when a rank's
-        writes gave up on the store (DCP raises the same gathered error on every rank)."""
+        writes gave up on the store (DCP raises the same gathered error on every rank). While it waits,
+        `progress(step, phase, bytes done, bytes expected)` every `every_s`."""
         if self._pending is None:
             return None
         pending, self._pending = self._pending, None
         try:
+            while progress is not None and not pending.done():
+                progress(self._pending_step, *self.transfer())
+                try:
+                    pending.result(timeout=every_s)
+                except FutureTimeout:
+                    continue
             pending.result()
         except StoreUnavailable:
             raise

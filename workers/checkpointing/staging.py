@@ -10,8 +10,10 @@ the S3 test server, GPT 256x4 + AdamW, 38 MiB, one rank, median of 5, load avera
 
 The fsspec writer streams every tensor through a buffered object file and its reader fetches each
 tensor with its own ranged GET; staging writes one local file per rank at disk speed and moves it
-in one streamed (multipart) upload, and a restore downloads whole files. The async save already
-copies the state to CPU before its thread writes, so the loop is blocked no longer either way.
+in one streamed (multipart) upload. The async save already copies the state to CPU before its thread
+writes, so the loop is blocked no longer either way. The restore row downloaded whole files to every
+rank; a restore now fetches only the ranges of a rank's load plan, adjacent items in one GET
+(store_reader.py, measured in docs/scale.md).
 
 Protocol (a checkpoint is complete when `.metadata` and every shard it names are on the store):
 DCP writes each rank's shards and rank 0's `.metadata` into the node's staging directory; each rank
@@ -23,19 +25,16 @@ checkpoint without metadata (or short of a shard), which is never resumed from (
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint import FileSystemReader
 
 from workers.checkpointing.layout import METADATA
 from workers.checkpointing.retry import RetryPolicy, StoreUnavailable, with_retries
+from workers.checkpointing.transfer import TransferMeter
 from workers.events import RunEvent
 from workers.storage import Storage, local_dir
 
@@ -50,18 +49,22 @@ class StagedUpload:
     def staging_dir(self, name: str) -> Path:
         return local_dir(self.storage) / "staging" / name
 
-    def after(self, written: Future, target: Storage, name: str) -> Future:
-        """Once DCP has `written` the checkpoint `name` locally, upload it to `target`; a future of that."""
-        return self._thread.submit(self._upload, written, target, name)
+    def after(self, written: Future, target: Storage, name: str, meter: TransferMeter | None = None) -> Future:
+        """Once DCP has `written` the checkpoint `name` locally, upload it to `target`; a future of that.
+        `meter`: the bytes uploaded, file by file."""
+        return self._thread.submit(self._upload, written, target, name, meter or TransferMeter())
 
-    def _upload(self, written: Future, target: Storage, name: str) -> None:
+    def _upload(self, written: Future, target: Storage, name: str, meter: TransferMeter) -> None:
         written.result()
         staged = self.staging_dir(name)
         failed: StoreUnavailable | None = None
+        shards = sorted(staged.glob(f"__{self.rank}_*"))  # this rank's shards (ranks may share a node)
+        meter.expect(sum(p.stat().st_size for p in shards) or 1)
         try:
-            for path in sorted(staged.glob(f"__{self.rank}_*")):  # this rank's shards (ranks may share a node)
+            for path in shards:
                 with_retries(lambda: target.upload(path, path.name), f"checkpoint {name} (rank {self.rank}'s shards)",
                              self.rank, self.policy, self.notify)
+                meter.add(path.stat().st_size)
         except StoreUnavailable as exc:
             failed = exc
         # Every rank learns whether every upload went through: none waits on a rank that gave up.
@@ -80,13 +83,3 @@ class StagedUpload:
 def _remove_own(staged: Path, rank: int) -> None:
     for path in staged.glob(f"__{rank}_*"):
         path.unlink(missing_ok=True)
-
-
-@contextmanager
-def downloaded(checkpoint: Storage) -> Iterator[FileSystemReader]:
-    """A reader of a checkpoint on an object store, from whole files downloaded to a temporary
-    directory (faster than a ranged GET per tensor; see the table above)."""
-    with tempfile.TemporaryDirectory(prefix="trainyard-restore-") as tmp:
-        local = Path(tmp) / checkpoint.name
-        checkpoint.download("", local)
-        yield FileSystemReader(str(local))

@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from workers.checkpointing.retry import RetryPolicy, with_retries
+from workers.checkpointing.transfer import MeteredFileSystem, TransferMeter, planned_bytes
 from workers.events import RunEvent
 from workers.storage import Storage
 
@@ -55,7 +56,30 @@ class _Retrying:
                      f"{self.what} (metadata)", self.rank_id, self.policy, self.notify)
 
 
-class RetryingFileSystemWriter(_Retrying, FileSystemWriter):
+class _Metered:
+    """Mixed into a DCP writer in front of the retries: the rank's planned bytes, counted once, on `meter`
+    (its writes are counted by the MeteredFileSystem that `metered` installs)."""
+
+    meter: TransferMeter | None = None
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        if self.meter is not None:
+            self.meter.expect(planned_bytes(plan))
+        return super().write_data(plan, planner)  # type: ignore[misc]
+
+
+def metered(writer: StorageWriter, meter: TransferMeter | None) -> StorageWriter:
+    """A local-disk writer whose bytes show on `meter` (None: as it is)."""
+    if meter is not None and isinstance(writer, _Metered):
+        writer.meter, writer.fs = meter, MeteredFileSystem(meter)  # type: ignore[attr-defined]
+    return writer
+
+
+class MeteredFileSystemWriter(_Metered, FileSystemWriter):
+    """DCP's plain local writer (an object store's staging directory), its bytes counted."""
+
+
+class RetryingFileSystemWriter(_Metered, _Retrying, FileSystemWriter):
     pass
 
 

@@ -33,7 +33,7 @@ SITES: dict[str, str] = {
     "workers.checkpointing.saver:Checkpointer.save": CONTROL,
     # On an object store the ranks agree on the checkpoint group whether every upload went through.
     "workers.checkpointing.staging:StagedUpload._upload": CONTROL,
-    "workers.training.validation:validation_loss": CONTROL,  # the loss sums over dp, CPU mirror of dp
+    "workers.training.validation:validate": CONTROL,  # the loss sums over dp, CPU mirror of dp
     # Gradients, parameters, activations, the gradient norm, model state: the rank's device.
     "workers.models": DATA,  # DTensor ops inside a tensor-parallel model's forward
     "workers.model_io:call_model": DATA,  # FSDP's all-gathers before a forward (evaluation)

@@ -21,27 +21,32 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
+from workers.runtime.gloo_groups import lazily_connected, lazy_gloo_group
+
 
 class ControlGroups:
     """The world's gloo group, and gloo mirrors of mesh dimensions a strategy asks for."""
 
     def __init__(self) -> None:
-        self.world = dist.new_group(backend="gloo")  # collective: every rank, same order
+        self.world = lazy_gloo_group()  # collective: every rank, same order; pairs connect on use
         self._dims: dict[str, dist.ProcessGroup] = {}
 
     def mirror(self, mesh: DeviceMesh, dim: str) -> dist.ProcessGroup:
         """This rank's gloo group over the same ranks as `mesh[dim]`'s. A collective over the world:
         every rank calls it for the same dimensions in the same order (strategies do, in `wrap`)."""
+        if dim not in self._dims and mesh[dim].size() == dist.get_world_size():
+            self._dims[dim] = self.world  # the dimension spans every rank (pure dp): no second all-rank group
         if dim not in self._dims:
             axis = list(mesh.mesh_dim_names or ()).index(dim)
             ranks = mesh.mesh.movedim(axis, -1).reshape(-1, mesh[dim].size())
-            mine, _ = dist.new_subgroups_by_enumeration([r.tolist() for r in ranks], backend="gloo")
+            with lazily_connected():
+                mine, _ = dist.new_subgroups_by_enumeration([r.tolist() for r in ranks], backend="gloo")
             self._dims[dim] = mine
         return self._dims[dim]
 
     def groups(self) -> list[dist.ProcessGroup]:
         """Every control group of this rank (the collective-device test tells them from data groups)."""
-        return [self.world, *self._dims.values()]
+        return list({id(g): g for g in (self.world, *self._dims.values())}.values())
 
     def _group(self, dim: str | None) -> dist.ProcessGroup:
         return self.world if dim is None else self._dims[dim]

@@ -61,7 +61,10 @@ class DDPStrategy:
         apply_activation_checkpointing(model, ctx)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, derived_buffers(model))
-        ddp = DistributedDataParallel(model, device_ids=device_ids)
+        # find_unused_parameters keeps one bucket layout for every step of every attempt: without it the
+        # reducer rebuilds its buckets after an attempt's first step, so a resumed run's first step sums
+        # gradients in another order (3+ ranks: not bit-identical to the run it resumes).
+        ddp = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
         register_comm_hook(ddp, ctx)  # plain, fp16/bf16-compressed or PowerSGD (parallel.compression)
         return ddp
 

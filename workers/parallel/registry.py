@@ -4,7 +4,8 @@ Each strategy says itself whether it runs a spec (`selects`), which rules its op
 (`spec_errors`) and what its layout costs (`cost`). The first strategy in `REGISTRY` that
 selects a spec runs it, so more specific layouts come first; every strategy's rules are checked
 on every spec, since an option may be set where its strategy does not run. Adding a strategy
-is one new file and one line here.
+is one new file and one line here, and one in selection.py (the torch-free name of the
+strategy a spec selects, for the supervisor and the API; tests/workers/test_strategy_selection.py).
 """
 
 from __future__ import annotations
@@ -36,10 +37,6 @@ STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in REGISTRY}
 
 def strategy_class(spec: JobSpec) -> type[Strategy]:
     return next(s for s in REGISTRY if s.selects(spec))
-
-
-def strategy_name(spec: JobSpec) -> str:
-    return strategy_class(spec).name
 
 
 def build_strategy(spec: JobSpec) -> Strategy:

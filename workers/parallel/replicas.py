@@ -1,11 +1,13 @@
 """Replica groups: the tensors a rank holds that must be bit-identical on other ranks.
 
-Every strategy declares them (`Strategy.replica_groups`), so that the integrity check
+Every strategy declares them (`Strategy.replica_groups`), so that the replica check
 (workers/training/integrity.py) compares only what is meant to be identical, within the
 ranks that hold it: whole parameters over dp (DDP, ZeRO-1/2, local SGD right after an
 average), each tensor-parallel shard or pipeline stage over dp, each HSDP shard over
 dp_replicate, each SDP piece over its holders. Replicas here are data-parallel ones:
 tensors replicated over tp (embeddings, norms) are equal by construction but not compared.
+Layouts without replicas (FSDP, TP or a pipeline with dp 1) are still checked: each rank verifies
+its own state at rest (workers/training/shard_integrity.py).
 """
 
 from __future__ import annotations
@@ -44,12 +46,17 @@ def replicated_over(mesh: DeviceMesh, params: Iterable[nn.Parameter]) -> list[Re
     return [ReplicaGroup(ranks, tuple(local(p.detach()) for p in params))]
 
 
+# Strategies whose state changes between an update and the next forward (a parameter server's pushes, say),
+# where a checksum sealed after the update would flag its own writes: none today. Every layout above is
+# checked at rest on each rank (workers/training/shard_integrity.py), replicas or not.
+CHANGES_AT_REST: frozenset[str] = frozenset()
+
+
 def integrity_errors(spec: JobSpec, strategy_name: str, replicas: int) -> Iterator[Violation]:
-    """`fault_tolerance.integrity_check_every` needs something to compare: ranks holding the same state."""
-    if spec.fault_tolerance.integrity_check_every and replicas < 2:
-        p = spec.parallel
+    """`fault_tolerance.integrity_check_every` needs state at rest between steps: a rank's own checksums
+    verify it there (and replicas, where the layout has them, are compared too)."""
+    if spec.fault_tolerance.integrity_check_every and strategy_name in CHANGES_AT_REST:
         yield Violation("fault_tolerance.integrity_check_every",
-            f"fault_tolerance.integrity_check_every needs a layout with replicas (state held identically by "
-            f"several data-parallel ranks) to compare; layout {strategy_name!r} holds every parameter or shard "
-            f"on one rank only (dp={spec.dp}, dp_shard={p.dp_shard}, tp={p.tp}, pp={p.pp}, zero={p.zero}): "
-            f"set it to 0, or use dp > 1 (with zero 3: parallel.dp_shard < dp, HSDP)")
+            f"fault_tolerance.integrity_check_every needs a layout whose state rests between an update and the "
+            f"next forward, so that each rank can verify its own checksums; layout {strategy_name!r} changes it "
+            f"there (replicas={replicas}): set it to 0")

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from workers.program.runner import ProgramRunner
     from workers.training.trainer import Trainer
 
+HAND_OVER_S = 0.1  # a follower rank hands its events to its node's leader this often (when it has any)
+
 
 def _exit_when_removed(pg, interval_s: float = 2.0) -> None:
     # A pooled worker is detached from its job's owner; tie its life to the job's placement group
@@ -62,6 +64,10 @@ class TrainWorker:
         self._lock = threading.Lock()
         self._events: list[RankEvent] = []
         self.control = RankControl()  # stop and rebalance requests, agreed on between steps
+        self._leader = None  # this node's leading rank, which the supervisor polls for this one too
+        self._following = threading.Event()  # set: stop handing over (reassigned, polled itself, or the job ended)
+        self._handing = threading.Lock()  # one hand-over in flight, in order
+        self._reset_relay()
         self.trainer: Trainer | RankProcess | ProgramRunner | None = None  # set by setup()
 
     def node_id(self) -> str:
@@ -73,6 +79,9 @@ class TrainWorker:
         an object store, reached with the forwarded `store_env`). With `pg`, exit once that placement
         group is gone."""
         adopt_client_env(store_env)
+        self._following.set()  # a warm worker's earlier job: it no longer hands anything to that leader
+        self._leader = None
+        self._reset_relay()
         self.rank, self.world_size, self.storage = rank, world_size, Storage.at(job_uri)
         self.log_path = capture_output(self.storage, log_name)  # on an object store: a local file, shipped
         if pg is not None:
@@ -118,11 +127,11 @@ class TrainWorker:
                                        nodes, gpus)
         start = RankStart(spec, self.rank, self.world_size, self.storage, master_addr, master_port, timeout_s, shares)
         if not IN_CHILD:  # TRAINYARD_RANK_PROCESS=false: the loop in this process, as before (a switch to rule it out)
-            self.trainer, answer = start_trainer(start)
+            self.trainer, answer = start_trainer(start, self._emit)
             return answer
         self.trainer = process = RankProcess(start)
         step_aside()  # the loop, forked at this niceness, keeps it; this process only relays from now on
-        return process.ready()
+        return process.ready(self._emit)  # its set-up's progress, polled meanwhile (WorkerGroup.start)
 
     def _setup_program(self, spec, master: Rendezvous, timeout_s: float, attempt: int,
                        nodes: list[str] | None, gpus: list[list[str]] | None) -> dict:
@@ -157,16 +166,83 @@ class TrainWorker:
             sys.stderr.flush()
             raise
         finally:
+            if self._leader is not None and not self._direct:  # the last events reach the leader before the
+                self._following.set()                            # supervisor hears the end
+                self._hand_over(self._leader)
             end_output()  # shipped before the supervisor hears the end (it kills this actor next)
 
     def _emit(self, event: RankEvent) -> None:
         with self._lock:
             self._events.append(event)
 
-    def poll(self) -> list[RankEvent]:
+    # --- the node's leader polls for its ranks (workers/runtime/node_leaders.py) ----------------
+    # A follower numbers what it hands over and keeps it until its leader says a supervisor poll took
+    # it: if the leader dies first, the supervisor polls the follower itself (`poll(since)`) and gets
+    # what the leader held unpolled, once, instead of losing it with the leader.
+
+    def _reset_relay(self) -> None:
+        self._direct = False  # polled by the supervisor itself: its leader is gone
+        self._seq = 0  # of the last event this follower handed over
+        self._sent: list[tuple[int, RankEvent]] = []  # handed over, not yet known to be polled off the leader
+        self._held: dict[int, int] = {}  # leader: follower rank -> seq of its last event held here
+        self._delivered: dict[int, int] = {}  # leader: follower rank -> seq of its last event a poll took
+
+    def follow(self, leader) -> None:
+        """Hand this rank's events to `leader` (this node's leading rank's actor) from now on."""
+        self._leader, self._following = leader, threading.Event()
+        threading.Thread(target=self._hand_over_loop, args=(leader, self._following), name="hand-over",
+                         daemon=True).start()
+
+    def relay(self, rank: int, seq: int, events: list[RankEvent]) -> int:
+        """Follower `rank`'s events up to its `seq`, kept with this rank's own for the supervisor's next
+        poll; answers the seq of that follower's last event a poll has taken."""
+        with self._lock:
+            self._events.extend(events)
+            self._held[rank] = seq
+            return self._delivered.get(rank, 0)
+
+    def _hand_over_loop(self, leader, stop: threading.Event) -> None:
+        while not stop.wait(HAND_OVER_S):
+            self._hand_over(leader)
+
+    def _hand_over(self, leader) -> None:
+        """One hand-over, waited for: at most one in flight, in order."""
+        with self._handing:
+            with self._lock:
+                if self._direct:
+                    return
+                events, self._events = self._events, []
+                self._sent.extend(enumerate(events, self._seq + 1))
+                self._seq += len(events)
+                seq = self._seq
+            if not events:
+                return
+            try:
+                delivered = ray.get(leader.relay.remote(self.rank, seq, events), timeout=30)
+            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                return  # the leader is gone: kept in _sent for the supervisor, which then polls this rank
+            with self._lock:
+                self._sent = [(s, e) for s, e in self._sent if s > delivered]
+
+    def poll_node(self) -> tuple[list[RankEvent], dict[int, int]]:
+        """A leader's poll: its own and its followers' events, and for each follower the seq of its last
+        event among them (the supervisor asks a follower for what came after, should the leader die)."""
         with self._lock:
             events, self._events = self._events, []
-        return events
+            self._delivered.update(self._held)
+            return events, dict(self._delivered)
+
+    def poll(self, since: int | None = None) -> list[RankEvent]:
+        """This rank's events. `since`: the supervisor polls a follower itself from now on (its leader is
+        gone); first come the events it handed over after its `since`-th, which no poll took off the leader."""
+        with self._lock:
+            if since is not None:
+                self._direct = True
+                self._following.set()
+            lost = [e for s, e in self._sent if s > since] if since is not None else []
+            self._sent = [] if since is not None else self._sent
+            events, self._events = self._events, []
+        return lost + events
 
     def request_stop(self) -> None:
         self.control.request_stop()

@@ -19,12 +19,13 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from workers.events import RankEvent, RestartCause
+from workers.events import Progress, RankEvent, RankProgress, RestartCause
 from workers.program.errors import ProgramFailed
 from workers.program.prestarted import ENABLED as PRESTART
 from workers.program.session_server import DRAIN_S
 from workers.runtime.actor import TrainWorker
 from workers.runtime.group_owner import GroupOwner
+from workers.runtime.node_leaders import node_leaders
 from workers.runtime.node_loss import node_lost
 from workers.runtime.pool import take_warm
 from workers.spec import JobSpec
@@ -77,6 +78,12 @@ class WorkerGroup:
         self.results: list[dict | None] = []
         self.warm_workers = 0
         self.master: tuple[str, int] | None = None  # the rank-0 TCP store
+        self.leaders: dict[int, list[int]] = {}  # leader rank -> its node's ranks: the ranks a poll calls
+        self.direct: set[int] = set()  # ranks polled themselves: their node's leader is gone
+        self.calls_per_poll = 0
+        self._delivered: dict[int, int] = {}  # follower -> seq of its last event a leader's poll gave us
+        self._in_flight: dict[int, ray.ObjectRef] = {}  # rank -> its unanswered poll: one call at a time each
+        self._early: list[RankEvent] = []  # reported while start() waited on the set-up
 
     @staticmethod
     def bundle_of(spec: JobSpec) -> dict[str, float]:
@@ -113,9 +120,9 @@ class WorkerGroup:
             collective_timeout = 2 * self.spec.fault_tolerance.hang_timeout_s + 30
             gpus = (ray.get([a.gpu_ids.remote() for a in self.actors], timeout=timeout_s)
                     if self.spec.program is not None and self.spec.resources.gpus_per_worker else None)
-            setups = ray.get([a.setup.remote(spec_json, addr, port, collective_timeout, shares, self.attempt,
-                                             self.nodes, gpus, hosted is not None) for a in self.actors],
-                             timeout=timeout_s)
+            setups = self._await_setups([a.setup.remote(spec_json, addr, port, collective_timeout, shares,
+                                                        self.attempt, self.nodes, gpus, hosted is not None)
+                                         for a in self.actors], timeout_s)
         except ray.exceptions.RayTaskError as exc:
             retryable = not isinstance(exc.cause, CONFIGURATION_ERRORS)
             raise GroupFailure(f"group did not form: {_reason(exc)}", retryable,
@@ -126,6 +133,24 @@ class WorkerGroup:
         self.train_refs = [a.train.remote() for a in self.actors]
         self.results = [None] * n
         return setups
+
+    def _await_setups(self, refs: list, timeout_s: float, poll_s: float = 0.5) -> list[dict]:
+        """Every rank's setup answer. Meanwhile the ranks' progress (opening the data, building the model,
+        loading the checkpoint) is polled, kept for the supervisor's first poll(), and moves the deadline:
+        a set-up fails after `timeout_s` without progress, not after `timeout_s` in all."""
+        deadline, last = time.monotonic() + timeout_s, dict[int, Progress]()
+        while True:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=poll_s)
+            if len(ready) == len(refs):
+                return ray.get(refs, timeout=timeout_s)
+            ray.get(ready, timeout=timeout_s)  # a rank whose setup failed fails the group now
+            for event in self.poll(poll_s):
+                self._early.append(event)
+                if isinstance(event, RankProgress) and event.progress.advanced_from(last.get(event.rank)):
+                    last[event.rank] = event.progress
+                    deadline = time.monotonic() + timeout_s
+            if time.monotonic() > deadline:
+                raise ray.exceptions.GetTimeoutError(f"no rank's set-up progressed for {timeout_s:.0f}s")
 
     def _place_actors(self, timeout_s: float) -> None:
         """One actor per bundle: a warm pooled worker on the bundle's node if there is one, else a fresh one."""
@@ -149,22 +174,67 @@ class WorkerGroup:
                                                 self.pg if name is not None else None, self.store_env))
         self.actors = actors
         ray.get(assigned, timeout=timeout_s)
+        self.appoint_leaders(timeout_s)
+
+    def appoint_leaders(self, timeout_s: float) -> None:
+        """One rank per node speaks for it (workers/runtime/node_leaders.py): the others hand it their events."""
+        self.leaders = node_leaders(self.nodes)
+        ray.get([self.actors[rank].follow.remote(self.actors[leader])
+                 for leader, ranks in self.leaders.items() for rank in ranks[1:]], timeout=timeout_s)
 
     def _needs_training_stack(self) -> bool:
         """A command program runs in its own process: its actor needs no torch (a faster start)."""
         return self.spec.program is None or self.spec.program.command is None
 
     def poll(self, timeout_s: float = 30.0) -> list[RankEvent]:
-        """Telemetry from every live rank since the last poll; a rank that does not answer within
-        `timeout_s` (all ranks together) is skipped."""
-        events: list[RankEvent] = []
-        refs, deadline = [a.poll.remote() for a in self.actors], time.monotonic() + timeout_s
-        for ref in refs:
-            try:
-                events.extend(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
-            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
-                pass  # a dead rank shows up in check()
+        """Telemetry from every live rank since the last poll, one call per node (its leader's, which
+        holds what the node's other ranks handed it). A rank that does not answer within `timeout_s`
+        (all together) keeps its call in flight: its answer is taken by a later poll, not lost, and it
+        gets no second call meanwhile. Once a leader is gone its node's other ranks are polled
+        themselves, at once and from then on (workers/runtime/actor.py: they lose nothing it held)."""
+        events, self._early = self._early, []  # what the ranks reported during their set-up
+        targets = ([r for r in self.leaders if r not in self.direct] + sorted(self.direct) if self.leaders
+                   else list(range(len(self.actors))))
+        self.calls_per_poll = len(targets)
+        deadline = time.monotonic() + timeout_s
+        while targets:
+            fallen = self._collect_polls(targets, deadline, events)
+            self.direct.update(fallen)
+            self.calls_per_poll += len(fallen)
+            targets = fallen  # polled in this same poll: their events are not held back a poll interval
         return events
+
+    def _collect_polls(self, targets: list[int], deadline: float, events: list[RankEvent]) -> list[int]:
+        """Poll `targets` (the calls still in flight from an earlier poll first); the followers of a
+        leader found dead, to be polled themselves."""
+        for rank in targets:
+            if rank in self._in_flight:
+                continue
+            actor = self.actors[rank]
+            if rank in self.direct:  # a follower whose leader is gone: what it handed over that we never got
+                self._in_flight[rank] = actor.poll.remote(self._delivered.get(rank, 0))
+            elif rank in self.leaders:
+                self._in_flight[rank] = actor.poll_node.remote()
+            else:
+                self._in_flight[rank] = actor.poll.remote()
+        refs = {self._in_flight[r]: r for r in targets}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))
+        fallen: list[int] = []
+        for ref in ready:
+            rank = refs[ref]
+            del self._in_flight[rank]
+            try:
+                answer = ray.get(ref, timeout=0)
+            except ray.exceptions.RayActorError:  # a dead rank shows up in check(); its node's peers answer now
+                fallen.extend(r for r in self.leaders.get(rank, ())[1:] if r not in self.direct)
+                continue
+            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                continue
+            if isinstance(answer, tuple):  # a leader's: its node's events, and how far each follower's reached
+                answer, delivered = answer
+                self._delivered.update(delivered)
+            events.extend(answer)
+        return fallen
 
     def check(self) -> bool:
         """True once every rank finished; raises GroupFailure if any rank failed."""
@@ -197,8 +267,9 @@ class WorkerGroup:
 
     def _collect(self, refs: list) -> list[tuple[int, ray.exceptions.RayError]]:
         failures = []
+        index = {ref: i for i, ref in enumerate(self.train_refs)}  # list.index per ref was quadratic in ranks
         for ref in refs:
-            i = self.train_refs.index(ref)
+            i = index[ref]
             try:
                 self.results[i] = ray.get(ref, timeout=0)
             except ray.exceptions.GetTimeoutError:
@@ -254,6 +325,8 @@ def _reason(exc: BaseException) -> str:
     cause = getattr(exc, "cause", None)
     if isinstance(cause, (UserModelError, ProgramFailed)):  # the whole message: it says what to change
         return f"UserModelError: {cause}"
+    if getattr(cause, "restart_cause", None) == RestartCause.OUT_OF_MEMORY:  # the figures, whole
+        return f"{type(cause).__name__}: {cause}"
     text = str(exc).strip().splitlines()
     tail = [line for line in text if line.strip()][-1:] or [type(exc).__name__]
     return f"{type(exc).__name__}: {tail[0][:300]}"

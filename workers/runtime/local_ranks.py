@@ -49,7 +49,8 @@ def train_job(spec, rank: int, world: int, device: torch.device, job_dir: Path, 
     result["losses"] = [r["loss"] for r in steps if isinstance(r, dict) and "loss" in r]
     result["records"] = [r for r in steps if isinstance(r, dict)]
     if audit:
-        cpu_groups = {g.group_name for g in trainer.control_groups.groups()} | {trainer.checkpointer.group.group_name}
+        cpu_groups = {str(g.group_name) for g in trainer.control_groups.groups()}
+        cpu_groups.add(str(trainer.checkpointer.group.group_name))
         result["violations"] = violations(recorder.seen, device, cpu_groups)
         result["sites"] = sorted({(c.site, c.group in cpu_groups) for c in recorder.seen})
     return result

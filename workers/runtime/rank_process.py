@@ -91,14 +91,17 @@ class Failed:
     error: BaseException
 
 
-def start_trainer(start: RankStart):
+def start_trainer(start: RankStart, emit: Callable[[RankEvent], None] | None = None):
     """In the child: the rank's device, process group and Trainer, resumed from the latest checkpoint.
-    (trainer, the setup answer the supervisor reads)."""
+    (trainer, the setup answer the supervisor reads). `emit`: where the set-up's progress goes (opening
+    the data, building the model, loading the checkpoint), heard by the supervisor while it waits."""
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
 
+    from workers.training.out_of_memory import is_out_of_memory, out_of_memory
+    from workers.training.progress import ProgressReporter, report_interval_s
     from workers.training.trainer import Trainer
 
     spec = start.spec
@@ -114,8 +117,15 @@ def start_trainer(start: RankStart):
         "nccl" if use_cuda else "gloo", init_method=f"tcp://{start.master_addr}:{start.master_port}",
         rank=start.rank, world_size=start.world_size, timeout=timedelta(seconds=start.timeout_s),
     )
-    trainer = Trainer(spec, start.rank, start.world_size, device, start.storage, start.shares)
-    step = trainer.resume_from_latest()
+    reporter = ProgressReporter(start.rank, report_interval_s(spec.fault_tolerance.hang_timeout_s), emit)
+    try:
+        trainer = Trainer(spec, start.rank, start.world_size, device, start.storage, start.shares, reporter)
+        step = trainer.resume_from_latest()
+    except Exception as exc:
+        if is_out_of_memory(exc):  # building or loading the model: no restart would fit it either
+            last = reporter.last
+            raise out_of_memory(exc, start.rank, last.describe() if last else "set-up", device) from exc
+        raise
     print(f"[rank {start.rank}] ready at step {step}", flush=True)
     return trainer, {"rank": start.rank, "start_step": step, "device": str(device), "loop_pid": os.getpid()}
 
@@ -134,9 +144,14 @@ class RankProcess:
         child_end.close()
         self._send_lock = threading.Lock()
 
-    def ready(self) -> dict:
-        """The setup answer, or the setup's own exception raised here (a configuration error stays one)."""
+    def ready(self, emit: Callable[[RankEvent], None] | None = None) -> dict:
+        """The setup answer, or the setup's own exception raised here (a configuration error stays one).
+        The set-up's progress on the way goes to `emit`."""
         message = self._receive()
+        while isinstance(message, Relayed):
+            if emit is not None:
+                emit(message.event)
+            message = self._receive()
         if isinstance(message, Ready):
             return message.answer
         assert isinstance(message, Failed), message
@@ -207,7 +222,7 @@ def _child_main(conn: Connection, actor_end: Connection, start: RankStart) -> No
     # Started first: from here on the actor's going ends this process, whatever the loop is doing.
     threading.Thread(target=_listen, args=(conn, control), daemon=True, name="rank-requests").start()
     try:
-        trainer, answer = start_trainer(start)
+        trainer, answer = start_trainer(start, lambda event: send(Relayed(event)))
         send(Ready(answer))
         send(Done(trainer.run(lambda event: send(Relayed(event)), control)))
     except BaseException as exc:

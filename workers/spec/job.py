@@ -9,16 +9,26 @@ run in workers/spec_checks.py, so a stored, already admitted spec loads with
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BeforeValidator, Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 from workers.spec.base import Strict
 from workers.spec.data import DataSpec, TextDataSpec
+from workers.spec.errors import FieldError
 from workers.spec.model import GPTModelSpec, ModelSpec
 from workers.spec.parallel import ParallelSpec
 from workers.spec.program import ProgramSpec
 from workers.spec.tracking import TrackingSpec
+
+
+def _eval_batches(value: object) -> object:
+    """train.eval_batches: a number >= 1, "auto", "all" or null, refused in one sentence that names them."""
+    if value is None or value in ("auto", "all") or (isinstance(value, int) and not isinstance(value, bool)
+                                                      and value >= 1):
+        return value
+    raise FieldError("train.eval_batches", f"must be a number of global batches >= 1, 'auto' or 'all' "
+                                           f"(got {value!r})")
 
 
 class TrainSpec(Strict):
@@ -33,8 +43,16 @@ class TrainSpec(Strict):
     grad_clip: float | None = Field(1.0, gt=0.0, description="max global grad norm; null disables")
     seed: int = Field(0, ge=0)
     eval_every: int = Field(0, ge=0, description="validation loss every N steps; 0 disables")
-    eval_batches: int | None = Field(None, ge=1, description="global batches per validation; null: the whole "
-                                     "validation split (2 when the validation set is the training set)")
+    eval_batches: Annotated[int | Literal["auto", "all"] | None, BeforeValidator(_eval_batches)] = Field(
+        "auto", description="global batches (of global_batch_size samples) per validation. auto: 8, whose "
+        "forward-only cost is ~8/3 of a training step (a forward is ~1/3 of a forward+backward), so evaluating "
+        "every N >= 27 steps stays under ~10% of training time and the final validation is as bounded, "
+        "whatever the split's size (2 when the validation set is the training set); all: the whole "
+        "validation split; null: as before, the whole split (2 when it is the training set)")
+    eval_micro_batch_size: int | None = Field(None, ge=1, description="samples per forward pass on a rank in "
+                                              "validation; null: 2 x micro_batch_size (no backward keeps nothing "
+                                              "for a gradient, so even the fp32 logits stay below a training "
+                                              "step's three copies of them)")
     loss: Literal["cross_entropy", "mse", "model"] = Field(
         "cross_entropy", description="cross_entropy on class-last logits (..., classes); mse; model: the loss the "
                                      "model itself returns (batches that carry its labels)")
@@ -49,7 +67,9 @@ class ResourcesSpec(Strict):
     cpus_per_worker: float = Field(1.0, gt=0.0)
     gpus_per_worker: float = Field(0.0, ge=0.0)
     memory_per_worker_gib: float | None = Field(None, gt=0.0, description="per-worker memory budget that "
-                                                "parallel: auto and trainyard plan must fit; default no limit")
+                                                "parallel: auto and trainyard plan must fit, and that submit and "
+                                                "trainyard validate refuse a job's predicted peak per worker over; "
+                                                "default: the largest node's memory (validate: this host's)")
 
     @property
     def elastic_range(self) -> tuple[int, int]:
@@ -74,7 +94,9 @@ class FaultToleranceSpec(Strict):
     max_infra_restarts: int = Field(10, ge=0, description="restarts after the cluster's failures (a Ray node or "
                                                          "the job's supervisor lost), counted apart from "
                                                          "max_restarts")
-    hang_timeout_s: float = Field(120.0, gt=0.0, description="no step finished for this long = hung")
+    hang_timeout_s: float = Field(120.0, gt=0.0, description="no progress for this long = hung, in any phase: "
+                                                             "steps, set-up, validation batches, checkpoint bytes, "
+                                                             "export (docs/observability.md)")
     max_skipped_steps: int = Field(3, ge=0, description="consecutive bad steps (non-finite gradients or loss "
                                                        "spikes) skipped before rolling back to the last checkpoint")
     loss_spike: LossSpikeSpec | None = Field(None, description="skip the update of a step whose loss spikes; "
@@ -84,16 +106,27 @@ class FaultToleranceSpec(Strict):
     lr_backoff: float | None = Field(None, gt=0.0, le=1.0, description="multiply the learning rate by this "
                                                                       "after each rollback; null keeps it")
     integrity_check_every: int = Field(0, ge=0, description="compare parameter hashes within each replica group "
-                                                           "(ranks holding the same state) every N steps; 0 "
-                                                           "disables; needs a layout with replicas")
+                                                           "(ranks holding the same state) every N steps, and "
+                                                           "(any N) verify every rank's own state at rest before "
+                                                           "each step and each save; 0 disables")
 
 
 class FaultSpec(Strict):
     at_step: int = Field(ge=1)
     rank: int = Field(0, ge=0)
-    kind: Literal["crash", "hang", "slow", "nan", "spike", "bitflip"]
-    factor: float = Field(2.0, ge=1.0, description="kind=slow: slow-down factor; kind=spike: loss multiplier")
+    kind: Literal["crash", "hang", "slow", "nan", "spike", "bitflip", "slow_upload", "stall_upload", "oom"]
+    factor: float = Field(2.0, ge=1.0, description="kind=slow: slow-down factor; kind=spike: loss multiplier; "
+                                                   "kind=slow_upload: seconds the rank's part of the checkpoint at "
+                                                   "step at_step takes to write (progressing); kind=stall_upload "
+                                                   "stops it halfway (no progress); kind=oom: the rank allocates "
+                                                   "more memory than any machine has at step at_step")
     steps: int = Field(1, ge=1, description="kind=nan/spike: consecutive steps the fault lasts from at_step")
+    target: Literal["parameters", "optimizer"] = Field(
+        "parameters", description="kind=bitflip: flip a bit in the rank's own part of the parameters (ZeRO "
+                                  "rows, FSDP/TP shard, pipeline stage) or of its optimizer state")
+    during: Literal["step", "final_validation"] = Field(
+        "step", description="kind=crash: before step at_step, or halfway through the final validation after the "
+                            "last step (at_step must then be train.steps)")
 
 
 class StragglerSpec(Strict):

@@ -51,3 +51,7 @@ def program_violations(spec: JobSpec) -> Iterator[Violation]:
             yield Violation(f"fault_injection[{i}].kind",
                             f"fault_injection[{i}].kind must be one of {', '.join(PROGRAM_FAULTS)} for a program "
                             f"(kind={fault.kind!r})")
+        elif fault.during != "step":
+            yield Violation(f"fault_injection[{i}].during",
+                            f"fault_injection[{i}].during must be 'step' for a program: Trainyard runs no final "
+                            f"validation of a program's (during={fault.during!r})")

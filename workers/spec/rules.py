@@ -186,6 +186,10 @@ def _fault_injection_errors(spec: JobSpec, allowed: bool | None) -> Iterator[Vio
             yield Violation(f"fault_injection[{i}].rank",
                 f"fault_injection[{i}].rank must be < resources.workers "
                 f"(rank={fault.rank}, workers={spec.resources.workers})")
+        if fault.during != "step" and (fault.kind != "crash" or fault.at_step != spec.train.steps):
+            yield Violation(f"fault_injection[{i}].during",
+                f"fault_injection[{i}].during={fault.during!r} applies to kind 'crash' at the last step only "
+                f"(kind={fault.kind!r}, at_step={fault.at_step}, train.steps={spec.train.steps})")
         if fault.steps > 1 and fault.kind not in ("nan", "spike"):
             yield Violation(f"fault_injection[{i}].steps",
                 f"fault_injection[{i}].steps applies to kinds 'nan' and 'spike' only "

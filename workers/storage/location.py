@@ -155,6 +155,27 @@ class Storage:
                 return b""
             raise
 
+    def read_ranges(self, rel: str, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
+        """(start, bytes) of each [start, end) range of `rel`, fetched concurrently on an object store
+        (one ranged GET each). FileNotFoundError when the file is absent or shorter than a range."""
+        if not ranges:
+            return []
+        path = self._path(rel)
+        try:
+            parts = self.fs.cat_ranges([path] * len(ranges), [s for s, _ in ranges], [e for _, e in ranges],
+                                       on_error="raise")
+        except OSError as exc:
+            if exc.errno == errno.EINVAL and not isinstance(exc, FileNotFoundError):  # 416: a range past the end
+                raise FileNotFoundError(f"{self.url(rel)}: shorter than a range asked for ({exc})") from exc
+            raise
+        out = []
+        for (start, end), data in zip(ranges, parts, strict=True):
+            if len(data) != end - start:
+                raise FileNotFoundError(f"{self.url(rel)}: {len(data)} bytes at {start}, {end - start} expected "
+                                        "(the file is shorter than its checkpoint's metadata says)")
+            out.append((start, bytes(data)))
+        return out
+
     def list(self, rel: str = "") -> list[str]:
         """Names directly under `rel`, sorted; [] when it does not exist."""
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import asdict
 from typing import Callable
 
 import torch
@@ -26,6 +27,8 @@ from workers.data.loader import MapFeed
 from workers.data.stream import StreamFeed
 from workers.events import (
     CheckpointIncompleteEvent,
+    Phase,
+    Progress,
     RankCheckpoint,
     RankEvent,
     RankNotice,
@@ -47,19 +50,28 @@ from workers.storage import Storage
 from workers.telemetry import CommMeter, StepRecord, model_state_bytes
 from workers.training.control import RankControl, agreement_due
 from workers.training.faults import FaultInjector
+from workers.training.final_phases import FinalPhases
 from workers.training.integrity import SilentDataCorruption, check_replicas
 from workers.training.loss_scaling import LossScaler
 from workers.training.losses import LOSSES
 from workers.training.lr_schedule import lr_at
+from workers.training.out_of_memory import is_out_of_memory, out_of_memory
+from workers.training.progress import CountedList, ProgressReporter, report_interval_s
 from workers.training.recovery import LossSpikeDetector, RecoveryState
+from workers.training.shard_integrity import HeldStateCheck
 from workers.training.step_clock import clock_for
-from workers.training.validation import eval_batches_of, validation_loss
+from workers.training.validation import Validation, eval_batches_of, rank_batch_count, validate
 
 
 class Trainer:
     def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device,
-                 job: Storage | str | os.PathLike, shares: list[int] | None = None):
+                 job: Storage | str | os.PathLike, shares: list[int] | None = None,
+                 reporter: ProgressReporter | None = None):
         self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
+        # Progress outside the steps (set-up, validation, checkpoint bytes, export): the supervisor's hang
+        # timer runs on it (workers/training/progress.py); held until run() has somewhere to send it.
+        self.reporter = reporter or ProgressReporter(rank, report_interval_s(spec.fault_tolerance.hang_timeout_s))
+        self.resumed_step = 0  # the checkpoint this attempt resumed from
         self.storage = Storage.of(job)  # the job's directory: a local one or on an object store
         self.notices: list[RunEvent] = []  # what this rank saw before run() could emit it
         self.layout = Layout.of(spec)
@@ -86,8 +98,10 @@ class Trainer:
         self.model_state_bytes: int | None = None
         self.steps_trained = 0  # by this process (a restarted rank starts again at 0)
 
+        opening = self.reporter.phase(Phase.OPENING_DATA, total=1)
         train_set, self.val_set = build_datasets(spec)
         self.eval_batches = eval_batches_of(spec, train_set, self.val_set)
+        opening.update(1)
         self.batches: GlobalBatches | None = None  # map-style data: step s draws a pure function of (seed, s)
         self.feed: MapFeed | StreamFeed
         if isinstance(train_set, IterableDataset):
@@ -99,14 +113,22 @@ class Trainer:
             self.feed = MapFeed(self.batches, spec.data.loader, device, self.dp_rank, self.dp,
                                 spec.train.micro_batch_size)
 
+        building = self.reporter.phase(Phase.BUILDING_MODEL, total=3)
         model = build_model(spec)
+        building.update(1)
         self.model_params = sum(p.numel() for p in model.parameters())  # whole, before any sharding: for MFU
         if spec.train.init_from:
             checkpointing.load_weights(init_source(spec.train.init_from, self.storage), model)
         self.strategy = build_strategy(spec)
         self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups)
         self.model = self.strategy.wrap(model, self.ctx)
+        building.update(2)
         self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
+        building.update(3)
+        # Integrity where no replica exists: this rank's own state, sealed after each update and verified
+        # before it is read again (workers/training/shard_integrity.py).
+        self.held = HeldStateCheck(self.model, self.optimizer, rank, world_size, self.control_groups,
+                                   enabled=bool(spec.fault_tolerance.integrity_check_every))
         self.memory = StepMemory(self.model, self.optimizer, device)  # peak bytes during a step, per rank
         self.checkpointer = checkpointing.Checkpointer(self.storage, spec.checkpoint.keep, rank)
         self.checkpointer.progress = (self.recovery or RecoveryState()).progress()
@@ -120,7 +142,11 @@ class Trainer:
             self.notices += [CheckpointIncompleteEvent(step, tuple(missing), latest[0] if latest else 0)
                              for step, missing in skipped]
         if latest is not None:
+            loading = self.reporter.phase(Phase.LOADING_CHECKPOINT, total=1, step=latest[0], what=f"step {latest[0]}")
             progress = checkpointing.load_state(latest[1], self.model, self.optimizer)
+            loading.update(1)
+            self.resumed_step = latest[0]
+            self.held.seal()  # the state a check verified before it was saved
             self.step = int(progress["step"])
             self.scaler.load_state_dict(progress)
             if self.recovery is None:  # no ledger in this job directory: what the checkpoint recorded
@@ -138,6 +164,7 @@ class Trainer:
 
     def train_step(self) -> StepRecord:
         spec, s = self.spec, self.step
+        self.held.verify(f"between step {s}'s update and step {s + 1}'s forward")  # before it is read again
         self.faults.before_step(s + 1)
         torch.manual_seed(spec.train.seed * 1_000_003 + s * 4099 + self.rank)
         self.model.train()
@@ -145,6 +172,9 @@ class Trainer:
         t0, cpu0, start = time.perf_counter(), _cpu_clock(), self.clock.mark()
         with self.memory.measuring(s + 1) as memory:  # the peak is taken inside the step
             micro = self.feed.micro_batches(s, self.shares)
+            self.faults.exhaust_memory(s + 1, self.device)
+            if not self.steps_trained:  # its set-up happens inside the strategy, micro-batch by micro-batch
+                micro = CountedList(micro, self.reporter.phase(Phase.FIRST_STEP, total=len(micro), step=s))
             loss_fn = self._step_loss(len(micro))
             if self.faults.fires(s + 1, "nan"):  # poison before backward so every replica sees it
                 loss_fn = _poisoned(loss_fn)
@@ -183,6 +213,7 @@ class Trainer:
                 self.spikes.observe(fb.loss)
                 with memory.updating():
                     self.optimizer.step()
+                self.held.seal()  # what the update wrote (ZeRO: after its all-gather)
         if self.scaler.enabled:  # checkpoints carry the scale, so a resumed run continues identically
             self.checkpointer.progress.update(self.scaler.state_dict())
         self._inject_slowness(s + 1, time.perf_counter() - t0 - comm_time, _cpu_clock() - cpu0)
@@ -197,7 +228,7 @@ class Trainer:
         step_time = self.clock.seconds(start, end) if self.device.type == "cuda" else time.perf_counter() - t0
 
         self.step = s + 1
-        self.faults.flip_a_bit(self.step, self.model)
+        self.faults.flip_a_bit(self.step, self.model, self.optimizer)  # at rest: after the seal
         self._check_replicas_agree()
         record = StepRecord(
             step=self.step, rank=self.rank, loss=fb.loss, step_time_s=step_time,
@@ -226,6 +257,8 @@ class Trainer:
         except dist.DistError:
             raise
         except Exception as exc:
+            if is_out_of_memory(exc):  # not the model's fault: the memory's (typed in run())
+                raise
             shapes = _shapes(micro[0]) if micro else "no micro-batch"
             raise UserModelError(f"the first training step failed in the model or the loss "
                                  f"({type(exc).__name__}: {exc}); batch {shapes}") from exc
@@ -267,6 +300,7 @@ class Trainer:
         if not every or (self.step % every and not force):
             return
         check_replicas(self.strategy.replica_groups(self.model, self.ctx), self.step, self.control_groups)
+        self.held.verify(f"after step {self.step}'s update")  # before a checkpoint saves it
 
     def _step_loss(self, n_micro: int):
         """The loss as strategies see it: with uneven shares, weight each micro-batch by its size.
@@ -300,17 +334,39 @@ class Trainer:
             # host inflates (a wall-time slowdown fed back on itself once both ranks competed for cores).
             _burn_cpu((factor - 1.0) * cpu_compute)
 
-    def evaluate(self) -> float:
+    def evaluate(self, what: str = "validation") -> Validation:
+        """The validation loss and what it covered, reporting its batches as they go (a long validation
+        is progress, not a hang)."""
         # An SDP rank holds a subnetwork: its strategy assembles the whole model to evaluate (collective).
         model = self.strategy.evaluation_model(self.model) if hasattr(self.strategy, "evaluation_model") else self.model
         # The reported loss is a host value: summed over dp through the CPU mirror of the dp groups.
         group = self.control_groups.mirror(self.mesh, "dp") if self.dp > 1 else None
-        return validation_loss(model, self.val_set, self.spec, self.dp_rank, self.dp, self.device,
-                               self.eval_batches, group)
+        meter = self.reporter.phase(Phase.EVALUATING, rank_batch_count(self.val_set, self.spec, self.dp,
+                                                                       self.eval_batches), self.step, what)
+        progress = meter.update
+        if what == "final validation" and self.faults.faults:  # an injected crash may strike halfway through
+            def progress(done: int, total: int | None = None) -> None:
+                meter.update(done, total)
+                self.faults.in_final_validation(self.step, done, meter.progress.total or 0)
+        return validate(model, self.val_set, self.spec, self.dp_rank, self.dp, self.device, self.eval_batches,
+                        group, progress=progress)
 
     # --- the loop --------------------------------------------------------
 
     def run(self, emit: Callable[[RankEvent], None], control: RankControl) -> dict:
+        """Train to the last step, then finish (final checkpoint, validation, export). Out of memory
+        anywhere in it is raised as OutOfMemory, with the figures: the job fails without a restart."""
+        self.reporter.attach(emit)
+        try:
+            return self._train(emit, control)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            last = self.reporter.last
+            where = last.describe() if last is not None and last.phase != Phase.TRAINING else f"step {self.step + 1}"
+            raise out_of_memory(exc, self.rank, where, self.device, _predicted_peak(self.spec)) from exc
+
+    def _train(self, emit: Callable[[RankEvent], None], control: RankControl) -> dict:
         spec = self.spec
         every = spec.checkpoint.every_steps
         self.checkpointer.notify = lambda event: emit(RankNotice(self.rank, event))  # store retries, from its thread
@@ -326,11 +382,13 @@ class Trainer:
                 # become durable, so the rollback loses as little as possible.
                 self.checkpointer.wait()
                 raise
+            self.reporter.note(Progress(Phase.TRAINING, self.step, spec.train.steps))
             if spec.train.eval_every and self.step % spec.train.eval_every == 0:
-                record["val_loss"] = self.evaluate()
+                validation = self.evaluate()
+                record["val_loss"], record["validation"] = validation.loss, asdict(validation)
             checkpointed = bool(every) and self.step % every == 0 and self.step < spec.train.steps
             if checkpointed:
-                self._report_durable(emit, self.checkpointer.wait())  # at most one save in flight
+                self._report_durable(emit, self._wait_for_save())  # at most one save in flight
                 self._save()
             stop, shares = (control.agree(self.control_groups, may_stop=checkpointed)
                             if agreement_due(spec, self.step, checkpointed) else (False, None))
@@ -346,39 +404,73 @@ class Trainer:
     def _save(self) -> None:
         if isinstance(self.feed, StreamFeed):  # a stream's position is its loader state, not the step
             self.checkpointer.progress["stream_samples"] = self.feed.state_dict()["samples"]
-        self.checkpointer.save(self.model, self.optimizer, self.step)
+        # An injected slow or stalled write (fault kinds slow_upload, stall_upload) is the store's, not the loop's.
+        self.checkpointer.save(self.model, self.optimizer, self.step, throttle=self.faults.upload_throttle(self.step))
+
+    def _wait_for_save(self) -> int | None:
+        """The in-flight save made durable; its bytes reported while it is not (a slow store is progress)."""
+        def progress(step: int, phase: Phase, done: int, total: int) -> None:
+            self.reporter.report(Progress(phase, done, total or None, step, f"step {step}"))
+
+        return self.checkpointer.wait(progress, every_s=self.reporter.interval_s)
 
     def _report_durable(self, emit: Callable[[RankEvent], None], step: int | None) -> None:
         if step is not None:
             emit(RankCheckpoint(self.rank, step, self.checkpointer.last_duration_s))
 
     def finish(self, emit: Callable[[RankEvent], None]) -> dict:
-        self._report_durable(emit, self.checkpointer.wait())
+        """After the last step: the final checkpoint, the final validation, the export, each reporting its
+        progress. A restart after the last step resumes into the phases left (final_phases.py)."""
+        self._report_durable(emit, self._wait_for_save())
         if self.step < self.spec.train.steps:
             return {"stopped_at": self.step}
         self.feed.close()
         self._check_replicas_agree(force=True)  # the final checkpoint is verified too, whatever its step
-        self._save()
-        self.checkpointer.wait()
+        if self.resumed_step != self.step:  # resumed from the final checkpoint: it is there already
+            self._save()
+            self._wait_for_save()
         emit(RankCheckpoint(self.rank, self.step, self.checkpointer.last_duration_s))
-        # A pipeline rank holds only its stages: its strategy gathers the whole model.
-        state = getattr(self.strategy, "full_model_state", checkpointing.full_model_state)(self.model)
-        result: dict[str, object] = {"step": self.step, "model_state_bytes": self.model_state_bytes,
-                                     "val_loss": self.evaluate()}
+        done = FinalPhases.load(self.storage, self.step)
+        self.control_groups.barrier()  # every rank has read what is done before rank 0 may record more
+        writer = self.rank == 0
+        if self.model_state_bytes is not None and done.get("model_state_bytes") is None:
+            done.record("model_state_bytes", self.model_state_bytes, writer)
+        validation = done.get("validation")
+        if validation is None:
+            validation = asdict(self.evaluate("final validation"))
+            done.record("validation", validation, writer)
+        result: dict[str, object] = {"step": self.step, "model_state_bytes": done.get("model_state_bytes"),
+                                     "val_loss": validation["loss"], "validation": validation}
         if hasattr(self.strategy, "report"):  # SDP: masks, spectral gap, held fractions
             result["sdp"] = self.strategy.report()
-        if self.rank == 0:
-            result["params_sha256"] = checkpointing.state_sha256(state)
-            meta = {"job": self.spec.name, "step": self.step, "spec": self.spec.model_dump(mode="json")}
-            result["export_path"] = self._with_store_retries(
-                "model export", lambda: checkpointing.export_model(self.storage, state, meta))
-            if isinstance(self.spec.model, HFModelSpec):  # also as transformers loads it: hf/ beside it
-                source = hf_source(self.spec.model)
-                result["hf_export_path"] = self._with_store_retries("hf export", lambda: checkpointing.export_hf(
-                    self.storage, lambda out: save_pretrained(*source, state, out)))
+        exported = done.get("export")
+        if exported is None:
+            exported = self._export()
+            self.control_groups.barrier()  # every rank past the gather: rank 0's record says it is done
+            done.record("export", exported, writer)
+        result.update(exported if writer else {})
         self.control_groups.barrier()
         return result
 
+    def _export(self) -> dict[str, object]:
+        """The whole model gathered (a collective), hashed and written by rank 0 (its paths and hash)."""
+        exporting = self.reporter.phase(Phase.EXPORTING, total=3, step=self.step, what="final model")
+        # A pipeline rank holds only its stages: its strategy gathers the whole model.
+        state = getattr(self.strategy, "full_model_state", checkpointing.full_model_state)(self.model)
+        exporting.update(1)
+        if self.rank != 0:
+            return {}
+        out: dict[str, object] = {"params_sha256": checkpointing.state_sha256(state)}
+        exporting.update(2)
+        meta = {"job": self.spec.name, "step": self.step, "spec": self.spec.model_dump(mode="json")}
+        out["export_path"] = self._with_store_retries(
+            "model export", lambda: checkpointing.export_model(self.storage, state, meta))
+        if isinstance(self.spec.model, HFModelSpec):  # also as transformers loads it: hf/ beside it
+            source = hf_source(self.spec.model)
+            out["hf_export_path"] = self._with_store_retries("hf export", lambda: checkpointing.export_hf(
+                self.storage, lambda path: save_pretrained(*source, state, path)))
+        exporting.update(3)
+        return out
 
     def _with_store_retries(self, what: str, write: Callable[[], str]) -> str:
         return with_retries(write, what, self.rank, self.checkpointer.policy, self.checkpointer.notify)
@@ -388,6 +480,16 @@ class NonFiniteTraining(RuntimeError):
     """Too many non-finite steps in a row: the supervisor rolls back to the last checkpoint."""
 
     restart_cause = RestartCause.NON_FINITE
+
+
+def _predicted_peak(spec: JobSpec) -> int | None:
+    """The planner's predicted peak per worker, for an out-of-memory error's figures (None: not predicted)."""
+    try:
+        from workers.parallel.memory_fit import predicted_peak
+
+        return predicted_peak(spec)
+    except Exception:  # a figure for an error message: never a second error
+        return None
 
 
 def init_source(init_from: str, job: Storage) -> Storage:

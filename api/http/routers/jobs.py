@@ -33,7 +33,8 @@ async def submit_job(
     # Every check, the insert and the call's audit record (a refusal is audited by api/http/audit.py).
     admitted = await plane.admission.submit(Submission(principal, body, priority, idempotency_key))
     request.state.audited = True  # with the job, in its transaction
-    job = job_out(admitted.job)
+    # The memory check's figures (or that the model's peak is not predicted, and why): this answer only.
+    job = {**job_out(admitted.job), "memory": admitted.memory}
     replayed = "false" if admitted.created else "true"
     return FastJSONResponse(job, status_code=201,
                             headers={"Location": f"/v1/jobs/{job['id']}", "Idempotent-Replayed": replayed})

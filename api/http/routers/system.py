@@ -25,10 +25,13 @@ def healthz() -> dict:
 
 @router.get("/readyz")
 def readyz(plane: PlaneDep) -> JSONResponse:
-    """Ready: the database answers, Ray is connected and every API process serves."""
+    """Ready: the database answers, Ray is connected, every API process serves and, with
+    TRAINYARD_SUPERVISOR_RESOURCE set, some Ray node offers that resource (else jobs wait unplaced)."""
     checks = {"database": "ok", "ray": "ok" if plane.ray_ready.is_set() else (plane.ray_error or "connecting")}
     if plane.shared is not None:
         checks["api_workers"] = plane.shared.workers_check()
+    if plane.settings.supervisor_resource:  # placed by a resource of their own: some node must offer it
+        checks["supervisors"] = plane.supervisor_placement or "ok"
     try:
         with plane.sessions() as s:
             s.execute(text("SELECT 1"))

@@ -1,4 +1,4 @@
-"""Tenant administration (admin scope): create with quotas, list, read, change quotas."""
+"""Tenant administration (admin scope): create with quotas and fair-share fields, list, read, change them."""
 
 from __future__ import annotations
 
@@ -25,6 +25,14 @@ class Quotas(BaseModel):
     quota_mode: Literal["reject", "queue"] = Field(
         "reject", description="over max_workers at submit: reject = 429, queue = accept and wait for room")
     allow_user_code: bool = Field(False, description="may submit model.entrypoint / data.entrypoint specs")
+    # strict: a string or a boolean is not a weight (JSON integers still are)
+    weight: float = Field(1.0, gt=0, le=1_000_000, allow_inf_nan=False, strict=True,
+                          description="fair share: a tenant of weight 2 gets twice the share of one of weight 1 "
+                                      "before its jobs yield to others'")
+    reserve_after_s: float | None = Field(
+        None, ge=0, le=365 * 86400, allow_inf_nan=False, strict=True,
+        description="a queued job of this tenant that does not fit waits this long while smaller jobs start "
+                    "past it, then capacity is held for it; null = the server's TRAINYARD_RESERVE_AFTER_S")
 
 
 class TenantIn(Quotas):
@@ -72,8 +80,8 @@ def get_tenant(tenant_id: str, s: SessionDep, _: AdminDep) -> dict:
 @router.patch("/{tenant_id}")
 def update_tenant(tenant_id: str, body: Annotated[TenantPatch, Body()], request: Request, plane: PlaneDep,
                   _: AdminDep) -> dict:
-    """Change quotas or allow_user_code (by id or name). Jobs already accepted stay; the scheduler
-    applies a new max_workers from its next tick."""
+    """Change quotas, allow_user_code, weight or reserve_after_s (by id or name). Jobs already accepted
+    stay; the scheduler applies a new max_workers, weight or reserve_after_s from its next tick."""
     with plane.sessions.begin() as s:
         tenant = tenancy.update_tenant(s, tenant_id, body.model_dump(exclude_unset=True))
         if tenant is None:

@@ -61,7 +61,10 @@ class FailureDecision:
 
 
 def on_failure(status: FailureStatus) -> FailureDecision:
-    """Restart while the cause's budget lasts; never for bad configuration."""
+    """Restart while the cause's budget lasts; never for bad configuration, nor after running out of memory
+    (the same layout on the same machines would run out again: the job fails at once, its budget untouched)."""
+    if status.cause == RestartCause.OUT_OF_MEMORY:
+        return FailureDecision(FailureAction.FAIL, f"{status.reason}; not retryable (out of memory)", status.cause)
     if not status.retryable:
         why = ("the storage stayed unreachable" if status.cause == RestartCause.STORAGE
                else "configuration or user code error")

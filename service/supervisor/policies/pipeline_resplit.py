@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workers.parallel.pipeline.stage_plan import resplit_by_measured
+from workers.parallel.pipeline.unit_costs_apart import unit_costs_apart
 from workers.spec import JobSpec
 from workers.spec_checks import checked_spec
 
@@ -32,11 +34,12 @@ class ResplitDecision:
 def on_stage_times(status: PipelineStatus) -> ResplitDecision | None:
     if status.already_resplit:
         return None
-    # Here, not at the top: the split's cost model builds the model with torch, which a supervisor
-    # (and `trainyard run`'s CLI, where it runs) should not import before its job's first step.
-    from workers.parallel.pipeline.split import rebalanced_split
-
-    split = rebalanced_split(status.spec, list(status.stage_busy_s), status.threshold)
+    busy, pipe = list(status.stage_busy_s), status.spec.parallel.pipeline
+    if min(busy) <= 0 or max(busy) / min(busy) - 1.0 <= status.threshold:
+        return None  # balanced: no costs asked for
+    # The cost model builds the model with torch, which a supervisor does not import: a child does.
+    costs = unit_costs_apart(status.spec)
+    split = resplit_by_measured(costs, busy, status.threshold, pipe.split if pipe else None)
     return None if split is None else ResplitDecision(tuple(split), status.stage_busy_s)
 
 

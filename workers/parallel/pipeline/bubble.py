@@ -10,7 +10,8 @@ weight-gradient (W) work, it assumes the zero-bubble paper's T_F = T_B = T_W:
   zbv_zero_bubble, dualpipe_v    (P-1)(F+B-2W) / (...) = 0
 
 What each stage measurably did is taken by stage_meter.py on the ranks; this module holds
-the theory and joins the ranks' reports, for the supervisor and the API (no torch here).
+the theory and joins the ranks' reports, for the supervisor and the API (no torch here); the job
+summary's pipeline section is summary.py.
 """
 
 from __future__ import annotations
@@ -59,40 +60,3 @@ def spec_theoretical_bubble(spec) -> float | None:
         return None
     pipe = p.pipeline or PipelineSpec()
     return theoretical_bubble(pipe.schedule, p.pp, pipeline_microbatches(spec), pipe.stages_per_rank)
-
-
-def pipeline_summary(spec, steps: list[dict]) -> dict | None:
-    """The job summary's pipeline section: schedule, split with costs, bubble and activations per stage,
-    averaged over `steps` (the steady-state job-level step records). None for non-pipeline jobs."""
-    p = spec.parallel
-    if p.pp <= 1:
-        return None
-    from workers.parallel.pipeline.split import plan_stages, stage_to_rank  # its cost model imports torch
-    from workers.spec import V_SCHEDULES, PipelineSpec, pipeline_microbatches
-
-    pipe = p.pipeline or PipelineSpec()
-    v, m = pipe.stages_per_rank, pipeline_microbatches(spec)
-    plans = plan_stages(spec, p.pp * v, pipe.split)
-    total_cost = sum(pl.cost for pl in plans) or 1.0
-    split = [{**pl.to_dict(), "rank": stage_to_rank(pl.stage, p.pp, pipe.schedule in V_SCHEDULES),
-              "cost_share": pl.cost / total_cost} for pl in plans]
-    measured = [s["bubble_fraction"] for s in steps if s.get("bubble_fraction") is not None]
-    per_stage: dict[int, list[dict]] = {}
-    for s in steps:
-        for st in s.get("stages", []):
-            per_stage.setdefault(st["stage"], []).append(st)
-    stages = [{
-        "stage": k,
-        **{f: sum(x[f] for x in v_) / len(v_) for f in ("busy_s", "forward_s", "backward_s", "weight_grad_s",
-                                                        "comm_s", "idle_s", "wall_s", "bubble_fraction")},
-        "bubble_fraction_theoretical": v_[0]["bubble_fraction_theoretical"],
-        "activation_bytes_peak": max(x["activation_bytes_peak"] for x in v_),
-        "activation_microbatches_peak": max(x["activation_microbatches_peak"] for x in v_),
-    } for k, v_ in sorted(per_stage.items())]
-    return {
-        "schedule": pipe.schedule, "microbatches": m, "virtual_stages": v,
-        "flushes_per_step": max(1, spec.grad_accum_steps // m), "split": split,
-        "bubble_fraction": sum(measured) / len(measured) if measured else None,
-        "bubble_fraction_theoretical": spec_theoretical_bubble(spec),
-        "stages": stages,
-    }

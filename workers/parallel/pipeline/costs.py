@@ -64,3 +64,9 @@ def _meta_model(spec: JobSpec) -> nn.Module:
                 return build_model(spec)
         except Exception:  # a user constructor that cannot run on meta (it reads a file, calls .item())
             return build_model(spec)
+
+
+if __name__ == "__main__":  # unit_costs_apart.py's child: a spec's JSON in, its unit costs out
+    import sys
+
+    print(json.dumps(unit_costs(JobSpec.model_validate_json(sys.stdin.read()))))

@@ -10,112 +10,27 @@ expensive stage (the pipeline runs at the pace of its slowest stage). The stage 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from workers.parallel.pipeline.costs import unit_costs
+from workers.parallel.pipeline.stage_plan import (
+    StagePlan,
+    balanced_split,
+    plans_from_costs,
+    resplit_by_measured,
+    stage_to_rank,
+)
 from workers.spec import JobSpec
 
 __all__ = ["StagePlan", "balanced_split", "plan_stages", "rebalanced_split", "stage_to_rank", "unit_costs"]
 
 
-@dataclass(frozen=True)
-class StagePlan:
-    stage: int
-    blocks: tuple[int, ...]
-    has_embedding: bool
-    has_head: bool
-    cost: float  # estimated forward FLOPs per sequence
-
-    def describe(self) -> str:
-        parts = ["embedding"] if self.has_embedding else []
-        if self.blocks:
-            first, last = self.blocks[0], self.blocks[-1]
-            parts.append(f"blocks {first}-{last}" if last > first else f"block {first}")
-        return " + ".join(parts + (["head"] if self.has_head else []))
-
-    def to_dict(self) -> dict:
-        return {"stage": self.stage, "blocks": list(self.blocks), "embedding": self.has_embedding,
-                "head": self.has_head, "cost": self.cost, "describe": self.describe()}
-
-
-def balanced_split(costs: list[float], n_stages: int) -> list[int]:
-    """Units per stage, contiguous and non-empty, minimising the largest stage cost (exact DP)."""
-    n = len(costs)
-    if not 1 <= n_stages <= n:
-        raise ValueError(f"cannot cut {n} units into {n_stages} non-empty stages")
-    prefix = [0.0]
-    for c in costs:
-        prefix.append(prefix[-1] + c)
-    inf = float("inf")
-    # best[k][i]: minimal max-stage-cost of the first i units in k stages; cut[k][i]: where the last stage starts.
-    best = [[inf] * (n + 1) for _ in range(n_stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(n_stages + 1)]
-    best[0][0] = 0.0
-    for k in range(1, n_stages + 1):
-        for i in range(k, n - (n_stages - k) + 1):
-            for j in range(k - 1, i):
-                value = max(best[k - 1][j], prefix[i] - prefix[j])
-                if value < best[k][i] - 1e-9 * abs(value):  # strict: ties keep the earliest cut
-                    best[k][i], cut[k][i] = value, j
-    sizes, i = [], n
-    for k in range(n_stages, 0, -1):
-        j = cut[k][i]
-        sizes.append(i - j)
-        i = j
-    return sizes[::-1]
-
-
 def plan_stages(spec: JobSpec, n_stages: int, split: list[int] | None = None) -> list[StagePlan]:
     """The stage plans: `split` pins blocks per stage; otherwise balanced by estimated cost."""
-    costs = unit_costs(spec)
-    n_layers = len(costs) - 2
-    if split is not None and sum(split) != n_layers:  # a user module's blocks are counted only now
-        raise ValueError(f"parallel.pipeline.split {list(split)} must sum to the model's {n_layers} blocks")
-    if split is None:
-        units = balanced_split(costs, n_stages)
-    else:  # blocks per stage -> units per stage (embedding on the first, head on the last)
-        units = list(split)
-        units[0] += 1
-        units[-1] += 1
-    plans, start = [], 0
-    for s, count in enumerate(units):
-        unit_ids = range(start, start + count)
-        blocks = tuple(u - 1 for u in unit_ids if 1 <= u <= n_layers)
-        plans.append(StagePlan(stage=s, blocks=blocks, has_embedding=0 in unit_ids,
-                               has_head=(n_layers + 1) in unit_ids,
-                               cost=sum(costs[u] for u in unit_ids)))
-        start += count
-    return plans
-
-
-def stage_to_rank(stage: int, pp: int, v_shape: bool) -> int:
-    """Looped placement puts stage s on rank s % pp; V placement goes 0..pp-1 then back pp-1..0."""
-    if not v_shape:
-        return stage % pp
-    return stage if stage < pp else 2 * pp - 1 - stage
+    return plans_from_costs(unit_costs(spec), n_stages, split)
 
 
 def rebalanced_split(spec: JobSpec, busy_s: list[float], threshold: float) -> list[int] | None:
-    """Blocks per stage re-balanced by *measured* cost, or None when stages are within `threshold`.
-
-    Each stage's measured busy time is shared among its units in proportion to their estimated
-    cost; the balanced split of those measured unit costs is the new split. Single-stage schedules
-    only (one stage per rank, so a rank's busy time is its stage's).
-    """
+    """Blocks per stage re-balanced by measured cost (stage_plan.resplit_by_measured), or None."""
     if min(busy_s) <= 0 or max(busy_s) / min(busy_s) - 1.0 <= threshold:
-        return None
+        return None  # within the threshold: no model build for the costs
     pipe = spec.parallel.pipeline
-    plans = plan_stages(spec, len(busy_s), pipe.split if pipe else None)
-    estimated = unit_costs(spec)
-    n_layers = len(estimated) - 2
-    measured: list[float] = []
-    for plan, busy in zip(plans, busy_s):
-        units = ([0] if plan.has_embedding else []) + [b + 1 for b in plan.blocks] + \
-                ([n_layers + 1] if plan.has_head else [])
-        total = sum(estimated[u] for u in units)
-        measured += [busy * estimated[u] / total for u in units]
-    sizes = balanced_split(measured, len(busy_s))
-    blocks = [*sizes]
-    blocks[0] -= 1  # the embedding
-    blocks[-1] -= 1  # the head
-    return None if blocks == [len(p.blocks) for p in plans] else blocks
+    return resplit_by_measured(unit_costs(spec), busy_s, threshold, pipe.split if pipe else None)

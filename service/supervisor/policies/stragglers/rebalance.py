@@ -22,15 +22,21 @@ def rebalanced_shares(global_batch: int, per_sample_times: list[float]) -> list[
     total = sum(speeds)
     exact = [global_batch * s / total for s in speeds]
     shares = [max(1, int(x)) for x in exact]
-    # Hand out what rounding left to the ranks that lost the most.
-    order = sorted(range(len(shares)), key=lambda r: exact[r] - shares[r], reverse=True)
-    i = 0
-    while sum(shares) < global_batch:
-        shares[order[i % len(order)]] += 1
-        i += 1
-    while sum(shares) > global_batch:
-        r = max(range(len(shares)), key=lambda k: shares[k] - exact[k])
-        shares[r] -= 1
+    # Hand out what rounding left to the ranks that lost the most (one sort: linear in ranks, not n^2).
+    short = global_batch - sum(shares)
+    if short > 0:
+        order = sorted(range(len(shares)), key=lambda r: exact[r] - shares[r], reverse=True)
+        for i in range(short):
+            shares[order[i % len(order)]] += 1
+    elif short < 0:  # the floor of 1 sample gave too much: take it back from the most over-served
+        order = sorted(range(len(shares)), key=lambda k: shares[k] - exact[k], reverse=True)
+        i = 0
+        while short < 0:
+            r = order[i % len(order)]
+            if shares[r] > 1:
+                shares[r] -= 1
+                short += 1
+            i += 1
     return shares
 
 

@@ -1,0 +1,126 @@
+"""The cluster port (service/cluster_port.py) on the simulated cluster: what the control plane runs on.
+
+Every call crosses to the cluster process (bench/fleet/cluster_process.py) over one connection,
+pickled both ways, as Ray's calls cross to its GCS and actors. Supervisor handles keep Ray's calling
+convention: `handle.drain.remote(ack)` returns a reference that `gather` resolves, many at once in
+one round trip; other methods (start, cancel, preempt) are sent at once, as Ray sends them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Connection
+from typing import Any
+
+from service.cluster_port import K, Reply, ReplyKind
+from workers.runtime.group_owner import GroupOwner
+
+DEFERRED = frozenset({"drain", "ready", "status"})  # answered through gather
+
+
+@dataclass(frozen=True)
+class Call:
+    """A deferred method call: the reference `.remote()` returns."""
+
+    name: str
+    method: str
+    args: tuple
+
+
+@dataclass(frozen=True)
+class Done:
+    """A call already answered."""
+
+    value: Any
+
+
+class _Method:
+    def __init__(self, cluster: SimulatedClusterPort, name: str, method: str):
+        self.cluster, self.name, self.method = cluster, name, method
+
+    def remote(self, *args) -> Call | Done:
+        if self.method in DEFERRED:
+            return Call(self.name, self.method, args)
+        return Done(self.cluster.rpc("call", self.name, self.method, args))
+
+
+class Handle:
+    def __init__(self, cluster: SimulatedClusterPort, name: str):
+        self.cluster, self.name = cluster, name
+
+    def __getattr__(self, method: str) -> _Method:
+        return _Method(self.cluster, self.name, method)
+
+
+class SimulatedClusterPort:
+    def __init__(self, address: tuple[str, int], authkey: bytes):
+        self.address, self.authkey = address, authkey
+        self._conn: Connection | None = None
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    def rpc(self, op: str, *args) -> Any:
+        with self._lock:
+            if self._conn is None:
+                raise ConnectionError("not connected to the simulated cluster")
+            self._conn.send((op, args))
+            ok, value = self._conn.recv()
+            self.calls += 1
+        if not ok:
+            raise RuntimeError(f"simulated cluster: {op}: {value}")
+        return value
+
+    def connect(self) -> None:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self._conn = Client(self.address, authkey=self.authkey)
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def release(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def nodes(self) -> list[dict]:
+        return self.rpc("nodes")
+
+    def available_resources(self) -> dict[str, float]:
+        return self.rpc("available")
+
+    def created_group_owners(self) -> set[GroupOwner]:
+        return {owner for g in self.rpc("groups").values() if g["state"] == "CREATED"
+                if (owner := GroupOwner.of_group(g["name"])) is not None}
+
+    def placement_groups(self) -> dict[str, dict]:
+        return self.rpc("groups")
+
+    def remove_placement_group(self, group_id: str) -> bool:
+        return self.rpc("remove_group", group_id)
+
+    def create_supervisor(self, name: str) -> Handle:
+        return Handle(self, self.rpc("create", name))
+
+    def find_supervisor(self, name: str | None) -> Handle | None:
+        return Handle(self, name) if name and self.rpc("find", name) else None
+
+    def named_actors(self) -> list[str]:
+        return self.rpc("named")
+
+    def kill(self, handle: Any) -> None:
+        self.rpc("kill", handle.name)
+
+    def gather(self, refs: dict[K, Any], timeout_s: float) -> dict[K, Reply]:
+        replies: dict[K, Reply] = {k: Reply(ReplyKind.ANSWERED, r.value)
+                                   for k, r in refs.items() if isinstance(r, Done)}
+        calls = [(k, r.name, r.method, r.args) for k, r in refs.items() if isinstance(r, Call)]
+        if calls:
+            for key, kind, value, error in self.rpc("gather", calls):
+                replies[key] = Reply(ReplyKind(kind), value, error)
+        return replies

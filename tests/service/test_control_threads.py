@@ -1,0 +1,125 @@
+"""The leader's scheduler and reconciler on threads of their own (service/control.py): a submit is
+admitted while a reconciler pass waits on slow supervisors; a replica that loses the lease stops
+both loops and writes nothing more."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from sqlalchemy import select, update
+
+from bench.control_pass import FakeCluster, running_jobs
+from service.control import ControlPlane
+from service.db import repository as repo
+from service.db.models import Job, LeaseRow
+from service.settings import Settings
+from tests.helpers import spec_of
+
+GATHER_S = 3.0
+LOOPS = {"trainyard-scheduler", "trainyard-reconciler"}
+
+
+class SlowCluster(FakeCluster):
+    """Every drain takes GATHER_S to come back (supervisors on a loaded cluster)."""
+
+    def __init__(self):
+        super().__init__(gather_delay_s=GATHER_S)
+        self.gathering = threading.Event()
+        self.gather_started = 0.0
+
+    def gather(self, refs, timeout_s):
+        if refs:
+            self.gather_started = time.monotonic()
+            self.gathering.set()
+        return super().gather(refs, timeout_s)
+
+
+@pytest.fixture
+def plane(db_url, tmp_path):
+    cluster = SlowCluster()
+    settings = Settings(home=tmp_path, database_url=db_url, loop_interval_s=0.2, standby_supervisors=0,
+                        warm_workers=0, lease_ttl_s=2.0)
+    plane = ControlPlane(settings, cluster=cluster)
+    plane.start()
+    running_jobs(plane.sessions, cluster, 1)
+    spec_of()
+    try:
+        yield plane, cluster
+    finally:
+        plane.stop()
+
+
+def _submit(plane) -> str:
+    spec = spec_of(**{"train.steps": 10})  # (not inside the transaction: its first call imports a lot)
+    with plane.sessions.begin() as s:
+        tenant = repo.ensure_tenant(s, "acme")
+        job = repo.create_job(s, tenant.id, spec, 0, "sha", None, max_open_jobs=None)
+        job_id = job.id
+    plane.wake.set()
+    return job_id
+
+
+def _state(plane, job_id: str) -> str:
+    with plane.sessions() as s:
+        return s.scalar(select(Job.state).where(Job.id == job_id))
+
+
+def test_a_submit_is_admitted_while_the_reconciler_waits_on_its_drains(plane):
+    plane, cluster = plane
+    assert cluster.gathering.wait(10), "the reconciler never drained the running job"
+    time.sleep(0.2)  # well inside the pass's gather
+    submitted = time.monotonic()
+    job_id = _submit(plane)
+    while _state(plane, job_id) == "QUEUED" and time.monotonic() - submitted < 5:
+        time.sleep(0.02)
+    admitted = time.monotonic()
+    assert _state(plane, job_id) == "STARTING"
+    assert admitted - submitted < 1.0, f"admitted after {admitted - submitted:.2f} s"
+    assert admitted < cluster.gather_started + GATHER_S  # the pass it overtook was still gathering
+    # Both loops export their passes; the reconciler's, held up by the slow drains, shows it.
+    deadline = time.monotonic() + 2 * GATHER_S + 2
+    while _passes(plane, "reconcile")[0] < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    reconciles, reconcile_s = _passes(plane, "reconcile")
+    schedules, _ = _passes(plane, "schedule")
+    assert reconciles >= 1 and reconcile_s >= GATHER_S * 0.9 * reconciles, (reconciles, reconcile_s)
+    assert schedules > reconciles  # the scheduler's passes are not held back by the reconciler's
+
+
+def _passes(plane, loop: str) -> tuple[float, float]:
+    """(count, sum of seconds) of trainyard_control_pass_seconds{loop=...} as /metrics renders it."""
+    from prometheus_client import generate_latest
+
+    text = generate_latest(plane.registry).decode()
+    values = {}
+    for line in text.splitlines():
+        for part in ("_count", "_sum"):
+            if line.startswith(f'trainyard_control_pass_seconds{part}{{loop="{loop}"}}'):
+                values[part] = float(line.rsplit(" ", 1)[1])
+    return values.get("_count", 0.0), values.get("_sum", 0.0)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_replica_that_lost_the_lease_stops_both_loops_and_writes_nothing(plane):
+    plane, cluster = plane
+    assert cluster.gathering.wait(10)
+    assert LOOPS <= {t.name for t in threading.enumerate()}
+    with plane.sessions.begin() as s:  # another replica took the lease over (ours looked expired to it)
+        s.execute(update(LeaseRow).values(holder="elsewhere", token=LeaseRow.token + 1, expires_at=time.time() + 600))
+    deadline = time.monotonic() + 20  # the next renewal sees it (ttl/4), then the pass in flight ends
+    while LOOPS & {t.name for t in threading.enumerate() if t.is_alive()} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not LOOPS & {t.name for t in threading.enumerate() if t.is_alive()}
+    assert not plane.leading
+    with plane.sessions() as s:
+        [running] = s.scalars(select(Job).where(Job.state == "RUNNING")).all()
+        seq = running.drained_seq
+    for sup in cluster.supervisors.values():
+        sup.train_step()
+    job_id = _submit(plane)
+    time.sleep(1.5)
+    assert _state(plane, job_id) == "QUEUED"
+    with plane.sessions() as s:
+        assert s.get(Job, running.id).drained_seq == seq
