@@ -6,15 +6,12 @@ buffers, not those each rank derives from the config."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from tests.user_models import GPT_SPEC, LLAMA_SPEC, TOKEN_MLP_SPEC
-from tests.workers.gloo_ranks import rank_main
+from tests.workers.gloo_ranks import spawn_ranks
 
 CASES = {
     "llama": (LLAMA_SPEC, False), "llama_sp": (LLAMA_SPEC, True),
@@ -22,17 +19,9 @@ CASES = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawn(fn, *args):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    mp.start_processes(rank_main, args=(fn, 2, _free_port(), queue, *args), nprocs=2, start_method="spawn")
-    return queue.get(timeout=60)
+    """Rank 0's result of `fn` on two ranks."""
+    return spawn_ranks(fn, 2, *args, results=1)[0]
 
 
 def _init(rank, world, port):

@@ -5,27 +5,17 @@ optimiser state reloads under DDP."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from tests.helpers import tiny_spec
+from tests.workers.gloo_ranks import spawn_ranks
 
 TEMPERED = {"model": {"entrypoint": "tests.fixtures.user_code:make_tempered_model"},
             "data": {"entrypoint": "tests.fixtures.user_code:make_dataset"}, "train.loss": "mse",
             "train.steps": 3, "train.warmup_steps": 0}
 
-
-def _spawn(fn, world: int, *args) -> list:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    queue = mp.get_context("spawn").Queue()
-    mp.start_processes(fn, args=(world, port, queue, *args), nprocs=world, start_method="spawn")
-    return sorted(queue.get(timeout=240) for _ in range(world))  # a loaded 2-core host starts 4 ranks slowly
 
 
 def _trainer(rank: int, world: int, overrides: dict, job_dir):
@@ -65,7 +55,7 @@ def _bitflip_case(rank, world, port, queue, overrides, flipped, tmp):
                  "odd ranks: [1, 3]", marks=pytest.mark.exhaustive),
 ], ids=["zero1", "tp_x_dp"])
 def test_a_flipped_bit_is_caught_within_its_replica_group(tmp_path, overrides, world, flipped, groups, odd):
-    out = _spawn(_bitflip_case, world, overrides, flipped, str(tmp_path))
+    out = spawn_ranks(_bitflip_case, world, overrides, flipped, str(tmp_path))
     assert sorted({tuple(r) for _, gs, _ in out for r in gs}) == groups
     for rank, _, error in out:  # every rank raises at the same step, with the same verdict
         assert error is not None and "at step 2" in error and odd in error, (rank, error)
@@ -94,7 +84,7 @@ def _zero_case(rank, world, port, queue, tmp):
 
 
 def test_zero_trains_a_model_with_a_0_dim_parameter_as_ddp_does(tmp_path):
-    out = _spawn(_zero_case, 2, str(tmp_path))
+    out = spawn_ranks(_zero_case, 2, str(tmp_path))
     for rank, losses, state, resumed, reloaded in out:
         for zero in (1, 2):
             assert losses[zero] == pytest.approx(losses[0], rel=1e-5), (rank, zero, losses)

@@ -13,14 +13,12 @@ state, sealed after the update and verified before the next forward.
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from workers.training.shard_integrity import HeldStateSeal, held_state, word_sum
+from tests.workers.gloo_ranks import spawn_ranks
 
 # --- the checksum ------------------------------------------------------------------------------------
 
@@ -74,14 +72,6 @@ def test_the_checksum_reads_unaligned_and_strided_tensors():
 # --- the injector and the check on real gloo processes (no Ray) --------------------------------------
 
 
-def _spawn(fn, world: int, *args) -> list:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    queue = mp.get_context("spawn").Queue()
-    mp.start_processes(fn, args=(world, port, queue, *args), nprocs=world, start_method="spawn")
-    return sorted(queue.get(timeout=240) for _ in range(world))
-
 
 def _flip_case(rank, world, port, queue, overrides, target, tmp):
     from pathlib import Path
@@ -112,7 +102,7 @@ def _flip_case(rank, world, port, queue, overrides, target, tmp):
     ({"parallel.zero": 3}, "optimizer", ".exp_avg"),  # its shard of AdamW's first moment
 ], ids=["zero2_rows", "fsdp_shard", "fsdp_optimizer"])
 def test_a_bit_flipped_in_owned_state_stops_every_rank_at_the_next_step(tmp_path, overrides, target, tensor):
-    out = _spawn(_flip_case, 2, overrides, target, str(tmp_path))
+    out = spawn_ranks(_flip_case, 2, overrides, target, str(tmp_path))
     for rank, error in out:  # every rank raises before step 3's forward, naming rank 1 and the tensor
         assert error is not None, rank
         assert "between step 2's update and step 3's forward" in error and "corrupted ranks: [1]" in error, error
