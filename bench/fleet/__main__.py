@@ -29,12 +29,13 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.api_load import _load, http_request
-from bench.fleet.admission import SAMPLE_S, fitted
+from bench.fleet.admission import SAMPLE_S, fitted, spoken_for
 from bench.fleet.figures import FleetDatabase
 from bench.fleet.load import steady_load
 from bench.fleet.processes import fleet_service
 from bench.fleet.workload import JobPlan, queued_jobs, spec, tenants
 from tests.live import create_pg_schema, drop_pg_schema, pg_schema_url
+from workers.runtime.group_owner import GroupOwner
 
 console = Console(width=160)
 
@@ -166,7 +167,11 @@ def run(args) -> dict:
                 own = ClusterLink(service.cluster_address, service.authkey)
                 end = window_start + args.minutes * 60
                 while time.monotonic() < end:
-                    samples["free"].append((time.time(), own("available")["GPU"]))
+                    forming = db.forming()
+                    created = {(o.job_id, o.epoch) for g in own("groups").values() if g["state"] == "CREATED"
+                               if (o := GroupOwner.of_group(g["name"])) is not None}
+                    free = own("available")["GPU"] - spoken_for(forming, created)
+                    samples["free"].append((time.time(), free))
                     time.sleep(SAMPLE_S)
                 own.conn.close()
 

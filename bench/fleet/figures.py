@@ -82,6 +82,12 @@ class FleetDatabase:
                 starved.append(tenants[tenant_id].name)
         return sorted(starved)
 
+    def forming(self) -> list[tuple[str, int, float]]:
+        """(job id, supervisor epoch, GPUs) of the admitted jobs whose group may not exist yet."""
+        with self.sessions() as s:
+            return [(i, epoch, float(gpus)) for i, epoch, gpus in s.execute(
+                select(Job.id, Job.supervisor_epoch, Job.gpus).where(Job.state.in_(("STARTING", "RECOVERING"))))]
+
     def tenants_with_queued(self) -> set[str]:
         with self.sessions() as s:
             return set(s.scalars(select(Job.tenant_id).where(Job.state == "QUEUED").distinct()))
