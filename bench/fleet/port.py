@@ -60,6 +60,9 @@ class SimulatedClusterPort:
         self._conn: Connection | None = None
         self._lock = threading.Lock()
         self.calls = 0
+        # thread -> seconds the cluster process spent answering this thread's gathers one after another
+        # beyond the slowest answer of each (bench/fleet/cluster_process.py `gather`)
+        self.serial_s: dict[str, float] = {}
 
     def rpc(self, op: str, *args) -> Any:
         with self._lock:
@@ -121,6 +124,9 @@ class SimulatedClusterPort:
                                    for k, r in refs.items() if isinstance(r, Done)}
         calls = [(k, r.name, r.method, r.args) for k, r in refs.items() if isinstance(r, Call)]
         if calls:
-            for key, kind, value, error in self.rpc("gather", calls):
+            answered, serial_s = self.rpc("gather", calls)
+            for key, kind, value, error in answered:
                 replies[key] = Reply(ReplyKind(kind), value, error)
+            thread = threading.current_thread().name
+            self.serial_s[thread] = self.serial_s.get(thread, 0.0) + serial_s
         return replies

@@ -5,7 +5,8 @@ with the cluster port pointed at the cluster process instead of Ray.
 
 TRAINYARD_* variables configure it as they configure `trainyard serve`. Each control-loop pass
 (the reconciler's and the scheduler's `tick`) is timed where it runs, and the durations, with the
-thread that ran them, are written to FILE every second for the simulator to read. With
+thread that ran them and the part the simulated cluster's one-after-another answering added, are
+written to FILE every second for the simulator to read. With
 TRAINYARD_API_WORKERS=N it runs N processes on the port as `trainyard serve` does (this one the
 primary: the control plane and the API; N - 1 API workers beside it).
 """
@@ -28,20 +29,25 @@ from service.reconciler import Reconciler
 from service.scheduler import Scheduler
 from service.settings import get_settings
 
-PASSES: list[tuple[str, str, float, float]] = []  # (loop, thread, started, seconds)
+PASSES: list[tuple[str, str, float, float, float]] = []  # (loop, thread, started, seconds, serial seconds)
 IN_FLIGHT: dict[str, tuple[str, float]] = {}  # thread -> (loop, started): a pass not over yet
 
 
-def timed(loop: str, tick):
+def timed(loop: str, tick, port: SimulatedClusterPort):
+    """The pass's wall time, and how much of it the cluster process spent answering the pass's
+    gathers one after another beyond the slowest answer of each (what Ray's actors, answering in
+    parallel, would not have cost it)."""
     @wraps(tick)
     def run(self, *args, **kwargs):
         started, thread = time.monotonic(), threading.current_thread().name
+        serial_before = port.serial_s.get(thread, 0.0)
         IN_FLIGHT[thread] = (loop, started)
         try:
             return tick(self, *args, **kwargs)
         finally:
             IN_FLIGHT.pop(thread, None)
-            PASSES.append((loop, thread, started, time.monotonic() - started))
+            PASSES.append((loop, thread, started, time.monotonic() - started,
+                           port.serial_s.get(thread, 0.0) - serial_before))
 
     return run
 
@@ -65,8 +71,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     host, port_s = a.cluster.rsplit(":", 1)
     port = SimulatedClusterPort((host, int(port_s)), bytes.fromhex(a.authkey_hex))
-    Reconciler.tick = timed("reconcile", Reconciler.tick)  # type: ignore[method-assign]
-    Scheduler.tick = timed("schedule", Scheduler.tick)  # type: ignore[method-assign]
+    Reconciler.tick = timed("reconcile", Reconciler.tick, port)  # type: ignore[method-assign]
+    Scheduler.tick = timed("schedule", Scheduler.tick, port)  # type: ignore[method-assign]
     threading.Thread(target=write_stats, args=(a.stats, port), daemon=True).start()
     settings = get_settings()
     if settings.api_workers > 1:
