@@ -6,7 +6,7 @@ Ray is there) and runs the control loops.
 
 Threads of a replica (besides HTTP): `trainyard-control` connects to Ray, keeps the cluster's
 capacity fresh (every replica admits against it) and tries for the leader lease; `trainyard-lease`
-renews it. While this replica leads, two more: `trainyard-reconciler` (a pass every
+renews it. While this replica leads, two more (service/leader_loops.py): `trainyard-reconciler` (a pass every
 loop_interval_s, then the standby pool's refill and the periodic sweeps) and `trainyard-scheduler`
 (a tick when a submit or a job's end wakes it, else every loop_interval_s), so admission never
 waits behind a slow pass. Both write through sessions fenced by this leadership term's token and
@@ -21,11 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
-
-from sqlalchemy.orm import Session
 
 from service import quotas
 from service.admission.submit import Admission
@@ -35,7 +31,8 @@ from service.db import repository as repo
 from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
 from service.db.group_commit import GroupCommit
 from service.db.job_reader import JobReader
-from service.leases import FencedSessions, LeaderLease, LeaseHeld, LeaseLost
+from service.leader_loops import LeaderLoops
+from service.leases import LeaderLease, LeaseHeld
 from service.live_metrics import LiveMetrics
 from service.metrics import make_registry
 from service.settings import Settings
@@ -46,8 +43,6 @@ if TYPE_CHECKING:
     from service.supervisor.standby import StandbyPool
 
 log = logging.getLogger("trainyard.control")
-WAKE_GAP_S = 0.02
-JOIN_TIMEOUT_S = 30.0  # a stepping-down leader waits this long for its loops' current pass
 # How stale a replica's view of the cluster's size may get. Admission refuses a job that can never
 # run on it, so a view from before a node returned (or the autoscaler added one) refuses good jobs.
 CAPACITY_REFRESH_S = 1.0
@@ -235,7 +230,7 @@ class ControlPlane:
             return
         lease = self.lease
         assert lease is not None, "start() takes the lease before this thread when control_loops is on"
-        loops: _Loops | None = None
+        loops: LeaderLoops | None = None
         last_try = 0.0
         try:
             while not self._stop.is_set():
@@ -253,7 +248,7 @@ class ControlPlane:
                         self._step_down(loops)
                         loops = None
                     if loops is None and lease.held():
-                        loops = _Loops(self, lease)
+                        loops = LeaderLoops(self, lease)
                         loops.start()
                 except Exception:
                     log.exception("control loop tick failed; retrying")
@@ -275,7 +270,7 @@ class ControlPlane:
         except Exception as exc:
             log.warning("refreshing the cluster's capacity failed: %s: %s", type(exc).__name__, exc)
 
-    def _step_down(self, loops: _Loops | None) -> None:
+    def _step_down(self, loops: LeaderLoops | None) -> None:
         """Lost the lease: forget the supervisors' handles (the new leader re-attaches by name)."""
         if loops is not None:
             loops.close()
@@ -288,7 +283,7 @@ class ControlPlane:
         from service.supervisor.actor import SUPERVISOR_PREFIX
 
         pool = self.pool
-        assert pool is not None, "called by the leader's _Loops, which set the pool"
+        assert pool is not None, "called by the leader's LeaderLoops, which set the pool"
         with self.sessions() as s:
             in_use = {j.supervisor_name for j in repo.active_jobs(s)} | pool.names()
             for name in self.cluster.named_actors():
@@ -303,133 +298,3 @@ class ControlPlane:
                     stale = False
                 if stale and (handle := self.cluster.find_supervisor(name)) is not None:
                     self.cluster.kill(handle)
-
-
-class _TermSessions(FencedSessions):
-    """FencedSessions for one leadership term: a write of a loop that outlived its term (a step-down
-    that could not join it in time, the lease since taken back) is refused like a stale leader's."""
-
-    def __init__(self, sessions: Sessions, lease: LeaderLease, term: int | None):
-        super().__init__(sessions, lease)
-        self.term = term
-
-    @contextmanager
-    def begin(self) -> Iterator[Session]:
-        if self.lease.token != self.term:
-            raise LeaseLost(f"the leadership term {self.term} is over (now {self.lease.token})")
-        with super().begin() as s:
-            yield s
-
-    def still_leading(self) -> bool:
-        return self.lease.held() and self.lease.token == self.term
-
-
-class _Loops:
-    """The leader's scheduler, reconciler and standby pool, built when this replica takes the lease,
-    each loop on a thread of its own until the term ends (close)."""
-
-    def __init__(self, plane: ControlPlane, lease: LeaderLease):
-        from service.leaked_groups import LeakedGroups
-        from service.reconciler import Reconciler
-        from service.scheduler import Scheduler
-        from service.supervisor.launch import Launcher
-        from service.supervisor.standby import StandbyPool, plane_id
-
-        settings = plane.settings
-        if settings.warm_workers:
-            from workers.runtime.pool import start_pool
-
-            start_pool(settings.warm_workers)  # the cluster's pool of pre-imported rank workers (shared)
-        self.plane, self.lease, self.term = plane, lease, lease.token
-        # One standby pool name per database: the leader that follows a dead one clears its standbys.
-        cluster = plane.cluster
-        plane.pool = self.pool = StandbyPool(plane_id(settings.db_url), settings.standby_supervisors, cluster)
-        self.fenced = fenced = _TermSessions(plane.sessions, lease, self.term)
-        launcher = Launcher(settings, self.pool, cluster, placement=lambda: plane.supervisor_placement)
-        self.reconciler = Reconciler(fenced, settings, launcher, metrics=plane.live, cluster=cluster)
-        self.reconciler.on_job_end = plane.wake.set  # capacity freed: the scheduler looks at once
-        self.scheduler = Scheduler(fenced, settings, launcher, self.reconciler.handles, metrics=plane.live,
-                                   capacity=lambda: plane.capacity, cluster=cluster)
-        self.count = 0
-        self.leaked_groups = LeakedGroups(fenced, cluster)
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        plane.sweep_orphans()
-
-    def start(self) -> None:
-        self._threads = [threading.Thread(target=self._reconcile_loop, name="trainyard-reconciler", daemon=True),
-                         threading.Thread(target=self._schedule_loop, name="trainyard-scheduler", daemon=True)]
-        for thread in self._threads:
-            thread.start()
-
-    def leading(self) -> bool:
-        """This term goes on: not closed, and the lease still held under the token it began with."""
-        return not self._stop.is_set() and self.fenced.still_leading()
-
-    def _reconcile_loop(self) -> None:
-        interval = self.plane.settings.loop_interval_s
-        while not self._stop.is_set():
-            started = time.monotonic()
-            if self.leading():
-                try:
-                    self.reconcile()
-                except LeaseLost as exc:  # the control thread sees it too and closes this term
-                    log.warning("reconciler: %s", exc)
-                except Exception:
-                    log.exception("reconciler pass failed; retrying")
-            # a pass every interval (start to start); one that ran over is followed after a short gap
-            self._stop.wait(max(WAKE_GAP_S, started + interval - time.monotonic()))
-
-    def reconcile(self) -> None:
-        """One reconciler pass, then the standbys' refill and, every 20 passes, the sweeps."""
-        started = time.monotonic()
-        try:
-            self.reconciler.tick()
-        finally:
-            self.plane.live.control_pass("reconcile", time.monotonic() - started)
-        with self.reconciler.launch_lock:  # the pool and the supervisors are the scheduler's too
-            self.pool.refill()
-            self.count += 1
-            if self.count % 20 == 0 and self.leading():
-                self.plane.sweep_orphans()
-                self.leaked_groups.sweep()
-
-    def _schedule_loop(self) -> None:
-        settings, wake = self.plane.settings, self.plane.wake
-        while not self._stop.is_set():
-            started = time.monotonic()
-            wake.clear()
-            if settings.scheduler_enabled and self.leading():
-                try:
-                    self.schedule()
-                except LeaseLost as exc:
-                    log.warning("scheduler: %s", exc)
-                except Exception:
-                    log.exception("scheduler tick failed; retrying")
-            # A burst of submits wakes the scheduler once per gap, not once per submit.
-            self._stop.wait(WAKE_GAP_S)
-            wake.wait(max(0.0, started + settings.loop_interval_s - time.monotonic()))
-
-    def schedule(self) -> None:
-        with self.reconciler.launch_lock:  # a job admitted is handed its supervisor before a pass looks
-            started = time.monotonic()
-            try:
-                self.scheduler.tick()
-            finally:
-                self.plane.live.control_pass("schedule", time.monotonic() - started)
-
-    def close(self) -> None:
-        """The term is over: both loops stop (joined, so nothing of this term runs on), then the
-        handles are forgotten (the next leader re-attaches by name) and our standbys go."""
-        self._stop.set()
-        self.plane.wake.set()
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout=JOIN_TIMEOUT_S)
-                if thread.is_alive():
-                    log.warning("%s did not stop in %.0f s; its writes are fenced", thread.name, JOIN_TIMEOUT_S)
-        self.reconciler.close()
-        try:
-            self.pool.shutdown()  # our standbys; the next leader starts its own
-        except Exception:
-            pass
