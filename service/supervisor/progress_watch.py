@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.supervisor.policies.hang import RankPhase, where
-from workers.events import Phase, PhaseEvent, Progress, RankEvent, RankProgress, RankStep
+from workers.events import PhaseEvent, RankEvent, RankProgress, RankStep
+from workers.phases import Phase, Progress
 
 
 @dataclass

@@ -11,11 +11,9 @@ from workers.events import (
     CheckpointEvent,
     CheckpointIncompleteEvent,
     ExcludedNodesEvent,
-    Phase,
     PhaseEvent,
     PipelineRebalanceEvent,
     PreemptedEvent,
-    Progress,
     RebalanceEvent,
     ReplaceEvent,
     ResizeEvent,
@@ -31,6 +29,7 @@ from workers.events import (
     TrackingDroppedEvent,
     ValidationEvent,
 )
+from workers.phases import Phase, Progress
 
 LAYOUT_4 = {"dp": 4, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp", "world_size": 4}
 LAYOUT_2 = {"dp": 2, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp", "world_size": 2}

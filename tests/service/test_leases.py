@@ -8,8 +8,7 @@ import pytest
 from sqlalchemy import func, select
 
 from service.db import repository as repo
-from service.db.models import JobEvent
-from service.db.models import LeaseRow
+from service.db.models import JobEvent, LeaseRow
 from service.leases import FencedSessions, LeaderLease, LeaseLost
 from tests.helpers import spec_of
 

@@ -10,7 +10,8 @@ from service.supervisor.policies.failure import FailureAction, FailureStatus, Re
 from service.supervisor.policies.hang import HangStatus, RankPhase, on_silence
 from service.supervisor.progress_watch import ProgressWatch
 from tests.helpers import spec_of, tiny_spec
-from workers.events import Phase, Progress, RankProgress, RankStep, RestartCause
+from workers.events import RankProgress, RankStep, RestartCause
+from workers.phases import Phase, Progress
 from workers.spec import FaultToleranceSpec, JobSpec
 from workers.spec_loading import parse_spec
 from workers.training.progress import ProgressReporter

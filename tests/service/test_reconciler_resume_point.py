@@ -12,8 +12,8 @@ from service.lifecycle import JobState
 from service.live_metrics import LiveMetrics
 from service.reconciler import Reconciler
 from service.settings import Settings
-from tests.service.test_restart_budgets import RecordingLauncher
 from tests.helpers import spec_of
+from tests.service.test_restart_budgets import RecordingLauncher
 from workers.checkpointing import checkpoint_root, step_name
 from workers.spec_loading import parse_spec
 

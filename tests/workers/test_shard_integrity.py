@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from workers.training.shard_integrity import HeldStateSeal, held_state, word_sum
 from tests.workers.gloo_ranks import spawn_ranks
+from workers.training.shard_integrity import HeldStateSeal, held_state, word_sum
 
 # --- the checksum ------------------------------------------------------------------------------------
 

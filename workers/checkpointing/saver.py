@@ -26,7 +26,8 @@ from workers.checkpointing.save_plans import SavePlans
 from workers.checkpointing.staging import StagedUpload
 from workers.checkpointing.transfer import Throttle, TransferMeter
 from workers.checkpointing.writer import MeteredFileSystemWriter, metered, writer_for
-from workers.events import Phase, RunEvent
+from workers.events import RunEvent
+from workers.phases import Phase
 from workers.runtime.gloo_groups import lazy_gloo_group
 from workers.storage import Storage
 

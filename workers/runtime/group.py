@@ -19,7 +19,8 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from workers.events import Progress, RankEvent, RankProgress, RestartCause
+from workers.events import RankEvent, RankProgress, RestartCause
+from workers.phases import Progress
 from workers.program.errors import ProgramFailed
 from workers.program.prestarted import ENABLED as PRESTART
 from workers.program.session_server import DRAIN_S

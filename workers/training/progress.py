@@ -1,4 +1,4 @@
-"""A rank's progress outside its steps, sent to the supervisor as typed values (workers/events.py Progress).
+"""A rank's progress outside its steps, sent to the supervisor as typed values (workers/phases.py Progress).
 
 The supervisor's hang timer restarts on progress, whatever the phase (service/supervisor/policies/hang.py),
 so every phase a rank can spend long in reports through one `ProgressReporter`: validation (batches),
@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from workers.events import Phase, Progress, RankEvent, RankProgress
+from workers.events import RankEvent, RankProgress
+from workers.phases import Phase, Progress
 
 T = TypeVar("T")
 

@@ -27,8 +27,6 @@ from workers.data.loader import MapFeed
 from workers.data.stream import StreamFeed
 from workers.events import (
     CheckpointIncompleteEvent,
-    Phase,
-    Progress,
     RankCheckpoint,
     RankEvent,
     RankNotice,
@@ -44,6 +42,7 @@ from workers.parallel import StrategyContext, build_strategy
 from workers.parallel.control_group import ControlGroups
 from workers.parallel.layout import Layout
 from workers.peak_flops import peak_flops
+from workers.phases import Phase, Progress
 from workers.spec import HFModelSpec, JobSpec
 from workers.step_memory import StepMemory
 from workers.storage import Storage

@@ -1,7 +1,7 @@
 """The hang policy: a group is hung when no rank has made progress for `hang_timeout_s`, whatever the phase.
 
 Progress is a step finished, or a rank's report of a phase outside the steps advancing (validation
-batches, checkpoint bytes, set-up and export stages, the first step's micro-batches: workers/events.py
+batches, checkpoint bytes, set-up and export stages, the first step's micro-batches: workers/phases.py
 Progress). A rank that only repeats where it is makes none. So a long validation or a slow upload that
 keeps moving is not a hang, and one that stops is, after the same timeout as a stopped step.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.events import Phase, Progress
+from workers.phases import Phase, Progress
 
 
 @dataclass(frozen=True)

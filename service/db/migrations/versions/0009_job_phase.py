@@ -1,5 +1,5 @@
 """job phase: a running job's phase outside its steps (validation, checkpoint upload, export), as the
-supervisor last drained it (workers/events.py Progress.view)
+supervisor last drained it (workers/phases.py Progress.view)
 
 Revision ID: 0009
 Revises: 0008
