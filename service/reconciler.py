@@ -57,6 +57,7 @@ from service.settings import Settings
 from service.supervisor.launch import Launcher
 from service.supervisor.policies.failure import FailureAction, FailureStatus, on_failure
 from service.supervisor.resume_point import resume_step
+from service.supervisor_handles import Handles
 from workers.checkpointing import checkpoint_root, step_name
 from workers.events import RestartCause, RestartEvent
 from workers.spec import FaultToleranceSpec
@@ -66,43 +67,6 @@ log = logging.getLogger("trainyard.reconciler")
 DRAIN_TIMEOUT_S = 10.0
 JOBS_PER_TRANSACTION = 1000  # a pass's drains are stored in transactions of at most this many jobs
 FEED_MAX_PENDING = 20_000  # jobs' drains waiting for the metrics feed before a pass waits for it
-
-
-class Handles(dict):
-    """Job id -> supervisor actor handle, shared by the scheduler's and the reconciler's threads.
-    Each operation is atomic; `take_if` removes a job's handle only if it is still the one given,
-    so a supervisor the scheduler started for a re-admitted job is never taken for its old one."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-
-    def __setitem__(self, job_id: str, handle: Any) -> None:
-        with self._lock:
-            super().__setitem__(job_id, handle)
-
-    def __delitem__(self, job_id: str) -> None:
-        with self._lock:
-            super().__delitem__(job_id)
-
-    def pop(self, job_id, *default):  # type: ignore[override]
-        with self._lock:
-            return super().pop(job_id, *default)
-
-    def clear(self) -> None:
-        with self._lock:
-            super().clear()
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return dict(self)
-
-    def take_if(self, job_id: str, handle: Any) -> bool:
-        with self._lock:
-            if super().get(job_id) is handle:
-                super().__delitem__(job_id)
-                return True
-            return False
 
 
 @dataclass
