@@ -21,7 +21,7 @@ class LoaderSpec(Strict):
 
 
 class TextDataSpec(Strict):
-    """Byte-level text built from the Python standard library's own sources: no download (the default data)."""
+    """Byte-level text built from the Python standard library's own sources: no download."""
     name: Literal["text:pystdlib"] = Field(description="the built-in text corpus")
     max_bytes: int = Field(4_000_000, ge=10_000, description="corpus size cap")
     val_fraction: float = Field(0.05, gt=0.0, lt=0.5, description="the corpus's last fraction held out for "

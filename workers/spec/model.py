@@ -28,7 +28,7 @@ class _ModelStructure(Strict):
 
 
 class GPTModelSpec(_ModelStructure):
-    """The built-in byte-level GPT, a small decoder-only transformer (the default model)."""
+    """The built-in byte-level GPT, a small decoder-only transformer."""
     name: Literal["gpt"] = Field("gpt", description="the built-in GPT")
     n_layers: int = Field(2, ge=1, le=256, description="transformer blocks")
     d_model: int = Field(64, ge=8, le=16384, description="embedding width")
