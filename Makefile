@@ -98,6 +98,12 @@ dashboards-preview: install prometheus
 	$(PIP) install --quiet -e '.[bench]'
 	$(PY) bench/dashboards_preview.py --out docs/img
 
+# docs/spec.md, the job spec reference, from the schema's own descriptions (workers/spec/reference.py);
+# tests/workers/test_spec_reference.py fails when the page is stale.
+.PHONY: spec-reference
+spec-reference: install
+	$(PY) -m workers.spec.reference
+
 # The fault soak (docs/ha.md): a private PostgreSQL, two replicas, a multi-node Ray, a job stream and a
 # seeded chaos schedule for MINUTES; prints one table and fails unless every target is met.
 .PHONY: soak

@@ -153,7 +153,8 @@ def plan(
                                                      "(default: resources.memory_per_worker_gib)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as one JSON object")] = False,
 ) -> None:
-    """Dry-run the layout planner: every valid layout of SPEC's workers, its predicted bytes and step cost."""
+    """Dry-run the layout planner: every layout of SPEC's workers the strategies run, pipelines included, with
+    its predicted bytes and step cost, the one `parallel: auto` chooses (*), and those left out and why."""
     import yaml
 
     from workers.parallel.planner import GIB
@@ -171,16 +172,12 @@ def plan(
     if as_json:
         print(json.dumps(result.to_dict()))
         raise typer.Exit(0 if result.chosen else 1)
+    from api.cli.plan_table import layout_table, left_out
+
     console = Console()
-    table = Table(title=f"layouts for {spec_path.name}")
-    for col in ("", "layout", "strategy", "state@peak MiB/rank", "act MiB/rank", "comm MB/step", "step ms", "fits"):
-        table.add_column(col)
-    for e in result.candidates:
-        layout = " ".join(f"{k}={v}" for k, v in e.parallel.items())
-        table.add_row("*" if e is result.chosen else "", layout, e.strategy,
-                      f"{e.peak_state_bytes_per_rank / 2**20:.2f}", f"{e.activation_bytes_per_rank / 2**20:.2f}",
-                      f"{e.comm_bytes_per_step / 1e6:.3f}", f"{e.step_s * 1e3:.2f}", "yes" if e.fits else "no")
-    console.print(table)
+    console.print(layout_table(result, f"layouts for {spec_path.name}"))
+    for line in left_out(result):
+        console.print(line)
     if result.memory_budget_bytes:
         console.print(f"budget: {result.memory_budget_bytes / GIB:.3g} GiB per worker")
     console.print(f"choice: {result.explanation}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -24,7 +26,13 @@ def test_candidates_cover_every_strategy_and_rules_prune_them():
     result = plan(tiny_spec(**{"model.n_layers": 2, "model.n_heads": 2, "resources.workers": 4}))
     refused = [r for r in result.rejected if r["parallel"]["tp"] == 4]
     assert refused and all("parallel.tp must divide model.n_heads" in r["reason"] for r in refused)
-    assert {e.strategy for e in result.candidates} == {"ddp", "zero", "fsdp", "tp"}
+    assert {e.strategy for e in result.candidates} == {"ddp", "zero", "fsdp", "tp", "pipeline"}
+    # pipelines of up to n_layers + 2 = 4 stages (a block, or the embedding or head, each), tp dividing 2 heads;
+    # parallel: auto never chooses them
+    pipelines = {(e.parallel["pp"], e.parallel["tp"]) for e in result.candidates if e.strategy == "pipeline"}
+    assert pipelines == {(2, 1), (2, 2), (4, 1)}
+    assert all(not e.auto_eligible for e in result.candidates if e.strategy == "pipeline")
+    assert result.chosen is not None and result.chosen.parallel.get("pp", 1) == 1
 
 
 def test_zero_accounting_and_ring_bytes_per_candidate():
@@ -86,3 +94,25 @@ def test_parallel_auto_without_a_fitting_layout_is_a_field_named_error():
         parse_spec({**SPEC, "parallel": "auto", "resources": {**SPEC["resources"], "memory_per_worker_gib": 1e-6}})
     [error] = format_validation_error(info.value)
     assert error["field"] == "parallel" and "no layout" in error["message"] and "budget=" in error["message"]
+
+
+EXAMPLE_3D = Path(__file__).resolve().parents[2] / "examples" / "hf-llama-3d.yaml"
+
+
+def test_cli_plan_lists_the_example_s_own_pipeline_layout():
+    """`trainyard plan` on the 3D example shows its pp2 x tp2 x dp2 among the pipeline layouts, says why
+    parallel: auto passes over them, and prints no option column that every row leaves blank."""
+    result = CliRunner().invoke(app, ["plan", str(EXAMPLE_3D)], env={"COLUMNS": "220"})
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "strategy" in line)
+    assert re.search(r"pp\W+tp\W+dp\W+zero", header), header
+    assert "sdp" not in header and "None" not in result.output
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in result.output.splitlines() if "│" in line]
+    pipelines = {tuple(r[1:4]) for r in rows if "pipeline" in r}
+    assert ("2", "2", "2") in pipelines, result.output  # pp, tp, dp
+    assert "parallel: auto does not choose a pipeline layout" in result.output
+    assert "left out: pp8 x tp1 x dp1" in result.output  # 8 stages of a 4-layer model: refused, and said why
+    as_json = json.loads(CliRunner().invoke(app, ["plan", str(EXAMPLE_3D), "--json"]).output)
+    [three_d] = [c for c in as_json["candidates"] if (c["parallel"].get("pp"), c["parallel"]["tp"], c["parallel"]["dp"])
+                 == (2, 2, 2)]
+    assert three_d["strategy"] == "pipeline" and not three_d["auto_eligible"]

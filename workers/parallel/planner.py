@@ -12,7 +12,12 @@ gathered weights) and the loss's logits; bench/planner_vs_peak.py and
 tests/workers/test_planner_peak.py check it against the measured peak (workers/step_memory.py).
 Step time is a roofline guess: 6 x params x tokens FLOPs (8x with activation
 checkpointing) at the worker's sustained rate, plus bytes over the link
-bandwidth plus a latency per collective, with no overlap assumed.
+bandwidth plus a latency per collective, with no overlap assumed; a pipeline's
+compute is stretched by its schedule's ideal bubble.
+
+The search covers every layout of the spec's workers the strategies run: pp = 1 layouts
+(DDP, ZeRO, FSDP/HSDP, TP, each with its options) and pipeline layouts (pp x tp x dp with the
+default schedule). `parallel: auto` chooses among the pp = 1 layouts only (AUTO_LEAVES_OUT says why).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from workers.models import MODEL_BUILDERS
 from workers.models.description import ModelStructureError, describe_spec_model
 from workers.models.param_counts import norm_params, tp_sharded_params
 from workers.parallel.activations import activation_bytes
+from workers.parallel.pipeline.bubble import spec_theoretical_bubble
 from workers.parallel.registry import strategy_class
 from workers.parallel.tensor_parallel import tensor_parallel_comm_bytes
 from workers.spec import (
@@ -98,6 +104,7 @@ class Estimate:
     comm_s: float
     fits: bool = True
     note: str = ""
+    auto_eligible: bool = True  # whether `parallel: auto` may choose it (pp = 1)
 
     @property
     def step_s(self) -> float:
@@ -132,6 +139,7 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     bandwidth, latency = GPU_LINK if gpu else CPU_LINK
     tokens = t.global_batch_size * (f.seq_len or 1)
     flops = (8 if p.activation_checkpointing else 6) * f.params * tokens / spec.world_size
+    flops /= 1.0 - (spec_theoretical_bubble(spec) or 0.0)  # a pipeline's ranks idle this fraction of a flush
     collectives = (accum * (f.layers or 1) * (6 if tp > 1 else 0)) + (accum * 2 * (f.layers + 1) if p.zero == 3 else 1)
     return Estimate(
         parallel=_compact(p.model_dump(mode="json")),
@@ -149,7 +157,7 @@ def _compact(parallel: dict) -> dict:
     defaults = {"pipeline": None, "dp_shard": None, "reshard_after_forward": True, "offload_optimizer": False,
                 "fsdp_accumulate": "sharded",
                 "sequence_parallel": False, "activation_checkpointing": False, "mixed_precision": "fp32",
-                "compression": None, "local_sgd": None, "pp": 1}
+                "compression": None, "local_sgd": None, "sdp": None, "pp": 1}
     return {k: v for k, v in parallel.items() if k not in defaults or v != defaults[k]}
 
 
@@ -178,6 +186,17 @@ def candidate_layouts(workers: int) -> list[dict]:
     return out
 
 
+def pipeline_layouts(workers: int) -> list[dict]:
+    """Every pp > 1 layout of `workers` ranks: pp stages x tp x dp, zero 0 (the pipeline strategy's only),
+    with the default schedule (parallel.pipeline.schedule picks another for the same layout)."""
+    return [{"dp": workers // (pp * tp), "tp": tp, "pp": pp, "zero": 0}
+            for pp in _divisors(workers)[1:] for tp in _divisors(workers // pp)]
+
+
+AUTO_LEAVES_OUT = ("parallel: auto does not choose a pipeline layout (pp > 1): its predicted step counts the "
+                   "schedule's ideal bubble but not the stages' imbalance or their point-to-point transfers")
+
+
 @dataclass
 class Plan:
     chosen: Estimate | None
@@ -196,8 +215,9 @@ class Plan:
         }
 
 
-def plan(data: dict | JobSpec, memory_budget_gib: float | None = None) -> Plan:
-    """Rank every valid layout of the spec's workers; `data` is a spec (its `parallel` is ignored)."""
+def plan(data: dict | JobSpec, memory_budget_gib: float | None = None, *, pipelines: bool = True) -> Plan:
+    """Rank every valid layout of the spec's workers, the pipeline ones too unless `pipelines` is False
+    (`parallel: auto`, which never chooses them); `data` is a spec (its `parallel` is ignored)."""
     raw = data.model_dump(mode="json") if isinstance(data, JobSpec) else dict(data)
     raw.pop("parallel", None)
     workers = int(raw.get("resources", {}).get("workers", 1))
@@ -205,7 +225,7 @@ def plan(data: dict | JobSpec, memory_budget_gib: float | None = None) -> Plan:
                   else raw.get("resources", {}).get("memory_per_worker_gib"))
     budget = int(budget_gib * GIB) if budget_gib else None
     facts, estimates, rejected = None, [], []
-    for layout in candidate_layouts(workers):
+    for layout in candidate_layouts(workers) + (pipeline_layouts(workers) if pipelines else []):
         try:
             spec = checked_spec({**raw, "parallel": layout}, allow_fault_injection=True)
         except SPEC_ERRORS as exc:
@@ -214,16 +234,19 @@ def plan(data: dict | JobSpec, memory_budget_gib: float | None = None) -> Plan:
             continue
         facts = facts or ModelFacts.of(spec)
         est = estimate(spec, facts)
+        est.auto_eligible = spec.parallel.pp == 1
         if budget is not None and est.memory_bytes_per_rank > budget:
             est.fits = False
             est.note = f"needs {est.memory_bytes_per_rank / GIB:.2f} GiB per rank > budget {budget / GIB:.3g} GiB"
         estimates.append(est)
     estimates.sort(key=lambda e: (not e.fits, e.step_s, e.memory_bytes_per_rank))
-    chosen = estimates[0] if estimates and estimates[0].fits else None
-    return Plan(chosen, estimates, rejected, budget, _explain(chosen, estimates, budget, workers))
+    eligible = [e for e in estimates if e.auto_eligible]
+    chosen = eligible[0] if eligible and eligible[0].fits else None
+    return Plan(chosen, estimates, rejected, budget, _explain(chosen, eligible, budget, workers))
 
 
 def _explain(chosen: Estimate | None, estimates: list[Estimate], budget: int | None, workers: int) -> str:
+    """Why `parallel: auto` chooses what it does, among the layouts it may choose (`estimates`)."""
     if not estimates:
         return f"no layout of {workers} workers passes the spec rules"
     if chosen is None:
@@ -247,18 +270,18 @@ def _explain(chosen: Estimate | None, estimates: list[Estimate], budget: int | N
 def _label(e: Estimate) -> str:
     p = e.parallel
     parts = [f"dp={p['dp']}", f"tp={p['tp']}", f"zero={p['zero']}"]
-    parts += [f"{k}={v}" for k, v in p.items() if k not in ("dp", "tp", "zero")]
+    parts += [f"{k}={v}" for k, v in p.items() if k not in ("dp", "tp", "zero") and v is not None]
     return " ".join(parts)
 
 
 def resolve_auto(data: dict) -> dict:
     """The `parallel` block `parallel: auto` stands for: the plan's choice. When no layout passes the
     rules at all, the default layout, so that validation reports why."""
-    result = plan(data)
-    chosen = result.chosen
-    if chosen is None and result.candidates:
+    result = plan(data, pipelines=False)
+    chosen, eligible = result.chosen, [e for e in result.candidates if e.auto_eligible]
+    if chosen is None and eligible:
         assert result.memory_budget_bytes is not None  # without a budget every layout that passes the rules fits
-        least = min(result.candidates, key=lambda e: e.memory_bytes_per_rank)
+        least = min(eligible, key=lambda e: e.memory_bytes_per_rank)
         raise SpecError([Violation("parallel",
             f"parallel: auto found no layout of resources.workers={data.get('resources', {}).get('workers', 1)} "
             f"that fits resources.memory_per_worker_gib (budget={result.memory_budget_bytes / GIB:.3g} GiB, "

@@ -15,7 +15,7 @@ class Strict(BaseModel):
 
 class EntrypointSpec(Strict):
     entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN, description="'package.module:factory'")
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments the factory is called with")
 
 
 

@@ -10,6 +10,7 @@ from workers.spec.base import EntrypointSpec, Strict, section_kind
 
 FILE_FORMATS = ("tokens", "jsonl", "parquet", "text")
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "int32", "int64")
+LOADER = "how batches are prepared: loader processes beside the training thread"
 
 
 class LoaderSpec(Strict):
@@ -20,21 +21,24 @@ class LoaderSpec(Strict):
 
 
 class TextDataSpec(Strict):
-    name: Literal["text:pystdlib"]
+    """Byte-level text built from the Python standard library's own sources: no download."""
+    name: Literal["text:pystdlib"] = Field(description="the built-in text corpus")
     max_bytes: int = Field(4_000_000, ge=10_000, description="corpus size cap")
-    val_fraction: float = Field(0.05, gt=0.0, lt=0.5)
+    val_fraction: float = Field(0.05, gt=0.0, lt=0.5, description="the corpus's last fraction held out for "
+                                                                 "validation")
     seq_len: int | None = Field(None, ge=2, le=65536, description="tokens per sample; required with a model "
                                                                  "other than the built-in gpt (default model.seq_len)")
-    loader: LoaderSpec = Field(default_factory=LoaderSpec)
+    loader: LoaderSpec = Field(default_factory=LoaderSpec, description=LOADER)
 
 
 class SyntheticDataSpec(Strict):
-    name: Literal["synthetic"]
-    n_samples: int = Field(4096, ge=1)
-    in_features: int = Field(16, ge=1)
-    out_features: int = Field(1, ge=1)
-    noise: float = Field(0.01, ge=0.0)
-    loader: LoaderSpec = Field(default_factory=LoaderSpec)
+    """A linear regression set y = W x + noise, fully determined by train.seed (for model 'mlp')."""
+    name: Literal["synthetic"] = Field(description="the built-in regression set")
+    n_samples: int = Field(4096, ge=1, description="samples generated; the last 10% are the validation split")
+    in_features: int = Field(16, ge=1, description="width of x; must equal model.in_features with model 'mlp'")
+    out_features: int = Field(1, ge=1, description="width of y; must equal model.out_features with model 'mlp'")
+    noise: float = Field(0.01, ge=0.0, description="standard deviation of the Gaussian noise added to y")
+    loader: LoaderSpec = Field(default_factory=LoaderSpec, description=LOADER)
 
 
 class FilesSpec(Strict):
@@ -52,15 +56,16 @@ class FilesSpec(Strict):
 
 
 class FileDataSpec(Strict):
-    files: FilesSpec
+    """Your own data in sharded files (tokens, text, jsonl or parquet)."""
+    files: FilesSpec = Field(description="the files and how to read them")
     tokenizer: str | None = Field(None, description="jsonl/parquet/text: null = bytes; or a local Hugging Face "
                                                     "tokenizer directory (never a hub download)")
-    loader: LoaderSpec = Field(default_factory=LoaderSpec)
+    loader: LoaderSpec = Field(default_factory=LoaderSpec, description=LOADER)
 
 
 class DataEntrypointSpec(EntrypointSpec):
     """A user factory returning a map-style dataset, an IterableDataset, or a (train, validation) pair."""
-    loader: LoaderSpec = Field(default_factory=LoaderSpec)
+    loader: LoaderSpec = Field(default_factory=LoaderSpec, description=LOADER)
 
 
 def _data_kind(value: Any) -> str | None:

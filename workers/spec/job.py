@@ -32,16 +32,26 @@ def _eval_batches(value: object) -> object:
 
 
 class TrainSpec(Strict):
-    steps: int = Field(100, ge=1, le=10_000_000)
-    global_batch_size: int = Field(32, ge=1)
-    micro_batch_size: int = Field(8, ge=1)
-    lr: float = Field(3e-3, gt=0.0, le=10.0)
-    warmup_steps: int = Field(0, ge=0)
-    lr_schedule: Literal["cosine", "constant"] = "cosine"
+    steps: int = Field(100, ge=1, le=10_000_000, description="optimizer steps to train for; each step consumes "
+                       "one global batch, and the cosine schedule decays over them")
+    global_batch_size: int = Field(32, ge=1, description="samples per optimizer step over all ranks; must be "
+                                   "divisible by parallel.dp x micro_batch_size (the rest is gradient accumulation)")
+    micro_batch_size: int = Field(8, ge=1, description="samples per forward/backward pass on one rank; a step runs "
+                                  "global_batch_size / (dp x micro_batch_size) of them per rank and accumulates "
+                                  "their gradients")
+    lr: float = Field(3e-3, gt=0.0, le=10.0, description="peak learning rate of AdamW, reached after warmup_steps "
+                                             "and then kept (constant) or decayed (cosine)")
+    warmup_steps: int = Field(0, ge=0, description="steps of linear warmup from lr / warmup_steps up to lr; "
+                                       "at most steps")
+    lr_schedule: Literal["cosine", "constant"] = Field(
+        "cosine", description="after warmup: cosine decays from lr towards lr x min_lr_ratio at the last step; "
+                              "constant keeps lr")
     min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="cosine floor as a fraction of lr")
-    weight_decay: float = Field(0.0, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW's decoupled weight decay, applied to every "
+                                             "parameter; 0 disables")
     grad_clip: float | None = Field(1.0, gt=0.0, description="max global grad norm; null disables")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, description="seeds the model's initial weights, the order of the batches and every "
+                                 "step's randomness, so a resumed run repeats the uninterrupted one")
     eval_every: int = Field(0, ge=0, description="validation loss every N steps; 0 disables")
     eval_batches: Annotated[int | Literal["auto", "all"] | None, BeforeValidator(_eval_batches)] = Field(
         "auto", description="global batches (of global_batch_size samples) per validation. auto: 8, whose "
@@ -61,11 +71,15 @@ class TrainSpec(Strict):
 
 
 class ResourcesSpec(Strict):
-    workers: int = Field(1, ge=1, le=4096)
+    workers: int = Field(1, ge=1, le=4096, description="ranks (Ray actors) the job runs; must equal "
+                                          "parallel.dp x tp x pp, and lie within min_workers..max_workers")
     min_workers: int | None = Field(None, ge=1, description="elastic floor: shrink to no fewer; default workers")
     max_workers: int | None = Field(None, ge=1, description="elastic ceiling: grow to no more; default workers")
-    cpus_per_worker: float = Field(1.0, gt=0.0)
-    gpus_per_worker: float = Field(0.0, ge=0.0)
+    cpus_per_worker: float = Field(1.0, gt=0.0, description="CPUs the scheduler reserves for each rank; a rank "
+                                              "also runs this many torch threads (whole CPUs, at least 1)")
+    gpus_per_worker: float = Field(0.0, ge=0.0, description="GPUs reserved for each rank; 0 trains on CPU, a "
+                                              "fraction shares one GPU between ranks, above 1 only for a "
+                                              "program.function (one rank per GPU otherwise)")
     memory_per_worker_gib: float | None = Field(None, gt=0.0, description="per-worker memory budget that "
                                                 "parallel: auto and trainyard plan must fit, and that submit and "
                                                 "trainyard validate refuse a job's predicted peak per worker over; "
@@ -77,8 +91,9 @@ class ResourcesSpec(Strict):
 
 
 class CheckpointSpec(Strict):
-    every_steps: int = Field(0, ge=0, description="0 = only at the end")
-    keep: int = Field(2, ge=1)
+    every_steps: int = Field(0, ge=0, description="save a checkpoint every N steps (restarts and rollbacks resume "
+                                      "from the last one); 0: only at the end")
+    keep: int = Field(2, ge=1, description="newest checkpoints kept in the job's storage; older ones are deleted")
 
 
 class LossSpikeSpec(Strict):
@@ -112,9 +127,11 @@ class FaultToleranceSpec(Strict):
 
 
 class FaultSpec(Strict):
-    at_step: int = Field(ge=1)
-    rank: int = Field(0, ge=0)
-    kind: Literal["crash", "hang", "slow", "nan", "spike", "bitflip", "slow_upload", "stall_upload", "oom"]
+    at_step: int = Field(ge=1, description="the step (1-based) at which the fault strikes")
+    rank: int = Field(0, ge=0, description="the rank the fault strikes, 0 .. resources.workers - 1")
+    kind: Literal["crash", "hang", "slow", "nan", "spike", "bitflip", "slow_upload", "stall_upload", "oom"] = Field(
+        description="what goes wrong: the rank exits, stops progressing, slows down, gets non-finite gradients, a "
+                    "loss spike, a flipped bit, a slow or stalled checkpoint upload, or runs out of memory")
     factor: float = Field(2.0, ge=1.0, description="kind=slow: slow-down factor; kind=spike: loss multiplier; "
                                                    "kind=slow_upload: seconds the rank's part of the checkpoint at "
                                                    "step at_step takes to write (progressing); kind=stall_upload "
@@ -142,7 +159,8 @@ class StragglerSpec(Strict):
 
 
 class SupervisorSpec(Strict):
-    straggler: StragglerSpec = Field(default_factory=StragglerSpec)
+    straggler: StragglerSpec = Field(default_factory=StragglerSpec, description="how the job's supervisor finds "
+                                     "a rank slower than its peers, and what it does about it")
 
 
 PROGRAM_REFUSES = ("model", "data", "train")  # sections of Trainyard's own loop
@@ -150,16 +168,25 @@ PROGRAM_REFUSES = ("model", "data", "train")  # sections of Trainyard's own loop
 
 class JobSpec(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$", description="lower-case job name")
-    model: ModelSpec = Field(default_factory=GPTModelSpec)
-    data: DataSpec = Field(default_factory=lambda: TextDataSpec(name="text:pystdlib"))
-    train: TrainSpec = Field(default_factory=TrainSpec)
+    model: ModelSpec = Field(default_factory=GPTModelSpec, description="what is trained: the built-in gpt or "
+                             "mlp, a Hugging Face causal LM (hf) or your own nn.Module (entrypoint)")
+    data: DataSpec = Field(default_factory=lambda: TextDataSpec(name="text:pystdlib"), description="what it is "
+                           "trained on: a built-in corpus, sharded files or your own dataset factory (entrypoint)")
+    train: TrainSpec = Field(default_factory=TrainSpec, description="the optimisation: steps, batch sizes, "
+                             "learning rate schedule, loss and validation")
     parallel: ParallelSpec = Field(default_factory=ParallelSpec, description="the layout, or 'auto': "
                                    "the planner's cheapest layout that fits resources.memory_per_worker_gib")
-    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
-    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
-    fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
-    fault_injection: list[FaultSpec] = Field(default_factory=list)
-    supervisor: SupervisorSpec = Field(default_factory=SupervisorSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="how many ranks, and the CPUs, "
+                                     "GPUs and memory each one gets")
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="when the training state is "
+                                       "saved, and how many saves are kept")
+    fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec, description="restarts, hang "
+                                                "detection, skipped bad steps and rollbacks")
+    fault_injection: list[FaultSpec] = Field(default_factory=list, description="faults to inject on purpose, for "
+                                             "testing recovery; refused unless the server allows it "
+                                             "(TRAINYARD_ALLOW_FAULT_INJECTION=1)")
+    supervisor: SupervisorSpec = Field(default_factory=SupervisorSpec, description="what the job's supervisor "
+                                       "watches while it runs")
     program: ProgramSpec | None = Field(None, description="the user's own training loop (a command or a "
                                         "function) instead of Trainyard's; then model, data and train are refused")
     tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="also log params, per-step metrics "

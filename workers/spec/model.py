@@ -28,13 +28,15 @@ class _ModelStructure(Strict):
 
 
 class GPTModelSpec(_ModelStructure):
-    name: Literal["gpt"] = "gpt"
+    """The built-in byte-level GPT, a small decoder-only transformer."""
+    name: Literal["gpt"] = Field("gpt", description="the built-in GPT")
     n_layers: int = Field(2, ge=1, le=256, description="transformer blocks")
     d_model: int = Field(64, ge=8, le=16384, description="embedding width")
     n_heads: int = Field(4, ge=1, le=256, description="attention heads; must divide d_model")
     seq_len: int = Field(64, ge=2, le=65536, description="context length in tokens")
     vocab_size: int = Field(256, ge=2, description="byte-level vocabulary by default")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout probability in training on the embeddings, the "
+                                                "attention weights and each block's MLP output; 0 disables")
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> "GPTModelSpec":
@@ -45,24 +47,29 @@ class GPTModelSpec(_ModelStructure):
 
 
 class MLPModelSpec(_ModelStructure):
-    name: Literal["mlp"]
-    in_features: int = Field(16, ge=1)
-    hidden: int = Field(64, ge=1)
-    out_features: int = Field(1, ge=1)
+    """The built-in multi-layer perceptron for vector regression (data.name 'synthetic' or an entrypoint)."""
+    name: Literal["mlp"] = Field(description="the built-in MLP")
+    in_features: int = Field(16, ge=1, description="input width; with data 'synthetic' it must equal "
+                                                   "data.in_features")
+    hidden: int = Field(64, ge=1, description="width of every hidden layer (each a Linear and a GELU)")
+    out_features: int = Field(1, ge=1, description="output width; with data 'synthetic' it must equal "
+                                                   "data.out_features")
     n_layers: int = Field(2, ge=1, le=64, description="hidden layers")
 
 
 
 class ModelEntrypointSpec(EntrypointSpec, _ModelStructure):
-    """Any nn.Module a user factory returns."""
+    """Any nn.Module a user factory returns: `entrypoint` names the factory, `args` its keyword arguments."""
 
 
 class HFConfigSource(Strict):
+    """A model built from a config alone, with freshly initialised weights."""
     model_type: str = Field(min_length=1, description="a transformers model type, e.g. 'llama', 'gpt2'")
     config: dict[str, Any] = Field(default_factory=dict, description="fields of that model type's config")
 
 
 class HFPretrainedSource(Strict):
+    """A model loaded from a saved directory, its weights included."""
     pretrained: str = Field(min_length=1, description="a local save_pretrained directory under the storage root "
                                                       "(never a hub download)")
 
@@ -77,7 +84,9 @@ class HFModelSpec(_ModelStructure):
     """A Hugging Face transformers causal LM (the optional extra `trainyard[hf]`)."""
     hf: Annotated[Union[Annotated[HFConfigSource, Tag("config")], Annotated[HFPretrainedSource, Tag("pretrained")]],
                   Discriminator(_hf_source, custom_error_type="model.hf",
-                                custom_error_message="model.hf must give model_type (and config) or pretrained")]
+                                custom_error_message="model.hf must give model_type (and config) or pretrained"),
+                  Field(description="where the model comes from: a model_type and its config (new weights), or a "
+                                    "pretrained directory")]
 
     @model_validator(mode="after")
     def _config_builds(self) -> "HFModelSpec":

@@ -39,7 +39,9 @@ class PipelineSpec(Strict):
 
 
 class CompressionSpec(Strict):
-    kind: Literal["fp16", "bf16", "powersgd"]
+    kind: Literal["fp16", "bf16", "powersgd"] = Field(
+        description="fp16/bf16: all-reduce gradients cast to half precision (half the bytes); powersgd: a "
+                    "low-rank approximation with error feedback (rank sets the size)")
     rank: int = Field(1, ge=1, le=1024, description="powersgd: matrix approximation rank")
     start_step: int = Field(2, ge=2, description="powersgd: plain all-reduce for the first steps "
                                                  "(>= 2: error feedback needs fixed bucket shapes)")
@@ -71,8 +73,11 @@ class SDPSpec(Strict):
 
 class ParallelSpec(Strict):
     dp: int | None = Field(None, ge=1, description="data-parallel degree; default workers / (tp x pp)")
-    tp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1, description="tensor-parallel degree: each block's weights are split over tp ranks by "
+                                         "the model's tensor-parallel plan; must divide the attention (and "
+                                         "key/value) heads")
+    pp: int = Field(1, ge=1, description="pipeline-parallel degree: the model is cut into pp stages at block "
+                                         "boundaries, run by pipeline.schedule; needs zero 0 and fp32")
     zero: int = Field(0, ge=0, le=3,
                       description="0 DDP; 1 shard optimiser state; 2 + gradients; 3 + parameters (FSDP2)")
     pipeline: PipelineSpec | None = Field(None, description="pipeline schedule; only with pp > 1")

@@ -226,7 +226,7 @@ class PipelineStrategy:
         return pipeline_errors(spec)
 
     @staticmethod
-    def cost(spec, facts) -> LayoutCost:  # the planner's search covers pp = 1 layouts; replicated stages
+    def cost(spec, facts) -> LayoutCost:  # replicated stages; the planner lists pipelines, auto never picks one
         per_rank = params_per_rank(spec, facts)
         state, activations = pipeline_peak(spec, facts)  # the rank with the highest peak
         return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank, state, activation_bytes=activations)
