@@ -134,3 +134,10 @@ def test_every_link_to_a_file_in_the_repository_resolves(doc):
 def test_no_doc_points_outside_the_repository():
     for doc in project_docs():
         assert "../shared/" not in doc.read_text(), f"{doc.relative_to(ROOT)} points at ../shared/"
+
+
+def test_every_setting_is_documented():
+    """README promises every setting in docs/configuration.md: a new one without a line there fails here."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    missing = [name.upper() for name in Settings.model_fields if name.upper() not in text]
+    assert not missing, f"docs/configuration.md names no {missing}"
