@@ -14,7 +14,7 @@ run's two pre-started Pythons import torch while the run trains (as a warm pool 
 difference is how the ranks started. A rank still alive 60 s after the launch is dumped with py-spy
 (--native) and killed; that run's directory (logs, checkpoints) is kept and named, the others' are removed.
 
-The fault it counts is torch's (docs/programs-bench.md, "A program that did not end"): when main() returns,
+The fault it counts is torch's (bench/notes/programs-bench.md, "A program that did not end"): when main() returns,
 DDP's Reducer frees the process group holding the GIL and joins gloo's worker thread, which is freeing a
 finished collective that holds a tensor with a Python object, and waits for the GIL. Measured here
 (torch 2.13) only when torch._dynamo, or DCP and FSDP, were imported before the script's

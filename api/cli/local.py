@@ -73,8 +73,9 @@ def run(
     job_id = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     connect(settings)
     pool = _start_warm_pool(warm_workers)
+    job_dir = settings.job_storage(job_id)
     try:
-        summary = _run_job(spec, settings.job_storage(job_id), job_id, as_json)
+        summary = _run_job(spec, job_dir, job_id, as_json)
     finally:
         if pool is not None:  # a pool this command started; a cluster's own pool stays
             _stop_warm_pool(pool)
@@ -82,7 +83,21 @@ def run(
             from service.ray_client import stop_local_ray
 
             stop_local_ray()
+    # stderr under --json, so that stdout stays one JSON object
+    (err if as_json else Console()).print(f"results: {results_location(job_dir)}", highlight=False, soft_wrap=True)
     raise typer.Exit(0 if summary["state"] == "SUCCEEDED" else 1)
+
+
+def results_location(job_dir: Storage) -> str:
+    """The job directory as a user types it: `./.trainyard/storage/jobs/<id>/` under the current directory,
+    else its absolute path or URI, with a trailing slash (it is a directory)."""
+    if job_dir.is_local:
+        path = Path(job_dir.uri)
+        try:
+            return f"./{path.relative_to(Path.cwd())}/"
+        except ValueError:
+            return f"{path}/"
+    return f"{job_dir.uri}/"
 
 
 def _start_warm_pool(size: int):

@@ -28,7 +28,7 @@ from workers.storage import Storage
 # How a finished job's state reads in MLflow; a preempted (QUEUED) run stays RUNNING for its next supervisor.
 END_STATUS = {JobState.SUCCEEDED: "FINISHED", JobState.FAILED: "FAILED", JobState.CANCELLED: "KILLED"}
 CLOSE_TIMEOUT_S = 30.0  # the longest a finished job waits for its last records and its model to go out
-EXPORTS = ("model.safetensors", "hf")  # the exported model in the job's storage (README: job directory)
+EXPORTS = ("model.safetensors", "hf")  # the exported model in the job's storage (docs/jobs.md: the job directory)
 
 
 class TrackingListener:

@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from api.cli.local import results_location
 from tests.helpers import tiny_spec
+from workers.storage import Storage
 
+ROOT = Path(__file__).resolve().parents[2]
 SUMMARY_KEYS = {"state", "steps", "initial_loss", "final_loss", "world_size", "layout", "samples_per_s",
                 "bubble_fraction", "bubble_fraction_theoretical", "model_state_bytes_per_rank",
                 "comm_bytes_per_step", "restarts", "params_sha256", "peak_memory_bytes_per_rank"}
@@ -27,7 +30,7 @@ def trainyard(tmp_path: Path, *args: str, allow_faults: bool = False,
     if allow_faults:
         env["TRAINYARD_ALLOW_FAULT_INJECTION"] = "1"
     return subprocess.run([sys.executable, "-m", "api.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
+                          env=env, timeout=300, cwd=ROOT)
 
 
 def write_spec(tmp_path: Path, name: str, data: dict) -> str:
@@ -63,12 +66,29 @@ def test_run_json_crash_recovers_to_the_fault_free_hash(tmp_path, ray_address):
     assert faulty["params_sha256"] == clean["params_sha256"]
 
 
+def test_results_location_is_relative_to_the_current_directory_when_under_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert results_location(Storage.at(tmp_path / ".trainyard/storage/jobs/j1")) == "./.trainyard/storage/jobs/j1/"
+    elsewhere = tmp_path.parent / "other/jobs/j1"
+    assert results_location(Storage.at(elsewhere)) == f"{elsewhere}/"
+    assert results_location(Storage.at("s3://bucket/prefix/jobs/j1")) == "s3://bucket/prefix/jobs/j1/"
+
+
 @pytest.mark.slow
 def test_run_shows_progress_and_summary(tmp_path):
-    out = trainyard(tmp_path, "run", write_spec(tmp_path, "p", tiny_spec(**{"train.steps": 8})))
+    """The README's quick start, as it is written: `trainyard run examples/gpt-ddp.yaml`."""
+    example = ROOT / "examples" / "gpt-ddp.yaml"
+    steps = yaml.safe_load(example.read_text())["train"]["steps"]
+    out = trainyard(tmp_path, "run", "examples/gpt-ddp.yaml")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "samples/s" in out.stdout and "8/8" in out.stdout
+    assert "samples/s" in out.stdout and f"{steps}/{steps}" in out.stdout
     assert "params_sha256" in out.stdout and "SUCCEEDED" in out.stdout
+    # The last line says where the job's files are: the README's quick start sends the user there.
+    last = out.stdout.strip().splitlines()[-1]
+    jobs = tmp_path / "home" / "storage" / "jobs"
+    assert last.startswith(f"results: {jobs}/") and last.endswith("/"), last
+    job_dir = Path(last.removeprefix("results: "))
+    assert (job_dir / "model.safetensors").is_file() and (job_dir / "logs").is_dir()
 
 
 def test_run_refuses_invalid_spec_with_the_field_named(tmp_path):
