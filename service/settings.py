@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     metrics_max_points: int = 2000  # per-step metrics kept per job; longer jobs are downsampled
     access_log: bool = False
     warm_workers: int = 4  # size of the cluster's warm pool of rank workers (0 = none); CPU jobs take from it
-    standby_supervisors: int = 1  # idle supervisors kept ready (torch imported) so a job starts at once
+    standby_supervisors: int = 1  # idle supervisors kept started so a job starts at once
     # Where supervisors run: a custom Ray resource they each ask a sliver of (the Helm chart gives it to
     # the head, so they never share a GPU node with ranks, nor pile up on one node by chance); empty = anywhere
     supervisor_resource: str = Field("", pattern=r"^[A-Za-z0-9_.:-]*$")
