@@ -1,7 +1,7 @@
 """Standby supervisors: idle JobSupervisor actors, already started, the supervisor's code imported.
 
 Admitting a job then costs one method call instead of starting a new Python process
-and a Ray actor (about a second on a small machine). The pool is named per control
+for a new Ray actor. The pool is named per control
 plane (`trainyard-standby-<plane id>-...`), so a restarted control plane can
 clear away its predecessor's unused standbys without touching anyone else's.
 """
