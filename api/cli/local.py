@@ -16,8 +16,6 @@ from api.cli.spec_input import read_spec_data_or_exit, read_spec_or_exit, refuse
 from workers.spec import CODE_REF_PREFIX, JobSpec
 from workers.storage import Storage
 
-__all__ = ["read_spec_or_exit", "register_local", "with_absolute_working_dir"]
-
 
 def with_absolute_working_dir(spec: JobSpec, spec_dir: Path) -> JobSpec:
     """`trainyard run` uses a local program.working_dir in place: a relative one is taken from the spec
