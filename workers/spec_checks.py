@@ -1,11 +1,17 @@
 """A submitted spec, checked whole: each field (pydantic), the rules that span fields
-(workers/spec/rules.py) and each parallel strategy's own (workers/parallel/registry.py)."""
+(workers/spec/rules.py) and each parallel strategy's own (workers/parallel/registry.py),
+reported together: a spec with field errors is also checked, without those fields, against the
+rules its other fields break (workers/spec_repair.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from workers.spec import JobSpec, SpecError, Violation, rule_violations
+from workers.spec.messages import field_violations
+from workers.spec_repair import spec_without, unaffected
 
 
 def spec_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None) -> list[Violation]:
@@ -18,8 +24,13 @@ def spec_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None)
 
 
 def checked_spec(data: Any, *, allow_fault_injection: bool | None = None) -> JobSpec:
-    """The JobSpec of `data` with an explicit layout; raises ValidationError or SpecError naming every field."""
-    spec = JobSpec.model_validate(data)
+    """The JobSpec of `data` with an explicit layout; raises SpecError naming every field."""
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        rest, removed = spec_without(data, exc)
+        others = spec_violations(rest, allow_fault_injection=allow_fault_injection) if rest is not None else []
+        raise SpecError([*field_violations(exc), *unaffected(others, removed)]) from exc
     violations = spec_violations(spec, allow_fault_injection=allow_fault_injection)
     if violations:
         raise SpecError(violations)

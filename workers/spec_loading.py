@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from workers.spec import JobSpec, SpecError, Violation
 from workers.spec_checks import checked_spec
+from workers.spec_file import read_spec_file
 
 
 def parse_spec(data: Any, *, allow_fault_injection: bool | None = None) -> JobSpec:
@@ -24,8 +23,5 @@ def parse_spec(data: Any, *, allow_fault_injection: bool | None = None) -> JobSp
 
 
 def load_spec(path: str | Path, **kwargs: Any) -> JobSpec:
-    """Read a YAML or JSON spec file (JSON is valid YAML)."""
-    data = yaml.safe_load(Path(path).read_text())
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a job spec must be a mapping, got {type(data).__name__}")
-    return parse_spec(data, **kwargs)
+    """Read a YAML or JSON spec file (workers/spec_file.py: a syntax error is a one-line SpecFileError)."""
+    return parse_spec(read_spec_file(path), **kwargs)

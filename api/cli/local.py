@@ -12,33 +12,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from api.cli.output import err
-from workers.spec import CODE_REF_PREFIX, SPEC_ERRORS, JobSpec, format_validation_error
-from workers.spec_loading import load_spec
+from api.cli.spec_input import read_spec_data_or_exit, read_spec_or_exit, refuse_if_too_big
+from workers.spec import CODE_REF_PREFIX, JobSpec
 from workers.storage import Storage
-
-
-def read_spec_or_exit(path: Path, allow_fault_injection: bool | None = None) -> JobSpec:
-    try:
-        return load_spec(path, allow_fault_injection=allow_fault_injection)
-    except SPEC_ERRORS as exc:
-        for e in format_validation_error(exc):
-            err.print(f"[red]invalid spec[/red] {e['message']}")
-        raise typer.Exit(2)
-    except (OSError, ValueError) as exc:
-        err.print(f"[red]cannot read spec[/red] {exc}")
-        raise typer.Exit(2)
-
-
-def refuse_if_too_big(spec: JobSpec, on_this_host: bool) -> None:
-    """Exit 2, as for any refused spec, when the predicted peak per worker exceeds resources.memory_per_worker_gib
-    or (`on_this_host`: its workers run here) this host's memory (workers/parallel/memory_fit.py)."""
-    from workers.parallel.memory_fit import host_budget, memory_violation, spec_budget
-
-    too_big = memory_violation(spec, [spec_budget(spec), host_budget() if on_this_host else None])
-    if too_big is not None:
-        err.print(f"[red]invalid spec[/red] {too_big.message}")
-        raise typer.Exit(2)
 
 
 def with_absolute_working_dir(spec: JobSpec, spec_dir: Path) -> JobSpec:
@@ -151,14 +127,20 @@ def schema() -> None:
     print(json.dumps(JobSpec.model_json_schema(), indent=2))
 
 
-def validate(spec_path: Annotated[Path, typer.Argument(metavar="SPEC")]) -> None:
+def validate(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="YAML or JSON job spec")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the resolved spec (defaults filled in, "
+                                                         "parallel: auto resolved) as JSON instead")] = False,
+) -> None:
     """Check SPEC against every rule, and its predicted peak memory per worker against
-    resources.memory_per_worker_gib (without one, this host's memory), and print the resolved spec."""
+    resources.memory_per_worker_gib (without one, this host's memory). Valid: one line with the layout,
+    the workers and the predicted peak per worker; invalid: a line per problem on stderr, exit 2."""
+    from api.cli.verdict import verdict
     from service.settings import get_settings
 
     spec = read_spec_or_exit(spec_path, allow_fault_injection=get_settings().allow_fault_injection)
     refuse_if_too_big(spec, on_this_host=spec.resources.memory_per_worker_gib is None)
-    print(json.dumps(spec.model_dump(mode="json"), indent=2))
+    print(json.dumps(spec.model_dump(mode="json"), indent=2) if as_json else verdict(spec, spec_path))
 
 
 def plan(
@@ -170,15 +152,10 @@ def plan(
 ) -> None:
     """Dry-run the layout planner: every layout of SPEC's workers the strategies run, pipelines included, with
     its predicted bytes and step cost, the one `parallel: auto` chooses (*), and those left out and why."""
-    import yaml
-
+    data = read_spec_data_or_exit(spec_path)  # before the planner's torch import: a typo is answered at once
     from workers.parallel.planner import GIB
     from workers.parallel.planner import plan as make_plan
 
-    data = yaml.safe_load(spec_path.read_text())
-    if not isinstance(data, dict):
-        typer.echo(f"{spec_path}: a job spec must be a mapping", err=True)
-        raise typer.Exit(2)
     try:
         result = make_plan(data, memory_budget_gib=memory_gib)
     except ValueError as exc:  # a SpecError or ValidationError too

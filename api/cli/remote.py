@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 from rich.table import Column, Table
 
 from api.cli.client import ApiFailure, Client
 from api.cli.follow import TERMINAL, follow_jobs
 from api.cli.output import err, fail, out, steps_of
+from api.cli.spec_input import read_spec_data_or_exit
 
 
 def _num(value, fmt=".4g") -> str:
@@ -62,15 +62,10 @@ def submit(
 ) -> None:
     """Submit SPEC to the service (TRAINYARD_URL). A local program.working_dir (a relative one is taken
     from SPEC's directory) is zipped and uploaded first; the job's spec names the upload."""
-    try:
-        data = yaml.safe_load(spec_path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        err.print(f"[red]cannot read spec[/red] {exc}")
-        raise typer.Exit(2)
+    data = read_spec_data_or_exit(spec_path)  # a file that is no spec goes no further than this machine
     client = Client()
     try:
-        if isinstance(data, dict):
-            data = _with_uploaded_code(client, data, spec_path)
+        data = _with_uploaded_code(client, data, spec_path)
         job = client.submit(data, priority=priority, idempotency_key=idempotency_key)
         if as_json and not follow:
             print(json.dumps(job))

@@ -117,7 +117,8 @@ def test_trainyard_validate_prints_the_sdp_errors(tmp_path):
     out = subprocess.run([sys.executable, "-m", "api.cli", "validate", str(bad)], capture_output=True, text=True, env=env)
     assert out.returncode == 2
     assert "parallel.sdp.coverage is infeasible" in out.stderr and "3/8" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "api.cli", "validate", str(good)], capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-m", "api.cli", "validate", str(good), "--json"],
+                         capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["parallel"]["sdp"]["coverage"] == 0.5
 

@@ -35,8 +35,9 @@ def test_dp_defaults_to_workers():
 INVALID = [
     # (overrides, field, words that the message must contain)
     ({"name": "Bad Name"}, "name", ["pattern"]),
-    ({"bogus": 1}, "bogus", ["Extra inputs"]),
-    ({"train.bogus": 1}, "train.bogus", ["Extra inputs"]),
+    ({"bogus": 1}, "bogus", ["is not a top-level key of the spec"]),
+    ({"train.bogus": 1}, "train.bogus", ["is not a key of train"]),
+    ({"train.micro_batchsize": 2}, "train.micro_batchsize", ["did you mean train.micro_batch_size?"]),
     ({"model.d_model": 30, "model.n_heads": 4}, "model.d_model", ["divisible by model.n_heads", "d_model=30", "n_heads=4"]),
     ({"model.name": "resnet"}, "model.name", ["'gpt' or 'mlp'", "entrypoint"]),
     ({"model": {"entrypoint": "not a path"}}, "model.entrypoint", ["pattern"]),

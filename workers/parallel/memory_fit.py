@@ -164,7 +164,7 @@ def _model_name(spec: JobSpec) -> str:
     if isinstance(m, HFModelSpec):
         facts = hf_facts_of(m)
         return f"hf {facts.model_type}, {facts.n_layers} layers" if facts is not None else "hf"
-    return type(m).__name__
+    return getattr(m, "name", None) or "model.entrypoint"  # the spec's words, not the section's class
 
 
 def _gib(n: float) -> str:

@@ -3,7 +3,8 @@
 base.py      what every section shares        model.py  the `model` section (+ HF config facts)
 data.py      the `data` section               parallel.py  the `parallel` section
 job.py       JobSpec and its other sections   derived.py   values the rules and strategies derive
-rules.py     the rules spanning fields        errors.py    Violation, SpecError, the 422 shape
+rules.py     the rules spanning fields        errors.py    Violation, SpecError, FieldError
+messages.py  field errors in the spec's words, the 422 shape; keys.py the keys at each place
 hf_config.py transformers config classes, never weights
 program.py   the `program` section (the user's own loop); program_rules.py its rules
 tracking.py  the `tracking` section (MLflow, TensorBoard)
@@ -35,7 +36,6 @@ from workers.spec.errors import (
     FieldError,
     SpecError,
     Violation,
-    format_validation_error,
 )
 from workers.spec.job import (
     CheckpointSpec,
@@ -48,6 +48,7 @@ from workers.spec.job import (
     SupervisorSpec,
     TrainSpec,
 )
+from workers.spec.messages import format_validation_error
 from workers.spec.model import (
     USER_MODELS,
     GPTModelSpec,

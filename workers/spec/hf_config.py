@@ -7,13 +7,13 @@ only `transformers`' config classes, never weights. `transformers` is the option
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workers.spec.errors import FieldError
+from workers.spec.suggest import did_you_mean
 
 
 class HFConfigError(FieldError):
@@ -45,14 +45,12 @@ def _config_from_type(model_type: str, fields: dict[str, Any]):
     try:
         cls = transformers.AutoConfig.for_model(model_type).__class__
     except ValueError:
-        known = difflib.get_close_matches(model_type, transformers.CONFIG_MAPPING.keys(), n=3)
-        hint = f"; did you mean {', '.join(map(repr, known))}?" if known else ""
+        hint = did_you_mean(model_type, transformers.CONFIG_MAPPING.keys())
         raise HFConfigError("model.hf.model_type", f"{model_type!r} is not a transformers model type{hint}") from None
     allowed = set(cls().to_dict()) | set(getattr(cls, "attribute_map", {}))
     for key in fields:
         if key not in allowed:
-            close = difflib.get_close_matches(key, allowed, n=3)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            hint = did_you_mean(key, allowed)
             raise HFConfigError(f"model.hf.config.{key}", f"is not a field of {cls.__name__}{hint}")
     try:
         return cls(**fields)

@@ -11,7 +11,7 @@ from workers.spec.data_files import file_violations
 from workers.spec.derived import structure_of
 from workers.spec.errors import Violation
 from workers.spec.job import JobSpec
-from workers.spec.model import USER_MODELS, GPTModelSpec, MLPModelSpec
+from workers.spec.model import USER_MODELS, GPTModelSpec, HFModelSpec, MLPModelSpec
 from workers.spec.program_rules import program_violations
 
 FAULT_INJECTION_ENV = "TRAINYARD_ALLOW_FAULT_INJECTION"
@@ -100,9 +100,10 @@ def _model_data_errors(spec: JobSpec) -> Iterator[Violation]:
     m, d, loss = spec.model, spec.data, spec.train.loss
     if isinstance(m, USER_MODELS) and isinstance(d, TextDataSpec):
         if d.seq_len is None:
+            given = "model.hf" if isinstance(m, HFModelSpec) else "model.entrypoint"
             yield Violation("data.seq_len",
-                f"data.seq_len is required with a model other than the built-in gpt: the tokens per sample "
-                f"of {d.name!r} (model={type(m).__name__})")
+                f"data.seq_len is required with {given}, a model other than the built-in gpt: the tokens "
+                f"per sample of {d.name!r} (data.seq_len is not set)")
         vocab = structure_of(spec).vocab
         if vocab is not None and vocab < 256:
             yield Violation("model.hf.config.vocab_size",
