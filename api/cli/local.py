@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from api.cli.output import err
 from api.cli.spec_input import read_spec_data_or_exit, read_spec_or_exit, refuse_if_too_big
 from workers.spec import CODE_REF_PREFIX, JobSpec
 from workers.storage import Storage
