@@ -115,6 +115,13 @@ def register_comm_hook(ddp, ctx) -> None:
     ddp.register_comm_hook(state, hook)
 
 
+def hooks_off_the_autograd_thread(spec) -> bool:
+    """The job's hook issues collectives from completion callbacks (PowerSGD's second and third
+    all-reduces), not only from the autograd thread that runs the hook."""
+    c = spec.parallel.compression
+    return c is not None and c.kind == "powersgd"
+
+
 def compressed_fraction(spec) -> float:
     """Fraction of the fp32 gradient bytes the hook all-reduces (the planner's figure)."""
     c = spec.parallel.compression

@@ -18,7 +18,7 @@ from workers.parallel.base import (
     ring,
 )
 from workers.parallel.common import apply_activation_checkpointing, precision
-from workers.parallel.compression import compressed_fraction, register_comm_hook
+from workers.parallel.compression import compressed_fraction, hooks_off_the_autograd_thread, register_comm_hook
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.spec import Violation
 
@@ -63,8 +63,12 @@ class DDPStrategy:
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, derived_buffers(model))
         # find_unused_parameters keeps one bucket layout for every step of every attempt: without it the
         # reducer rebuilds its buckets after an attempt's first step, so a resumed run's first step sums
-        # gradients in another order (3+ ranks: not bit-identical to the run it resumes).
-        ddp = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
+        # gradients in another order (3+ ranks: not bit-identical to the run it resumes). Not under a hook
+        # that issues collectives from completion callbacks (PowerSGD): the reducer's all-reduce of its
+        # used-parameter map (autograd thread) then raced them on the same group, ranks issued the two
+        # in different orders and gloo aborted on the size mismatch (a 4-rank test: "1120 vs 20").
+        ddp = DistributedDataParallel(model, device_ids=device_ids,
+                                      find_unused_parameters=not hooks_off_the_autograd_thread(ctx.spec))
         register_comm_hook(ddp, ctx)  # plain, fp16/bf16-compressed or PowerSGD (parallel.compression)
         return ddp
 
