@@ -10,15 +10,49 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.orm import Session
 
+from service.cluster_port import Cluster
 from service.db.engine import Sessions
 from service.leases import FencedSessions, LeaderLease, LeaseLost
+from service.live_metrics import LiveMetrics
+from service.settings import Settings
 
 if TYPE_CHECKING:
-    from service.control import ControlPlane
+    from service.supervisor.standby import StandbyPool
+
+
+class Wake(Protocol):
+    """The scheduler's wake-up: a threading or a multiprocessing Event (API workers share it)."""
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class Plane(Protocol):
+    """What the loops take from the replica that leads (service/control.py ControlPlane)."""
+
+    settings: Settings
+    cluster: Cluster
+    sessions: Sessions
+    live: LiveMetrics
+    pool: StandbyPool | None
+
+    @property
+    def wake(self) -> Wake: ...
+
+    @property
+    def capacity(self) -> tuple[dict, dict] | None: ...
+
+    @property
+    def supervisor_placement(self) -> str | None: ...
+
+    def sweep_orphans(self) -> None: ...
 
 log = logging.getLogger("trainyard.control")
 WAKE_GAP_S = 0.02
@@ -48,7 +82,7 @@ class LeaderLoops:
     """The leader's scheduler, reconciler and standby pool, built when this replica takes the lease,
     each loop on a thread of its own until the term ends (close)."""
 
-    def __init__(self, plane: ControlPlane, lease: LeaderLease):
+    def __init__(self, plane: Plane, lease: LeaderLease):
         from service.leaked_groups import LeakedGroups
         from service.reconciler import Reconciler
         from service.scheduler import Scheduler
