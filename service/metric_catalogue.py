@@ -221,6 +221,12 @@ def step_updates(job: str, rec: dict, ranks: bool = True) -> list[Update]:
             out.append(update(name, "set", value, job=job))
     if rec.get("skipped") and not rec.get("partial"):
         out.append(update("trainyard_skipped_steps", "inc", 1, job=job))
+    # A measured step's peaks are a job-level key: they outlive the rank entries, which a step that is not
+    # the newest in the supervisor's buffer loses (record_buffer.py). CPU workers measure only steps 1-3
+    # and every 100th, so a control plane that drains late must still see those steps' peaks.
+    peaks = [float(p) for p in rec.get("peak_memory_bytes_per_rank") or () if _finite(p)]
+    if peaks:
+        out.append(update("trainyard_rank_peak_memory_bytes", "set", max(peaks), job=job, stat="max"))
     if ranks:
         out += rank_updates(job, rec.get("ranks") or ())
     for st in rec.get("stages") or ():
@@ -241,8 +247,7 @@ RANK_QUANTITIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("compute_time_s", "trainyard_rank_compute_seconds", ("min", "median", "max")),
     ("comm_time_s", "trainyard_rank_comm_seconds", ("median", "max")),
     ("straggler_score", "trainyard_straggler_score", ("min",)),
-    ("model_state_bytes", "trainyard_rank_model_state_bytes", ("max",)),
-    ("peak_memory_bytes", "trainyard_rank_peak_memory_bytes", ("max",)))
+    ("model_state_bytes", "trainyard_rank_model_state_bytes", ("max",)))
 STATS = ("min", "median", "max")  # the `stat` label's values (distribution's order)
 SLOWEST_RANKS = 8  # the most ranks of one job that carry a `rank` label
 # The families labelled by rank: the slowest ranks' value of a quantity. The set of ranks is chosen anew
@@ -278,9 +283,8 @@ def slowest_ranks(ranks, k: int = SLOWEST_RANKS) -> list[dict]:
 
 def rank_updates(job: str, ranks) -> list[Update]:
     """The ranks of one step as series whose number does not grow with them: each quantity's min, median
-    and max across ranks (`stat`), the peak memory's breakdown on the rank with the highest peak, and the
-    slowest ranks (at most SLOWEST_RANKS) by `rank`. Quantities no rank reported this step are left out
-    (their last values stay: CPU workers measure memory on a schedule, not every step)."""
+    and max across ranks (`stat`) and the slowest ranks (at most SLOWEST_RANKS) by `rank`. Quantities no
+    rank reported this step are left out (their last values stay). The peak memory is step_updates'."""
     ranks = list(ranks)
     if not ranks:
         return []

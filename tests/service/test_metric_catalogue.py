@@ -31,6 +31,7 @@ STEP = {
     "type": "step", "seq": 3, "step": 7, "loss": 2.5, "step_time_s": 0.2, "samples_per_s": 160.0,
     "tokens_per_s": 10240.0, "grad_norm": 1.5, "lr": 3e-3, "comm_bytes": 4096, "model_state_bytes": 1000,
     "bubble_fraction": 0.3, "bubble_fraction_theoretical": 0.2, "skipped": False, "ts": 1.0,
+    "peak_memory_bytes_per_rank": [5_000_000, 6_000_000],
     "ranks": [{"rank": 0, "compute_time_s": 0.1, "comm_time_s": 0.05, "step_time_s": 0.2, "samples": 16,
                "straggler_score": 1.0, "model_state_bytes": 1000, "peak_memory_bytes": 5_000_000},
               {"rank": 1, "compute_time_s": 0.19, "comm_time_s": 0.01, "step_time_s": 0.2, "samples": 16,

@@ -13,6 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.live_metrics import LiveMetrics
+from service.supervisor.record_buffer import RecordBuffer
 from service.metric_catalogue import (
     RANK_QUANTITIES,
     RUNNING_JOB_SERIES_BUDGET,
@@ -45,7 +46,8 @@ def step(n: int, world: int, slow: dict[int, float] | None = None, scored: bool 
         ranks.append(entry)
     return {"type": "step", "seq": n, "step": n, "loss": 2.0, "step_time_s": ranks[0]["step_time_s"],
             "samples_per_s": 100.0, "tokens_per_s": 1000.0, "grad_norm": 1.0, "lr": 1e-3, "comm_bytes": 10,
-            "skipped": False, "ts": float(n), "ranks": ranks}
+            "skipped": False, "ts": float(n), "ranks": ranks,
+            **({"peak_memory_bytes_per_rank": [r["peak_memory_bytes"] for r in ranks]} if measured else {})}
 
 
 def series(live: LiveMetrics, job: str) -> list[tuple[str, dict[str, str]]]:
@@ -176,6 +178,21 @@ def test_an_unmeasured_step_keeps_the_last_measured_memory():
     drain(live, "j", 8, [step(2, 8, measured=False)])  # CPU workers measure memory on a schedule
     got = {(n, labels.get("stat"), labels.get("category")) for n, labels in series(live, "j")}
     assert ("trainyard_rank_peak_memory_bytes", "max", None) in got
+
+
+def test_a_measured_step_drained_late_still_sets_the_memory_peak():
+    """CPU workers measure steps 1-3; a control plane that drains after step 4 gets those steps without
+    their rank entries (only the newest keeps them, record_buffer.py): their peak must still be exported."""
+    buffer = RecordBuffer()
+    for n in range(1, 5):
+        buffer.push(step(n, 8, measured=n <= 3))
+    records = buffer.drain(0)
+    assert [bool(r.get("ranks")) for r in records] == [False, False, False, True]
+    live = LiveMetrics()
+    drain(live, "j", 8, records)
+    got = {(s.name, s.labels.get("stat")): s.value for f in text_string_to_metric_families(
+        generate_latest(live.registry).decode()) for s in f.samples if s.labels.get("job") == "j"}
+    assert got[("trainyard_rank_peak_memory_bytes", "max")] == 5000 + 7
 
 
 def test_a_job_that_ended_keeps_only_its_counters_until_the_retention_and_then_nothing():
