@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 
 from tests.workers.gloo_ranks import spawn_ranks
 from tests.workers.socket_count import established_connections
@@ -17,14 +16,14 @@ from tests.workers.socket_count import established_connections
 def _groups(rank, world, port, queue):
     from workers.parallel.control_group import ControlGroups
     from workers.runtime.gloo_groups import lazy_gloo_group
+    from workers.spec.dims import ParallelDims
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
     dist.barrier()
     before = established_connections()
     control = ControlGroups()
     checkpoint = lazy_gloo_group()
-    same = control.mirror(mesh, "dp") is control.world
+    same = control.mirror(ParallelDims(dp_replicate=world), "dp") is control.world
     made = established_connections() - before
     total = control.all_reduce(torch.ones(1))
     reduced = established_connections() - before

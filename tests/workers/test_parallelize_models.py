@@ -29,13 +29,13 @@ def _init(rank, world, port):
 
 
 def _tensor_parallel_case(rank, world, port, queue, spec_data, sequence_parallel):
-    from torch.distributed.device_mesh import init_device_mesh
-
     from workers.model_io import call_model
     from workers.models import build_model
     from workers.models.description import describe_spec_model
     from workers.parallel.common import reduce_partial_grads
+    from workers.parallel.mesh import build_mesh
     from workers.parallel.tensor_parallel import apply_tensor_parallel
+    from workers.spec.dims import ParallelDims
     from workers.spec_loading import parse_spec
     from workers.training.losses import cross_entropy
 
@@ -47,7 +47,7 @@ def _tensor_parallel_case(rank, world, port, queue, spec_data, sequence_parallel
     ref_loss = cross_entropy(call_model(ref, x), y)
     ref_loss.backward()
     model = build_model(spec)
-    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    mesh = build_mesh(ParallelDims(tp=world), "cpu")
     apply_tensor_parallel(model, mesh["tp"], sequence_parallel, describe_spec_model(model, spec.model))
     loss = cross_entropy(call_model(model, x), y)
     loss.backward()
@@ -76,7 +76,6 @@ def test_tensor_parallel_plan_matches_single_process(case):
 
 
 def _fsdp_case(rank, world, port, queue, spec_data):
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor, Shard
 
@@ -85,12 +84,13 @@ def _fsdp_case(rank, world, port, queue, spec_data):
     from workers.parallel import StrategyContext
     from workers.parallel.control_group import ControlGroups
     from workers.parallel.fsdp import FSDPStrategy
+    from workers.parallel.mesh import build_mesh
     from workers.spec_loading import parse_spec
     from workers.telemetry import CommMeter
 
     _init(rank, world, port)
     spec = parse_spec({**spec_data, "parallel": {"zero": 3}, "resources": {"workers": 2}})
-    mesh = init_device_mesh("cpu", (1, 2, 1), mesh_dim_names=("pp", "dp", "tp"))
+    mesh = build_mesh(spec.dims, "cpu")
     model = build_model(spec)
     desc = describe_spec_model(model, spec.model)
     ctx = StrategyContext(spec, rank, world, mesh, torch.device("cpu"), CommMeter(), ControlGroups())
@@ -100,7 +100,8 @@ def _fsdp_case(rank, world, port, queue, spec_data):
     sharded = all(isinstance(p, DTensor) and p.placements == (Shard(0),) and p.device_mesh.size() == 2
                   for b in blocks for p in b.parameters())
     if rank == 0:
-        queue.put({"units": len(units), "blocks": len(blocks), "all_blocks_units": all(isinstance(b, FSDPModule) for b in blocks),
+        queue.put({"units": len(units), "blocks": len(blocks),
+                   "all_blocks_units": all(isinstance(b, FSDPModule) for b in blocks),
                    "block_params_sharded_on_dp": sharded})
     dist.destroy_process_group()
 
@@ -114,18 +115,18 @@ def test_fsdp_shards_each_block_as_its_own_unit(spec_data):
 
 def _ddp_buffers_case(rank, world, port, queue, spec_data):
     from torch import nn
-    from torch.distributed.device_mesh import init_device_mesh
 
     from workers.models import build_model
     from workers.parallel import StrategyContext
     from workers.parallel.control_group import ControlGroups
     from workers.parallel.ddp import DDPStrategy
+    from workers.parallel.mesh import build_mesh
     from workers.spec_loading import parse_spec
     from workers.telemetry import CommMeter
 
     _init(rank, world, port)
     spec = parse_spec({**spec_data, "resources": {"workers": 2}})
-    mesh = init_device_mesh("cpu", (1, 2, 1), mesh_dim_names=("pp", "dp", "tp"))
+    mesh = build_mesh(spec.dims, "cpu")
     ctx = StrategyContext(spec, rank, world, mesh, torch.device("cpu"), CommMeter(), ControlGroups())
     llama = DDPStrategy().wrap(build_model(spec), ctx)
     normed = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh
 
 from workers.runtime.gloo_groups import lazily_connected, lazy_gloo_group
+from workers.spec.dims import ParallelDims
 
 
 class ControlGroups:
@@ -31,16 +31,15 @@ class ControlGroups:
         self.world = lazy_gloo_group()  # collective: every rank, same order; pairs connect on use
         self._dims: dict[str, dist.ProcessGroup] = {}
 
-    def mirror(self, mesh: DeviceMesh, dim: str) -> dist.ProcessGroup:
-        """This rank's gloo group over the same ranks as `mesh[dim]`'s. A collective over the world:
-        every rank calls it for the same dimensions in the same order (strategies do, in `wrap`)."""
-        if dim not in self._dims and mesh[dim].size() == dist.get_world_size():
+    def mirror(self, dims: ParallelDims, dim: str) -> dist.ProcessGroup:
+        """This rank's gloo group over the same ranks as the mesh's `dim` group (an axis or a flattened
+        group). A collective over the world: every rank calls it for the same dimensions in the same order
+        (strategies do, in `wrap`)."""
+        if dim not in self._dims and dims.size(dim) == dist.get_world_size():
             self._dims[dim] = self.world  # the dimension spans every rank (pure dp): no second all-rank group
         if dim not in self._dims:
-            axis = list(mesh.mesh_dim_names or ()).index(dim)
-            ranks = mesh.mesh.movedim(axis, -1).reshape(-1, mesh[dim].size())
             with lazily_connected():
-                mine, _ = dist.new_subgroups_by_enumeration([r.tolist() for r in ranks], backend="gloo")
+                mine, _ = dist.new_subgroups_by_enumeration(dims.groups(dim), backend="gloo")
             self._dims[dim] = mine
         return self._dims[dim]
 

@@ -18,7 +18,7 @@ import contextlib
 
 import torch
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from workers.parallel.base import (
@@ -49,13 +49,10 @@ from workers.storage_tracker import GRADS, note_held
 
 def fsdp_meshes(ctx: StrategyContext) -> tuple[DeviceMesh, DeviceMesh]:
     """(the data-parallel mesh FSDP shards over, the tensor-parallel mesh), from one parent mesh."""
-    p, dp = ctx.spec.parallel, ctx.spec.dp
-    shard = p.dp_shard or dp
-    if shard == dp:
+    dims = ctx.spec.dims
+    if dims.dp_replicate == 1 or dims.dp_shard == 1:
         return ctx.mesh["dp"], ctx.mesh["tp"]
-    mesh = init_device_mesh(ctx.device.type, (p.pp, dp // shard, shard, p.tp),
-                            mesh_dim_names=("pp", "dp_replicate", "dp_shard", "tp"))
-    return mesh["dp_replicate", "dp_shard"], mesh["tp"]
+    return ctx.mesh["dp_replicate", "dp_shard"], ctx.mesh["tp"]
 
 
 class FSDPStrategy:
@@ -133,7 +130,7 @@ class FSDPStrategy:
 
     @staticmethod
     def replicas(spec) -> int:
-        return spec.dp // (spec.parallel.dp_shard or spec.dp)  # HSDP's replicas; 1 when fully sharded
+        return spec.dims.dp_replicate  # HSDP's replicas; 1 when fully sharded
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
         if self.dp_mesh.mesh_dim_names != ("dp_replicate", "dp_shard"):

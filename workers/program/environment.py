@@ -51,7 +51,9 @@ def checkpoint_dir(job: Storage | str | os.PathLike) -> Storage:
 
 
 def mesh_degrees(spec: JobSpec) -> dict[str, int]:
-    return {"dp": spec.dp, "tp": spec.parallel.tp} if spec.parallel.tp > 1 else {"dp": spec.dp}
+    """The program's DeviceMesh (trainyard.session.mesh builds it in the program, which imports nothing of
+    Trainyard's): the job's mesh dimensions (workers/spec/dims.py) that exceed 1, and always dp."""
+    return {name: size for name, size in spec.dims.mesh_dims if size > 1 or name == "dp"}
 
 
 def rank_environment(spec: JobSpec, job: Storage | str | os.PathLike, place: RankPlace, master: Rendezvous,

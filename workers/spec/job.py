@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, Field, SerializationInfo, SerializerFuncti
 
 from workers.spec.base import Strict
 from workers.spec.data import DataSpec, TextDataSpec
+from workers.spec.dims import ParallelDims
 from workers.spec.errors import FieldError
 from workers.spec.model import GPTModelSpec, ModelSpec
 from workers.spec.parallel import ParallelSpec
@@ -203,9 +204,12 @@ class JobSpec(Strict):
         return out
 
     @property
+    def dims(self) -> ParallelDims:
+        return ParallelDims.of(self.parallel, self.resources.workers)
+
+    @property
     def dp(self) -> int:
-        p = self.parallel
-        return p.dp if p.dp is not None else max(1, self.resources.workers // (p.tp * p.pp))
+        return self.dims.dp
 
     @property
     def total_steps(self) -> int:

@@ -32,12 +32,10 @@ def rule_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None)
 
 def _size_and_policy_errors(spec: JobSpec) -> Iterator[Violation]:
     p, r, t = spec.parallel, spec.resources, spec.train
-    dp = spec.dp
-    if dp * p.tp * p.pp != r.workers:
-        yield Violation("parallel",
-            f"parallel: dp x tp x pp must equal resources.workers "
-            f"(dp={dp} x tp={p.tp} x pp={p.pp} = {dp * p.tp * p.pp}, workers={r.workers})")
-    elif spec.program is None and t.global_batch_size % (dp * t.micro_batch_size):
+    dims, dp = spec.dims, spec.dp
+    degrees = [Violation(field, message) for field, message in dims.violations(r.workers)]
+    yield from degrees
+    if not degrees and spec.program is None and t.global_batch_size % (dp * t.micro_batch_size):
         yield Violation("train.global_batch_size",
             f"train.global_batch_size must be divisible by parallel.dp x train.micro_batch_size "
             f"(global_batch_size={t.global_batch_size}, dp={dp}, micro_batch_size={t.micro_batch_size})")

@@ -40,7 +40,7 @@ from workers.models import build_model, hf_source
 from workers.models.hf import save_pretrained
 from workers.parallel import StrategyContext, build_strategy
 from workers.parallel.control_group import ControlGroups
-from workers.parallel.layout import Layout
+from workers.parallel.mesh import build_mesh
 from workers.peak_flops import peak_flops
 from workers.phases import Phase, Progress
 from workers.spec import HFModelSpec, JobSpec
@@ -73,13 +73,13 @@ class Trainer:
         self.resumed_step = 0  # the checkpoint this attempt resumed from
         self.storage = Storage.of(job)  # the job's directory: a local one or on an object store
         self.notices: list[RunEvent] = []  # what this rank saw before run() could emit it
-        self.layout = Layout.of(spec)
-        self.mesh = self.layout.build_mesh(device)
+        self.dims = spec.dims
+        self.mesh = build_mesh(self.dims, device.type)
         self.control_groups = ControlGroups()  # host-side collectives: gloo, on GPU too
         # Ranks that share a dp index see the same data (tensor/pipeline peers).
-        self.dp, self.dp_rank = self.layout.dp, self.layout.coordinates(rank)["dp"]
+        self.dp, self.dp_rank = self.dims.dp, self.dims.coordinates(rank)["dp"]
         if self.dp > 1:  # every rank together: the validation loss is summed over dp on the CPU
-            self.control_groups.mirror(self.mesh, "dp")
+            self.control_groups.mirror(self.dims, "dp")
         self.accum = spec.grad_accum_steps
         self.clock = clock_for(device)  # host time on CPU, CUDA events on GPU
         self.peak = peak_flops(device, half=spec.parallel.mixed_precision != "fp32")  # for MFU
@@ -339,7 +339,7 @@ class Trainer:
         # An SDP rank holds a subnetwork: its strategy assembles the whole model to evaluate (collective).
         model = self.strategy.evaluation_model(self.model) if hasattr(self.strategy, "evaluation_model") else self.model
         # The reported loss is a host value: summed over dp through the CPU mirror of the dp groups.
-        group = self.control_groups.mirror(self.mesh, "dp") if self.dp > 1 else None
+        group = self.control_groups.mirror(self.dims, "dp") if self.dp > 1 else None
         meter = self.reporter.phase(Phase.EVALUATING, rank_batch_count(self.val_set, self.spec, self.dp,
                                                                        self.eval_batches), self.step, what)
         progress = meter.update

@@ -42,7 +42,6 @@ from workers.parallel.base import (
     ring,
 )
 from workers.parallel.common import average_in_place
-from workers.parallel.layout import Layout
 from workers.parallel.pipeline.bubble import theoretical_bubble
 from workers.parallel.pipeline.memory import pipeline_peak
 from workers.parallel.pipeline.probe import Probe
@@ -240,14 +239,14 @@ class PipelineStrategy:
         self.virtual_stages, self.microbatches = pipe.stages_per_rank, pipeline_microbatches(spec)
         self.n_stages = self.pp * self.virtual_stages
         self.v_shape = pipe.schedule in V_SCHEDULES
-        coords = Layout.of(spec).coordinates(ctx.rank)
+        coords = spec.dims.coordinates(ctx.rank)
         self.pp_rank, self.dp, self.dp_rank = coords["pp"], spec.dp, coords["dp"]
         self.tp, self.tp_rank = spec.parallel.tp, coords["tp"]
         self.tp_group = ctx.mesh["tp"].get_group()
         self.pp_group = ctx.mesh["pp"].get_group()
         self.dp_group = ctx.mesh["dp"].get_group()
         self.control, self.device = ctx.control, ctx.device
-        ctx.control.mirror(ctx.mesh, "pp")  # makespans, reported losses, the gathered state: host values
+        ctx.control.mirror(spec.dims, "pp")  # makespans, reported losses, the gathered state: host values
         self.plans = plan_stages(spec, self.n_stages, pipe.split)
         mine = [p for p in self.plans if self.owner(p.stage) == self.pp_rank]
         model = model.to(ctx.device)

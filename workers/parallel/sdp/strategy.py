@@ -26,7 +26,6 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
 
 from workers.models import build_model
 from workers.models.description import blocks_at
@@ -42,6 +41,7 @@ from workers.parallel.base import (
 from workers.parallel.common import apply_activation_checkpointing, precision
 from workers.parallel.fsdp import fsdp_forward_backward
 from workers.parallel.fsdp_root import root_reshard_after_forward
+from workers.parallel.mesh import group_mesh
 from workers.parallel.replicas import ReplicaGroup
 from workers.parallel.sdp.assignment import assignment_of, blocks_of
 from workers.parallel.sdp.masks import feasibility_error
@@ -202,8 +202,7 @@ class SDPStrategy:
         if self.shards > 1:
             from torch.distributed.fsdp import fully_shard
 
-            mesh = init_device_mesh(ctx.device.type, (self.assignment.workers, self.shards),
-                                    mesh_dim_names=("sdp", "shard"))["shard"]
+            mesh = group_mesh(ctx.mesh, spec.dims, "dp_shard")  # a subnetwork's shards: dp_replicate = workers
             for block in blocks_at(subnet, self.blocks_path):
                 fully_shard(block, mesh=mesh, reshard_after_forward=p.reshard_after_forward)
             # in place: fully_shard returns the module it was given, its class swapped for an FSDP subclass
