@@ -1,5 +1,5 @@
 """A submitted spec, checked whole: each field (pydantic), the rules that span fields
-(workers/spec/rules.py) and each parallel strategy's own (workers/parallel/registry.py),
+(workers/spec/rules.py) and the layouts' own (workers/parallel/layouts/), all torch-free,
 reported together: a spec with field errors is also checked, without those fields, against the
 rules its other fields break (workers/spec_repair.py)."""
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from workers.parallel.layouts import layout_errors
 from workers.spec import JobSpec, SpecError, Violation, rule_violations
 from workers.spec.messages import field_violations
 from workers.spec_repair import spec_without, unaffected
@@ -18,8 +19,6 @@ def spec_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None)
     rules = list(rule_violations(spec, allow_fault_injection=allow_fault_injection))
     if spec.program is not None:
         return rules  # a program's layout is only the mesh it is handed; the strategies' rules are about our loop
-    from workers.parallel.registry import layout_errors  # imports torch: not at CLI start-up, nor for a program
-
     return [*rules, *layout_errors(spec)]
 
 

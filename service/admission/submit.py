@@ -69,7 +69,9 @@ class Admission:
         self.settings, self.writes, self.capacity, self.wake = settings, writes, capacity, wake
 
     async def submit(self, sub: Submission) -> Admitted:
-        spec = self.checked_spec(sub)
+        # Off the event loop: a `parallel: auto` spec runs the planner, and a Hugging Face model's memory is
+        # predicted on the model built on the meta device (seconds, once per model, for the largest).
+        spec, memory = await asyncio.to_thread(self._checked_and_predicted, sub)
         canonical = json.dumps({"spec": spec.model_dump(mode="json"), "priority": sub.priority}, sort_keys=True)
         write = _store(sub, spec, hashlib.sha256(canonical.encode()).hexdigest(), self.settings.storage,
                        self.settings.max_active_jobs_per_tenant)
@@ -86,8 +88,11 @@ class Admission:
             raise Conflict("idempotency-key: concurrent submits with this key; retry")
         if created:
             self.wake.set()
-        return Admitted(copy_row(JobRecord, job), created,  # after commit: the row's defaults are filled in
-                        memory_view(spec, self._memory_budgets(spec)))
+        return Admitted(copy_row(JobRecord, job), created, memory)  # after commit: the row's defaults are filled in
+
+    def _checked_and_predicted(self, sub: Submission) -> tuple[JobSpec, dict]:
+        spec = self.checked_spec(sub)
+        return spec, memory_view(spec, self._memory_budgets(spec))
 
     def _memory_budgets(self, spec: JobSpec) -> list[MemoryBudget | None]:
         capacity = self.capacity()

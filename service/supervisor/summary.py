@@ -6,8 +6,8 @@ import statistics
 from typing import Any
 
 from service.supervisor.step_history import StepHistory
+from workers.parallel.layouts import strategy_name
 from workers.parallel.pipeline.summary import pipeline_summary
-from workers.parallel.selection import strategy_name
 from workers.spec import JobSpec
 
 

@@ -16,7 +16,8 @@ import yaml
 
 from tests.helpers import spec_of, tiny_spec
 from workers.models.gpt import GPT
-from workers.parallel.sdp.masks import assign, feasibility_error, held_count
+from workers.parallel.sdp.feasibility import feasibility_error, held_count
+from workers.parallel.sdp.masks import assign
 from workers.parallel.sdp.subnetwork import build_subnetwork
 from workers.spec import SPEC_ERRORS, format_validation_error
 

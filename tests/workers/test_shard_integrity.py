@@ -128,7 +128,7 @@ def test_layouts_without_replicas_may_check_their_state(overrides):
 
 def test_a_layout_whose_state_changes_at_rest_is_refused_naming_the_field_and_rule(monkeypatch):
     from tests.helpers import tiny_spec
-    from workers.parallel import replicas
+    from workers.parallel.layouts import integrity as replicas
     from workers.spec import SpecError
     from workers.spec_loading import parse_spec
 

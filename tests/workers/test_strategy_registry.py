@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fixtures.extra_strategy import EchoStrategy
+from tests.fixtures.extra_strategy import ECHO, EchoStrategy
 from tests.helpers import spec_of
-from workers.parallel import registry
+from workers.parallel import layouts, registry
 from workers.parallel.planner import estimate
 from workers.spec import SPEC_ERRORS, format_validation_error
 
@@ -32,8 +32,9 @@ def test_each_layout_selects_its_strategy(overrides, name):
     assert type(registry.build_strategy(spec)).name == name
 
 
-def test_a_new_strategy_is_one_file_and_one_registry_line(monkeypatch):
-    monkeypatch.setattr(registry, "REGISTRY", (EchoStrategy, *registry.REGISTRY))  # the one line
+def test_a_new_strategy_is_a_layout_and_a_strategy_with_a_line_in_each_table(monkeypatch):
+    monkeypatch.setattr(layouts, "LAYOUTS", (ECHO, *layouts.LAYOUTS))  # its line: which specs, rule, cost
+    monkeypatch.setattr(registry, "STRATEGIES", {**registry.STRATEGIES, "echo": EchoStrategy})  # and how it trains
     spec = spec_of(name="echo-job", **{"resources.workers": 2})
     assert registry.strategy_class(spec).name == "echo"
     assert isinstance(registry.build_strategy(spec), EchoStrategy)

@@ -1,5 +1,5 @@
-"""The torch-free strategy name (workers/parallel/selection.py, for the supervisor and the API) is the
-name of the strategy the registry builds, for every layout the registry tells apart."""
+"""The torch-free layouts (workers/parallel/layouts/: which layout runs a spec, for the supervisor and the
+API) and the strategies the registry builds are one-to-one by name."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 
 from tests.helpers import spec_of
 from workers.parallel.registry import REGISTRY, strategy_class
-from workers.parallel.selection import SELECTION, strategy_name
+from workers.parallel.layouts import LAYOUTS as ORDER
+from workers.parallel.layouts import strategy_name
 
 LAYOUTS = [
     {},
@@ -23,8 +24,8 @@ LAYOUTS = [
 ]
 
 
-def test_the_selection_names_the_registrys_strategies_in_its_order():
-    assert [name for name, _ in SELECTION] == [s.name for s in REGISTRY]
+def test_every_layout_has_its_strategy_and_every_strategy_its_layout():
+    assert sorted(layout.name for layout in ORDER) == sorted(s.name for s in REGISTRY)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: ",".join(f"{k}={v}" for k, v in layout.items()) or "ddp")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 from torch import nn
@@ -21,7 +21,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from workers.model_io import call_model, samples_in, to_device, tokens_in
 from workers.parallel.control_group import ControlGroups
 from workers.parallel.replicas import ReplicaGroup
-from workers.spec import JobSpec, Violation
+from workers.spec import JobSpec
 from workers.telemetry import CommMeter
 
 LossFn = Callable[[Any, torch.Tensor | None], torch.Tensor]  # (model output, targets) -> loss
@@ -49,69 +49,11 @@ class ForwardBackward:
     stage: dict | None = None
 
 
-@dataclass(frozen=True)
-class LayoutCost:
-    """What the planner predicts for a strategy's layout (workers/parallel/planner.py adds compute, TP traffic
-    and the activations of one micro-batch)."""
-    model_state_bytes: float  # per rank between steps: fp32 weights 4 + grads 4 + AdamW moments 8 bytes/param, sharded
-    dp_comm_bytes: float  # per step: the data-parallel collectives' logical bytes
-    # Per rank at the step's peak, when the last micro-batch's backward starts (every activation held): weights,
-    # optimiser state, gradients kept from earlier micro-batches, persistent gradient buffers, gathered weights.
-    peak_state_bytes: float
-    # Per rank on top of that while one repeated block runs its backward (FSDP: its gathered weights, whole
-    # gradients and reduce-scatter input); the peak with activation checkpointing, which recomputes a block then.
-    block_backward_bytes: float = 0.0
-    # Activations at the peak, where the strategy counts them itself (pipeline: micro-batches in flight per
-    # schedule); None: one micro-batch through every block (workers/parallel/activations.py).
-    activation_bytes: float | None = None
-
-
-def accumulated_grad_bytes(spec: JobSpec) -> float:
-    """Bytes per parameter of whole fp32 gradients held while a later micro-batch runs (none with one)."""
-    return 4.0 if spec.grad_accum_steps > 1 else 0.0
-
-
-def optimizer_state_bytes(spec: JobSpec) -> float:
-    """Bytes per parameter of AdamW's moments on the worker's device (offloaded to the host on GPU)."""
-    offloaded = spec.parallel.offload_optimizer and spec.resources.gpus_per_worker > 0
-    return 0.0 if offloaded else 8.0
-
-
-def ring(k: int) -> float:
-    """Fraction of a buffer one rank sends in a ring all-reduce over k ranks."""
-    return 2 * (k - 1) / k if k > 1 else 0.0
-
-
-def one_pass(k: int) -> float:
-    """... in one all-gather or one reduce-scatter."""
-    return (k - 1) / k if k > 1 else 0.0
-
-
-def params_per_rank(spec: JobSpec, facts) -> float:
-    """Parameters a rank holds before any data-parallel sharding (tensor parallelism splits its plan's)."""
-    return facts.params - facts.tp_params + facts.tp_params / spec.parallel.tp
-
-
 class Strategy(Protocol):
-    """One layout: which specs select it, its own spec rules and cost, and how it trains.
-
-    The registry (workers/parallel/registry.py) asks every strategy for its rules (they check
-    its options wherever they appear) and takes the first strategy that selects a spec.
-    """
+    """How one layout trains. Which specs it runs, its options' rules and its cost are torch-free, in its
+    layout (workers/parallel/layouts/); the registry (workers/parallel/registry.py) finds it by name."""
 
     name: str
-
-    @staticmethod
-    def selects(spec: JobSpec) -> bool:
-        """Whether this strategy runs the spec's layout (asked in registry order)."""
-
-    @staticmethod
-    def spec_errors(spec: JobSpec) -> Iterator[Violation]:
-        """Cross-field rules of this strategy's options, each message starting with its field."""
-
-    @staticmethod
-    def cost(spec: JobSpec, facts) -> LayoutCost:
-        """Model-state bytes per rank and data-parallel bytes per step (facts: workers.parallel.planner.ModelFacts)."""
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         """The module this rank trains and checkpoints."""
@@ -125,10 +67,6 @@ class Strategy(Protocol):
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         """Clip by the global gradient norm and return it."""
-
-    @staticmethod
-    def replicas(spec: JobSpec) -> int:
-        """How many ranks hold each replicated tensor of the layout (1: nothing is replicated)."""
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
         """What this rank holds that must be bit-identical on other ranks now (workers/parallel/replicas.py)."""

@@ -120,30 +120,3 @@ def hooks_off_the_autograd_thread(spec) -> bool:
     all-reduces), not only from the autograd thread that runs the hook."""
     c = spec.parallel.compression
     return c is not None and c.kind == "powersgd"
-
-
-def compressed_fraction(spec) -> float:
-    """Fraction of the fp32 gradient bytes the hook all-reduces (the planner's figure)."""
-    c = spec.parallel.compression
-    if c is None:
-        return 1.0
-    if c.kind in ("fp16", "bf16"):
-        return 0.5
-    return _powersgd_fraction(spec)
-
-
-def _powersgd_fraction(spec) -> float:
-    """PowerSGD's P and Q factors of each matrix (rank r), vectors and small matrices whole."""
-    from workers.models import MODEL_BUILDERS
-
-    r = spec.parallel.compression.rank
-    with torch.device("meta"):
-        model = MODEL_BUILDERS[type(spec.model)](spec.model)
-    sent = total = 0
-    for param in model.parameters():
-        n = param.shape[0]
-        m = param.numel() // n
-        k = min(n, m, r)
-        total += n * m
-        sent += (n + m) * k if (n + m) * k * 2 < n * m else n * m
-    return sent / total

@@ -7,54 +7,19 @@ from torch.nn.parallel import DistributedDataParallel
 
 from workers.parallel.base import (
     ForwardBackward,
-    LayoutCost,
     LossFn,
     StrategyContext,
     accumulate,
-    accumulated_grad_bytes,
     adamw,
     local_clip_grad_norm,
-    params_per_rank,
-    ring,
 )
 from workers.parallel.common import apply_activation_checkpointing, precision
-from workers.parallel.compression import compressed_fraction, hooks_off_the_autograd_thread, register_comm_hook
+from workers.parallel.compression import hooks_off_the_autograd_thread, register_comm_hook
 from workers.parallel.replicas import ReplicaGroup, replicated_over
-from workers.spec import Violation
 
 
 class DDPStrategy:
     name = "ddp"
-
-    @staticmethod
-    def selects(spec) -> bool:
-        return True  # the registry's last resort: plain data parallelism
-
-    @staticmethod
-    def spec_errors(spec):
-        p, gpu = spec.parallel, spec.resources.gpus_per_worker > 0
-        if p.compression is None:
-            return
-        if p.zero or p.tp > 1 or p.pp > 1:
-            yield Violation("parallel.compression",
-                f"parallel.compression applies to plain data parallelism (zero 0, tp 1, pp 1) "
-                f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
-        if p.local_sgd is not None:
-            yield Violation("parallel.compression",
-                "parallel.compression and parallel.local_sgd exclude each other "
-                "(local SGD does not all-reduce gradients)")
-        if p.compression.kind == "bf16" and not gpu:
-            yield Violation("parallel.compression.kind",
-                "parallel.compression.kind 'bf16' needs GPU workers: the bf16 hook all-reduces bfloat16, which "
-                "gloo (CPU) does not support, so use 'fp16' or 'powersgd' on CPU "
-                f"(gpus_per_worker={spec.resources.gpus_per_worker})")
-
-    @staticmethod
-    def cost(spec, facts) -> LayoutCost:
-        per_rank = params_per_rank(spec, facts)
-        # DDP's reducer keeps a flat copy of every gradient (its buckets) besides `.grad`, across steps.
-        peak = (4 + 8 + 4 + accumulated_grad_bytes(spec)) * per_rank
-        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank * compressed_fraction(spec), peak)
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         model = model.to(ctx.device)
@@ -82,10 +47,6 @@ class DDPStrategy:
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         return local_clip_grad_norm(wrapped, max_norm)
-
-    @staticmethod
-    def replicas(spec) -> int:
-        return spec.dp
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
         return replicated_over(ctx.mesh["dp"], wrapped.parameters())  # whole parameters on every dp rank

@@ -23,15 +23,10 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from workers.parallel.base import (
     ForwardBackward,
-    LayoutCost,
     LossFn,
     StrategyContext,
     accumulate,
-    accumulated_grad_bytes,
     adamw,
-    one_pass,
-    params_per_rank,
-    ring,
 )
 from workers.parallel.common import (
     HALF,
@@ -39,11 +34,10 @@ from workers.parallel.common import (
     global_grad_norm_clip,
     model_description,
 )
-from workers.parallel.fsdp_root import gathered_per_micro_batch, root_reshard_after_forward
+from workers.parallel.fsdp_root import root_reshard_after_forward
 from workers.parallel.metering import metered, metered_calls
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.tensor_parallel import apply_tensor_parallel
-from workers.spec import Violation
 from workers.storage_tracker import GRADS, note_held
 
 
@@ -57,54 +51,6 @@ def fsdp_meshes(ctx: StrategyContext) -> tuple[DeviceMesh, DeviceMesh]:
 
 class FSDPStrategy:
     name = "fsdp"
-
-    @staticmethod
-    def selects(spec) -> bool:
-        return spec.parallel.zero == 3
-
-    @staticmethod
-    def spec_errors(spec):
-        p, dp = spec.parallel, spec.dp
-        if p.dp_shard is not None:
-            if p.zero != 3:
-                yield Violation("parallel.dp_shard",
-                    f"parallel.dp_shard (HSDP) needs parallel.zero 3 (zero={p.zero}, dp_shard={p.dp_shard})")
-            elif dp % p.dp_shard:
-                yield Violation("parallel.dp_shard",
-                    f"parallel.dp_shard must divide parallel.dp (dp={dp}, dp_shard={p.dp_shard})")
-        if p.fsdp_accumulate != "sharded" and p.zero != 3:
-            yield Violation("parallel.fsdp_accumulate",
-                f"parallel.fsdp_accumulate applies to zero 3 only (zero={p.zero}, "
-                f"fsdp_accumulate={p.fsdp_accumulate!r})")
-        if not p.reshard_after_forward and p.zero != 3:
-            yield Violation("parallel.reshard_after_forward",
-                f"parallel.reshard_after_forward applies to zero 3 only (zero={p.zero})")
-        if p.zero == 3 and p.sdp is None and spec.supervisor.straggler.policy == "rebalance":
-            # FSDP all-gathers parameters for every micro-batch: a rank with fewer micro-batches would
-            # reach the gradient reduce-scatter while its peers still gather (mismatched collectives).
-            yield Violation("supervisor.straggler.policy",
-                f"supervisor.straggler.policy 'rebalance' is not available with parallel.zero 3 (FSDP): uneven "
-                f"micro-batch counts per rank would desynchronise its per-micro-batch all-gathers; use 'report' "
-                f"or 'replace', or zero 0 or 1 (zero={p.zero})")
-
-    @staticmethod
-    def cost(spec, facts) -> LayoutCost:
-        p, dp, accum = spec.parallel, spec.dp, spec.grad_accum_steps
-        shard, per_rank = p.dp_shard or dp, params_per_rank(spec, facts)
-        grad_bytes = 4 * per_rank
-        root = min(facts.outer_params, per_rank)
-        gathered = accum * gathered_per_micro_batch(per_rank, root, p.reshard_after_forward)
-        param_bytes = 2 if p.mixed_precision != "fp32" else 4  # params gathered in 16 bits
-        syncs = accum if p.fsdp_accumulate == "sharded" else 1  # gradient reduce-scatters (+ replica all-reduces)
-        comm = (gathered * param_bytes + syncs * grad_bytes) * one_pass(shard) \
-            + syncs * ring(dp // shard) * grad_bytes / shard
-        # At peak: the shards, gradients kept from earlier micro-batches (1/K of them when sharded), and the
-        # gathered weights: the root unit's (FSDP2 keeps it gathered from forward into backward) or all of them.
-        grads = accumulated_grad_bytes(spec) / (shard if p.fsdp_accumulate == "sharded" else 1)
-        held = per_rank if not p.reshard_after_forward else root
-        peak = (4 + 8) / shard * per_rank + grads * per_rank + param_bytes * held
-        block = (per_rank - root) / max(facts.layers, 1)
-        return LayoutCost(16 / shard * per_rank, comm, peak, block * (param_bytes + 4 + 4))
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         p = ctx.spec.parallel
@@ -127,10 +73,6 @@ class FSDPStrategy:
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)
-
-    @staticmethod
-    def replicas(spec) -> int:
-        return spec.dims.dp_replicate  # HSDP's replicas; 1 when fully sharded
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
         if self.dp_mesh.mesh_dim_names != ("dp_replicate", "dp_shard"):

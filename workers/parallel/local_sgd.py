@@ -17,14 +17,10 @@ from torch import nn
 
 from workers.parallel.base import (
     ForwardBackward,
-    LayoutCost,
     LossFn,
     StrategyContext,
     accumulate,
-    accumulated_grad_bytes,
     local_clip_grad_norm,
-    params_per_rank,
-    ring,
 )
 from workers.parallel.common import (
     apply_activation_checkpointing,
@@ -32,7 +28,6 @@ from workers.parallel.common import (
     precision,
 )
 from workers.parallel.replicas import ReplicaGroup, replicated_over
-from workers.spec import Violation
 from workers.telemetry import CommMeter
 
 
@@ -66,30 +61,6 @@ class LocalSGDAdamW(torch.optim.AdamW):
 class LocalSGDStrategy:
     name = "local_sgd"
 
-    @staticmethod
-    def selects(spec) -> bool:
-        return spec.parallel.local_sgd is not None
-
-    @staticmethod
-    def spec_errors(spec):
-        p = spec.parallel
-        if p.local_sgd is not None and (p.zero or p.tp > 1 or p.pp > 1):
-            yield Violation("parallel.local_sgd",
-                f"parallel.local_sgd applies to plain data parallelism (zero 0, tp 1, pp 1) "
-                f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
-        every = spec.fault_tolerance.integrity_check_every
-        if p.local_sgd is not None and every % p.local_sgd.period:
-            yield Violation("fault_tolerance.integrity_check_every",
-                f"fault_tolerance.integrity_check_every must be a multiple of parallel.local_sgd.period: the "
-                f"replicas are identical only right after an average (every={every}, "
-                f"period={p.local_sgd.period})")
-
-    @staticmethod
-    def cost(spec, facts) -> LayoutCost:
-        per_rank = params_per_rank(spec, facts)  # one parameter all-reduce every `period` steps, on average
-        peak = (4 + 8 + accumulated_grad_bytes(spec)) * per_rank  # no gradient buffers: nothing is all-reduced
-        return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank / spec.parallel.local_sgd.period, peak)
-
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         self.control = ctx.control
         model = model.to(ctx.device)
@@ -102,10 +73,6 @@ class LocalSGDStrategy:
         self.optimizer = LocalSGDAdamW(wrapped.parameters(), period=local_sgd.period,
                                        total_steps=t.steps, comm=ctx.comm, lr=t.lr, weight_decay=t.weight_decay)
         return self.optimizer
-
-    @staticmethod
-    def replicas(spec) -> int:
-        return spec.dp
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
         # Between averages the replicas differ by design. A skipped step shifts the averaging schedule

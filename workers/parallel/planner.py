@@ -23,17 +23,12 @@ default schedule). `parallel: auto` chooses among the pp = 1 layouts only (AUTO_
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from workers.models import MODEL_BUILDERS
-from workers.models.description import ModelStructureError, describe_spec_model
-from workers.models.param_counts import norm_params, tp_sharded_params
 from workers.parallel.activations import activation_bytes
+from workers.parallel.layouts import layout_of
+from workers.parallel.layouts.accounting import tensor_parallel_comm_bytes
 from workers.parallel.pipeline.bubble import spec_theoretical_bubble
-from workers.parallel.registry import strategy_class
-from workers.parallel.tensor_parallel import tensor_parallel_comm_bytes
 from workers.spec import (
     SPEC_ERRORS,
     GPTModelSpec,
@@ -44,6 +39,9 @@ from workers.spec import (
     sequence_length,
 )
 from workers.spec_checks import checked_spec
+
+if TYPE_CHECKING:
+    import torch
 
 GIB = 1024**3
 # Sustained FLOP/s of one worker and link bandwidth/latency: deliberately round guesses.
@@ -66,7 +64,14 @@ class ModelFacts:
 
     @classmethod
     def of(cls, spec: JobSpec) -> ModelFacts:
-        """Counted on the model itself, built on the meta device (shapes only, no memory)."""
+        """Counted on the model itself, built on the meta device (shapes only, no memory): the planner's one
+        use of torch, imported here so that a GPT's prediction (workers/parallel/memory_fit.py) needs none."""
+        import torch
+
+        from workers.models import MODEL_BUILDERS
+        from workers.models.description import ModelStructureError, describe_spec_model
+        from workers.models.param_counts import norm_params, tp_sharded_params
+
         with torch.device("meta"):
             model = MODEL_BUILDERS[type(spec.model)](spec.model)
         total = sum(p.numel() for p in model.parameters())
@@ -124,8 +129,8 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     f = facts or ModelFacts.of(spec)
     p, t = spec.parallel, spec.train
     tp, accum = p.tp, spec.grad_accum_steps
-    strategy = strategy_class(spec)
-    layout = strategy.cost(spec, f)  # the strategy's own accounting of state and data-parallel traffic
+    strategy = layout_of(spec)
+    layout = strategy.cost(spec, f)  # the layout's own accounting of state and data-parallel traffic
     state = layout.model_state_bytes
     comm = layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f)
     if layout.activation_bytes is not None:  # the strategy counts its own (pipeline: micro-batches in flight)

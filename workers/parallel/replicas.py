@@ -12,14 +12,12 @@ its own state at rest (workers/training/shard_integrity.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-
-from workers.spec import JobSpec, Violation
 
 
 @dataclass(frozen=True)
@@ -44,19 +42,3 @@ def replicated_over(mesh: DeviceMesh, params: Iterable[nn.Parameter]) -> list[Re
     if len(ranks) < 2:
         return []
     return [ReplicaGroup(ranks, tuple(local(p.detach()) for p in params))]
-
-
-# Strategies whose state changes between an update and the next forward (a parameter server's pushes, say),
-# where a checksum sealed after the update would flag its own writes: none today. Every layout above is
-# checked at rest on each rank (workers/training/shard_integrity.py), replicas or not.
-CHANGES_AT_REST: frozenset[str] = frozenset()
-
-
-def integrity_errors(spec: JobSpec, strategy_name: str, replicas: int) -> Iterator[Violation]:
-    """`fault_tolerance.integrity_check_every` needs state at rest between steps: a rank's own checksums
-    verify it there (and replicas, where the layout has them, are compared too)."""
-    if spec.fault_tolerance.integrity_check_every and strategy_name in CHANGES_AT_REST:
-        yield Violation("fault_tolerance.integrity_check_every",
-            f"fault_tolerance.integrity_check_every needs a layout whose state rests between an update and the "
-            f"next forward, so that each rank can verify its own checksums; layout {strategy_name!r} changes it "
-            f"there (replicas={replicas}): set it to 0")

@@ -40,7 +40,7 @@ from torch.distributed.tensor import DTensor, Shard
 from torch.optim.adam import adam
 
 from workers.parallel import zero_buckets
-from workers.parallel.base import ring
+from workers.parallel.layouts.accounting import ring
 from workers.parallel.replicas import local
 from workers.telemetry import CommMeter
 

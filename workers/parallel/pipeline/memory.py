@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from workers.parallel.activations import MicroBatchActivations
-from workers.parallel.base import accumulated_grad_bytes, params_per_rank
+from workers.parallel.layouts.accounting import accumulated_grad_bytes, params_per_rank
 from workers.spec import SINGLE_STAGE_SCHEDULES, JobSpec, PipelineSpec, pipeline_microbatches
 
 

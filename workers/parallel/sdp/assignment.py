@@ -5,7 +5,8 @@ from __future__ import annotations
 from torch import nn
 
 from workers.models.description import ModelStructureError, describe_spec_model
-from workers.parallel.sdp.masks import Assignment, assign, feasibility_error
+from workers.parallel.sdp.feasibility import feasibility_error
+from workers.parallel.sdp.masks import Assignment, assign
 from workers.spec import GPTModelSpec, JobSpec, sdp_components, sdp_workers
 
 

@@ -1,0 +1,95 @@
+"""The accounting every layout's cost is made of (bytes per parameter, ring fractions), torch-free:
+the planner and the submit's memory check predict without loading a strategy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workers.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class LayoutCost:
+    """What the planner predicts for a strategy's layout (workers/parallel/planner.py adds compute, TP traffic
+    and the activations of one micro-batch)."""
+    model_state_bytes: float  # per rank between steps: fp32 weights 4 + grads 4 + AdamW moments 8 bytes/param, sharded
+    dp_comm_bytes: float  # per step: the data-parallel collectives' logical bytes
+    # Per rank at the step's peak, when the last micro-batch's backward starts (every activation held): weights,
+    # optimiser state, gradients kept from earlier micro-batches, persistent gradient buffers, gathered weights.
+    peak_state_bytes: float
+    # Per rank on top of that while one repeated block runs its backward (FSDP: its gathered weights, whole
+    # gradients and reduce-scatter input); the peak with activation checkpointing, which recomputes a block then.
+    block_backward_bytes: float = 0.0
+    # Activations at the peak, where the strategy counts them itself (pipeline: micro-batches in flight per
+    # schedule); None: one micro-batch through every block (workers/parallel/activations.py).
+    activation_bytes: float | None = None
+
+
+def accumulated_grad_bytes(spec: JobSpec) -> float:
+    """Bytes per parameter of whole fp32 gradients held while a later micro-batch runs (none with one)."""
+    return 4.0 if spec.grad_accum_steps > 1 else 0.0
+
+
+def optimizer_state_bytes(spec: JobSpec) -> float:
+    """Bytes per parameter of AdamW's moments on the worker's device (offloaded to the host on GPU)."""
+    offloaded = spec.parallel.offload_optimizer and spec.resources.gpus_per_worker > 0
+    return 0.0 if offloaded else 8.0
+
+
+def ring(k: int) -> float:
+    """Fraction of a buffer one rank sends in a ring all-reduce over k ranks."""
+    return 2 * (k - 1) / k if k > 1 else 0.0
+
+
+def one_pass(k: int) -> float:
+    """... in one all-gather or one reduce-scatter."""
+    return (k - 1) / k if k > 1 else 0.0
+
+
+def params_per_rank(spec: JobSpec, facts) -> float:
+    """Parameters a rank holds before any data-parallel sharding (tensor parallelism splits its plan's)."""
+    return facts.params - facts.tp_params + facts.tp_params / spec.parallel.tp
+
+
+def tensor_parallel_comm_bytes(spec: JobSpec, f) -> float:
+    """Activations of one micro-batch, A = mb x seq x d x 4 bytes, through the TP collectives per step."""
+    p, tp, accum = spec.parallel, spec.parallel.tp, spec.grad_accum_steps
+    if tp == 1 or not f.layers:
+        return 0.0
+    a = spec.train.micro_batch_size * f.seq_len * f.d_model * 4
+    if p.sequence_parallel:
+        # per block: forward 2 all-gathers + 2 reduce-scatters, backward 2 all-gathers + 4 input-grad
+        # all-reduces (q, k, v, fc); plus the sequence split/merge at the ends and the LayerNorm grads.
+        per_micro = f.layers * 14 * one_pass(tp) * a + 2 * one_pass(tp) * a
+        return accum * per_micro + ring(tp) * 4 * f.layernorm_params
+    # per block: forward 2 all-reduces (row-parallel outputs), backward 4 (q, k, v, fc input grads)
+    return accum * f.layers * 6 * ring(tp) * a
+
+
+def compressed_fraction(spec) -> float:
+    """Fraction of the fp32 gradient bytes the hook all-reduces (the planner's figure)."""
+    c = spec.parallel.compression
+    if c is None:
+        return 1.0
+    if c.kind in ("fp16", "bf16"):
+        return 0.5
+    return _powersgd_fraction(spec)
+
+
+def _powersgd_fraction(spec) -> float:
+    """PowerSGD's P and Q factors of each matrix (rank r), vectors and small matrices whole."""
+    import torch  # only for a PowerSGD spec: the matrices of the model, built on the meta device
+
+    from workers.models import MODEL_BUILDERS
+
+    r = spec.parallel.compression.rank
+    with torch.device("meta"):
+        model = MODEL_BUILDERS[type(spec.model)](spec.model)
+    sent = total = 0
+    for param in model.parameters():
+        n = param.shape[0]
+        m = param.numel() // n
+        k = min(n, m, r)
+        total += n * m
+        sent += (n + m) * k if (n + m) * k * 2 < n * m else n * m
+    return sent / total

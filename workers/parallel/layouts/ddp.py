@@ -1,0 +1,45 @@
+"""Plain data parallelism (DDP), with parallel.compression as its communication hook."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from workers.parallel.layouts.accounting import (
+    LayoutCost,
+    accumulated_grad_bytes,
+    compressed_fraction,
+    params_per_rank,
+    ring,
+)
+from workers.parallel.layouts.layout import Layout
+from workers.spec import JobSpec, Violation
+
+
+def compression_rules(spec: JobSpec) -> Iterator[Violation]:
+    p, gpu = spec.parallel, spec.resources.gpus_per_worker > 0
+    if p.compression is None:
+        return
+    if p.zero or p.tp > 1 or p.pp > 1:
+        yield Violation("parallel.compression",
+            f"parallel.compression applies to plain data parallelism (zero 0, tp 1, pp 1) "
+            f"(zero={p.zero}, tp={p.tp}, pp={p.pp})")
+    if p.local_sgd is not None:
+        yield Violation("parallel.compression",
+            "parallel.compression and parallel.local_sgd exclude each other "
+            "(local SGD does not all-reduce gradients)")
+    if p.compression.kind == "bf16" and not gpu:
+        yield Violation("parallel.compression.kind",
+            "parallel.compression.kind 'bf16' needs GPU workers: the bf16 hook all-reduces bfloat16, which "
+            "gloo (CPU) does not support, so use 'fp16' or 'powersgd' on CPU "
+            f"(gpus_per_worker={spec.resources.gpus_per_worker})")
+
+
+def cost(spec: JobSpec, facts) -> LayoutCost:
+    per_rank = params_per_rank(spec, facts)
+    # DDP's reducer keeps a flat copy of every gradient (its buckets) besides `.grad`, across steps.
+    peak = (4 + 8 + 4 + accumulated_grad_bytes(spec)) * per_rank
+    return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank * compressed_fraction(spec), peak)
+
+
+# the last resort
+LAYOUT = Layout("ddp", lambda spec: True, compression_rules, cost)

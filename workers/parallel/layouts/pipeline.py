@@ -1,0 +1,116 @@
+"""Pipeline parallelism: the schedule's micro-batches and stages, what stages can pass between them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from workers.parallel.layouts.accounting import (
+    LayoutCost,
+    params_per_rank,
+    ring,
+)
+from workers.parallel.layouts.layout import Layout
+from workers.parallel.pipeline.memory import pipeline_peak
+from workers.spec import (
+    SINGLE_STAGE_SCHEDULES,
+    V_SCHEDULES,
+    JobSpec,
+    PipelineSpec,
+    Violation,
+    pipeline_microbatches,
+    structure_of,
+)
+
+
+def pipeline_errors(spec: JobSpec) -> Iterator[Violation]:
+    p, pipe = spec.parallel, spec.parallel.pipeline
+    if p.zero and p.pp > 1:
+        yield Violation("parallel.zero",
+            f"parallel.zero must be 0 with pipeline parallelism (zero={p.zero}, pp={p.pp})")
+    if p.mixed_precision != "fp32" and p.pp > 1:
+        yield Violation("parallel.mixed_precision",
+            f"parallel.mixed_precision must be 'fp32' with pipeline parallelism: the stages exchange fp32 "
+            f"activations (mixed_precision={p.mixed_precision!r}, pp={p.pp})")
+    if p.pp == 1:
+        if pipe is not None:
+            yield Violation("parallel.pipeline", f"parallel.pipeline needs parallel.pp > 1 (pp={p.pp})")
+        return
+    facts = structure_of(spec)
+    if facts.name == "mlp":
+        yield Violation("parallel.pp",
+            f"parallel.pp > 1 needs a model with repeated blocks: stages are cut at block boundaries (pp={p.pp})")
+        return
+    if facts.tied_embeddings:
+        yield Violation("model.hf.config.tie_word_embeddings",
+            f"model.hf.config.tie_word_embeddings must be false with parallel.pp > 1: the input embedding lives "
+            f"on the first stage and the output head on the last (pp={p.pp})")
+    pipe = pipe or PipelineSpec()
+    if spec.train.loss == "model":
+        yield Violation("train.loss",
+            f"train.loss 'model' is not available with parallel.pp > 1: only the last stage sees the outputs "
+            f"and the labels stay with the first; use 'cross_entropy' (pp={p.pp})")
+    if spec.supervisor.straggler.policy == "rebalance":  # uneven dp shares would break the flush size
+        yield Violation("supervisor.straggler.policy",
+            f"supervisor.straggler.policy 'rebalance' is not available with pipeline parallelism; use 'report' "
+            f"(pp={p.pp}); parallel.pipeline.rebalance_threshold balances the stages")
+    for name, on in (("sequence_parallel", p.sequence_parallel),
+                     ("activation_checkpointing", p.activation_checkpointing),
+                     ("mixed_precision", p.mixed_precision != "fp32")):
+        if on:  # stages pass replicated fp32 activations and run blocks without recomputation
+            yield Violation(f"parallel.{name}",
+                f"parallel.{name} is not available with pipeline parallelism yet "
+                f"(pp={p.pp}, {name}={getattr(p, name)!r})")
+    per_step, m, v = spec.grad_accum_steps, pipeline_microbatches(spec), pipe.stages_per_rank
+    stages, layers = p.pp * v, facts.layers
+    if per_step and per_step % m:
+        yield Violation("parallel.pipeline.microbatches",
+            f"parallel.pipeline.microbatches must divide the micro-batches per step, global_batch_size / "
+            f"(dp x micro_batch_size) (microbatches={m}, global_batch_size={spec.train.global_batch_size}, "
+            f"dp={spec.dp}, micro_batch_size={spec.train.micro_batch_size}, per step={per_step})")
+    if pipe.schedule in SINGLE_STAGE_SCHEDULES and v != 1:
+        yield Violation("parallel.pipeline.virtual_stages",
+            f"parallel.pipeline.virtual_stages must be 1 for schedule {pipe.schedule!r} (virtual_stages={v})")
+    if pipe.schedule in V_SCHEDULES and v != 2:
+        yield Violation("parallel.pipeline.virtual_stages",
+            f"parallel.pipeline.virtual_stages must be 2 for V-shaped schedule {pipe.schedule!r} (virtual_stages={v})")
+    if pipe.schedule in ("1f1b", "zbv_zero_bubble") and m < p.pp:
+        yield Violation("parallel.pipeline.microbatches",
+            f"parallel.pipeline.microbatches must be >= parallel.pp for {pipe.schedule!r} "
+            f"(microbatches={m}, pp={p.pp})")
+    if pipe.schedule in ("interleaved_1f1b", "zero_bubble") and m % p.pp:
+        yield Violation("parallel.pipeline.microbatches",
+            f"parallel.pipeline.microbatches must be a multiple of parallel.pp for interleaved schedule "
+            f"{pipe.schedule!r} (microbatches={m}, pp={p.pp})")
+    if pipe.schedule == "dualpipe_v" and m < stages:
+        yield Violation("parallel.pipeline.microbatches",
+            f"parallel.pipeline.microbatches must be >= pp x virtual_stages for 'dualpipe_v' "
+            f"(microbatches={m}, pp={p.pp}, virtual_stages={v})")
+    if pipe.rebalance_threshold is not None and (v != 1 or spec.checkpoint.every_steps == 0):
+        yield Violation("parallel.pipeline.rebalance_threshold",
+            f"parallel.pipeline.rebalance_threshold needs one stage per rank (gpipe/1f1b) and "
+            f"checkpoint.every_steps > 0 (schedule={pipe.schedule!r}, virtual_stages={v}, "
+            f"every_steps={spec.checkpoint.every_steps})")
+    if layers is None:  # a user module: its blocks are counted when the job builds it
+        return
+    if pipe.split is None:
+        if stages > layers + 2:
+            yield Violation("parallel.pipeline",
+                f"parallel.pipeline: pp x virtual_stages must be <= model.n_layers + 2, one block or the "
+                f"embedding/head per stage (pp={p.pp}, virtual_stages={v}, n_layers={layers})")
+        return
+    split = pipe.split
+    if len(split) != stages or sum(split) != layers or min(split) < 0 or 0 in split[1:-1]:
+        yield Violation("parallel.pipeline.split",
+            f"parallel.pipeline.split must have pp x virtual_stages entries summing to model.n_layers, "
+            f"each >= 1 except the first and last stage (split={split}, pp={p.pp}, virtual_stages={v}, "
+            f"n_layers={layers})")
+
+
+def cost(spec: JobSpec, facts) -> LayoutCost:  # replicated stages; the planner lists pipelines, auto never picks one
+    per_rank = params_per_rank(spec, facts)
+    state, activations = pipeline_peak(spec, facts)  # the rank with the highest peak
+    return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank, state, activation_bytes=activations)
+
+
+# pp > 1 (x dp, x tp)
+LAYOUT = Layout("pipeline", lambda spec: spec.parallel.pp > 1, pipeline_errors, cost)
