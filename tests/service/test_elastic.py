@@ -21,6 +21,33 @@ def test_relayout_keeps_the_global_batch():
         assert planned.train.global_batch_size == 48
 
 
+RESIZABLE = [
+    {},
+    {"parallel.zero": 3, "parallel.dp_shard": 2, "resources.workers": 8, "train.global_batch_size": 32},  # HSDP
+    {"parallel.tp": 2, "resources.workers": 8, "train.global_batch_size": 32},
+    {"parallel.pp": 2, "model.n_layers": 4, "resources.workers": 8, "train.global_batch_size": 32},
+    {"parallel.zero": 2, "resources.workers": 6, "train.global_batch_size": 24},
+]
+
+
+@pytest.mark.parametrize("layout", RESIZABLE, ids=lambda layout: ",".join(map(str, layout.values())) or "dp")
+def test_a_resize_checks_only_what_it_changes_and_agrees_with_the_whole_rule_set(layout):
+    """relayout re-checks the degrees, the batch split and the layouts' rules, not the whole spec: each
+    layout it plans passes the whole rule set, and it plans one wherever some layout would."""
+    from workers.spec_checks import checked_spec
+
+    spec = spec_of(**{"resources.min_workers": 1, **layout})
+    for workers in range(1, spec.resources.workers + 1):
+        planned = relayout(spec, workers)
+        if planned is not None:
+            assert planned.world_size == workers and planned.train.global_batch_size == spec.train.global_batch_size
+            assert checked_spec(planned.model_dump(mode="json"), allow_fault_injection=True) == planned
+        else:  # no data-parallel split of the global batch over what the model-parallel degrees leave
+            assert all(spec.train.global_batch_size % (workers // (tp * pp)) or workers % (tp * pp)
+                       for tp, pp in ((spec.parallel.tp, spec.parallel.pp), (spec.parallel.tp, 1),
+                                      (1, spec.parallel.pp), (1, 1))), workers
+
+
 def test_best_layout_respects_the_elastic_range_and_divisibility():
     spec = spec_of(**{"resources.workers": 4, "resources.min_workers": 2})  # global batch 16
     assert best_layout(spec, 3).world_size == 2  # 16 does not split 3 ways

@@ -143,8 +143,8 @@ class ParallelDims:
 
     def resized(self, workers: int) -> Iterator["ParallelDims"]:
         """Layouts for `workers` ranks, best first: the model-parallel degrees (tp, pp, cp) kept where they
-        divide, else dropped one by one; data parallelism takes the rest, HSDP keeping its shard size where
-        it divides the new dp (else sharding over all of it)."""
+        divide, else dropped, tp and pp one at a time; data parallelism takes the rest, HSDP keeping its
+        shard size where it divides the new dp, else sharding over all of it."""
         seen = set()
         for tp, pp, cp in ((self.tp, self.pp, self.cp), (self.tp, 1, self.cp), (1, self.pp, self.cp),
                            (1, 1, self.cp), (1, 1, 1)):
@@ -152,11 +152,10 @@ class ParallelDims:
                 continue
             seen.add((tp, pp, cp))
             dp = workers // (tp * pp * cp)
-            shard = self.dp_shard if self.dp_replicate > 1 and dp % self.dp_shard == 0 else \
-                (dp if self.dp_shard > 1 else 1)
-            dims = replace(self, pp=pp, tp=tp, cp=cp, dp_replicate=dp // shard, dp_shard=shard)
-            if (dims.dp_shard * dims.cp) % dims.ep == 0:
-                yield dims
+            hsdp = self.dp_replicate > 1 and self.dp_shard > 1
+            shard = self.dp_shard if hsdp and dp % self.dp_shard == 0 else (dp if self.dp_shard > 1 else 1)
+            if (shard * cp) % self.ep == 0:
+                yield replace(self, pp=pp, tp=tp, cp=cp, dp_replicate=dp // shard, dp_shard=shard)
 
 
 def _product(sizes: list[int]) -> Iterator[tuple[int, ...]]:

@@ -30,15 +30,21 @@ def rule_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None)
     yield from _fault_injection_errors(spec, allow_fault_injection)
 
 
-def _size_and_policy_errors(spec: JobSpec) -> Iterator[Violation]:
-    p, r, t = spec.parallel, spec.resources, spec.train
-    dims, dp = spec.dims, spec.dp
-    degrees = [Violation(field, message) for field, message in dims.violations(r.workers)]
+def degree_violations(spec: JobSpec) -> Iterator[Violation]:
+    """The rules a layout's degrees obey: they multiply to the workers, and dp x micro-batch divides the
+    global batch (what an elastic resize re-checks, with the layouts' own rules)."""
+    t, dp = spec.train, spec.dp
+    degrees = [Violation(field, message) for field, message in spec.dims.violations(spec.resources.workers)]
     yield from degrees
     if not degrees and spec.program is None and t.global_batch_size % (dp * t.micro_batch_size):
         yield Violation("train.global_batch_size",
             f"train.global_batch_size must be divisible by parallel.dp x train.micro_batch_size "
             f"(global_batch_size={t.global_batch_size}, dp={dp}, micro_batch_size={t.micro_batch_size})")
+
+
+def _size_and_policy_errors(spec: JobSpec) -> Iterator[Violation]:
+    p, r, t = spec.parallel, spec.resources, spec.train
+    yield from degree_violations(spec)
     low, high = r.elastic_range
     if not low <= r.workers <= high:
         yield Violation("resources.workers",

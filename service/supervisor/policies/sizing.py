@@ -9,44 +9,48 @@ whatever layout results). How many slots are free is the caller's question
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
-from workers.spec import SPEC_ERRORS, JobSpec
-from workers.spec_checks import checked_spec
+from workers.parallel.layouts import layout_errors
+from workers.spec import JobSpec, Violation
+from workers.spec.rules import degree_violations
 
 
 def relayout(spec: JobSpec, workers: int) -> JobSpec | None:
-    """`spec` laid out on `workers` ranks with the same global batch, or None if no layout fits."""
+    """`spec` laid out on `workers` ranks with the same global batch, or None if no layout fits. The
+    candidates are the dims arithmetic's (workers/spec/dims.py); only what a resize changes is checked
+    again (the degrees, the batch split, the layouts' rules): the spec was checked whole at submit."""
     p, t = spec.parallel, spec.train
-    if spec.program is not None:  # the program reshards itself; only its mesh's dp changes
-        if workers % p.tp:
-            return None
-        data = spec.model_dump(mode="json")
-        data["resources"]["workers"] = workers
-        if p.dp is not None:
-            data["parallel"]["dp"] = workers // p.tp
-        try:
-            return checked_spec(data, allow_fault_injection=True)
-        except SPEC_ERRORS:
-            return None
-    for tp, pp in dict.fromkeys([(p.tp, p.pp), (p.tp, 1), (1, p.pp), (1, 1)]):
-        if workers % (tp * pp):
+    for dims in spec.dims.resized(workers):
+        if spec.program is not None:  # the program reshards itself; only its mesh's dp changes
+            if (dims.tp, dims.pp) != (p.tp, p.pp):
+                continue
+            micro = t.micro_batch_size
+        elif t.global_batch_size % dims.dp:
             continue
-        dp = workers // (tp * pp)
-        if t.global_batch_size % dp:
-            continue
-        per_rank = t.global_batch_size // dp
-        micro = max(m for m in range(1, min(t.micro_batch_size, per_rank) + 1) if per_rank % m == 0)
-        data = spec.model_dump(mode="json")
-        data["resources"]["workers"] = workers
-        data["parallel"].update(dp=dp, tp=tp, pp=pp)
-        data["train"]["micro_batch_size"] = micro
-        try:
-            return checked_spec(data, allow_fault_injection=True)  # fault injection was admitted at submit
-        except SPEC_ERRORS:
-            continue
+        else:
+            per_rank = t.global_batch_size // dims.dp
+            micro = max(m for m in range(1, min(t.micro_batch_size, per_rank) + 1) if per_rank % m == 0)
+        degrees: dict[str, int | None] = {"tp": dims.tp, "pp": dims.pp}
+        if p.dp_shard is not None:  # HSDP: its shard size where it divides the new dp, else FSDP over all of it
+            degrees["dp_shard"] = p.dp_shard if dims.dp_replicate > 1 else None
+        if p.dp is not None or spec.program is None:
+            degrees["dp"] = dims.dp
+        planned = spec.model_copy(update={
+            "resources": spec.resources.model_copy(update={"workers": workers}),
+            "parallel": p.model_copy(update=degrees),
+            "train": t.model_copy(update={"micro_batch_size": micro})})
+        if not any(True for _ in resize_violations(planned)):
+            return planned
     return None
+
+
+def resize_violations(spec: JobSpec) -> Iterator[Violation]:
+    yield from degree_violations(spec)
+    if spec.program is None:
+        yield from layout_errors(spec)
 
 
 def best_layout(spec: JobSpec, capacity: int) -> JobSpec | None:
