@@ -2,7 +2,7 @@
 
 Each cp rank keeps its queries and passes its keys/values around the ring (cp-1 hops), so every query
 meets every key once without any rank holding the whole sequence. The partial results of the key blocks
-are merged with the online-softmax (log-sum-exp) rule: a running row maximum m, a running sum l of
+are merged with the online-softmax (log-sum-exp) rule: a running row maximum m, a running sum of
 exp(score - m) and an output accumulator, rescaled whenever m grows. The causal mask compares the GLOBAL
 positions of the queries with those of the travelling keys (sequence_positions of the block's owner).
 
@@ -54,7 +54,7 @@ class _RingAttention(torch.autograd.Function):
         q_pos = sequence_positions(t * cp, rank, cp, q.device)
 
         m = torch.full(q.shape[:3], float("-inf"), dtype=work, device=q.device)
-        l = torch.zeros_like(m)
+        total = torch.zeros_like(m)
         acc = torch.zeros_like(q)
         kv = torch.stack((k, v))
         for step in range(cp):
@@ -66,14 +66,14 @@ class _RingAttention(torch.autograd.Function):
             safe_m = new_m.masked_fill(new_m == float("-inf"), 0.0)  # a row with no visible key yet: no NaN
             p = torch.exp(s - safe_m[..., None])
             rescale = torch.exp(m - safe_m)
-            l = l * rescale + p.sum(-1)
+            total = total * rescale + p.sum(-1)
             acc = acc * rescale[..., None] + torch.matmul(p, _expand(kv[1], group_size))
             m = new_m
             if pending is not None:
                 kv = pending()
-        # every query sees at least itself (its own block, step 0), so l > 0
-        out = acc / l[..., None]
-        lse = m + torch.log(l)
+        # every query sees at least itself (its own block, step 0), so the sum is > 0
+        out = acc / total[..., None]
+        lse = m + torch.log(total)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.group, ctx.scale, ctx.dtypes = group, scale, dtypes
         return out.to(dtypes[0])
