@@ -17,7 +17,8 @@ def layout_of(spec: JobSpec) -> dict[str, Any]:
         strategy = "program"
     else:
         strategy = strategy_name(spec)
-    return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero, "strategy": strategy, "world_size": spec.world_size}
+    return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "cp": p.cp, "zero": p.zero, "strategy": strategy,
+            "world_size": spec.world_size}
 
 
 def final_result(results: list[dict | None]) -> dict[str, Any]:

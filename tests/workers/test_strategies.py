@@ -46,6 +46,11 @@ LAYOUTS = {
     "fsdp2_bf16": {"resources.workers": 2, "parallel.zero": 3, "parallel.mixed_precision": "bf16"},
     "ddp2_amp16": {"resources.workers": 2, "parallel.mixed_precision": "fp16"},
     "fsdp2_amp16": {"resources.workers": 2, "parallel.zero": 3, "parallel.mixed_precision": "fp16"},
+    # Context parallelism: each sequence split over 2 ranks, attention around the cp ring.
+    "cp2": {"resources.workers": 2, "parallel.cp": 2},
+    "dp2xcp2": {"resources.workers": 4, "parallel.cp": 2},
+    "fsdp2xcp2": {"resources.workers": 4, "parallel.cp": 2, "parallel.zero": 3},
+    "tp2xcp2": {"resources.workers": 4, "parallel.cp": 2, "parallel.tp": 2},
 }
 # name -> relative tolerance of the loss after 10 and 20 steps, and why it is not 1e-4.
 APPROX = {
@@ -65,12 +70,13 @@ APPROX = {
 STRATEGY = {"ddp4": "ddp", "zero1": "zero", "zero2": "zero", "zero2_offload": "zero", "fsdp": "fsdp",
             "fsdp_keep": "fsdp", "hsdp": "fsdp", "tp2": "tp", "tp4_sp": "tp", "dp2xtp2": "tp", "fsdp2xtp2": "fsdp",
             "ddp2_ac": "ddp", "ddp4_fp16": "ddp", "ddp4_powersgd": "ddp", "local_sgd4": "local_sgd",
-            "ddp2_bf16": "ddp", "fsdp2_bf16": "fsdp", "ddp2_amp16": "ddp", "fsdp2_amp16": "fsdp"}
+            "ddp2_bf16": "ddp", "fsdp2_bf16": "fsdp", "ddp2_amp16": "ddp", "fsdp2_amp16": "fsdp",
+            "cp2": "ddp", "dp2xcp2": "ddp", "fsdp2xcp2": "fsdp", "tp2xcp2": "tp"}
 
 
 # Trained in make test-all only: make test has TP with sequence parallelism on Llama
 # (test_user_model_strategies) and 16-bit training under FSDP (fsdp2_bf16, fsdp2_amp16).
-EXHAUSTIVE_LAYOUTS = {"tp4_sp", "ddp2_bf16", "ddp2_amp16"}
+EXHAUSTIVE_LAYOUTS = {"tp4_sp", "ddp2_bf16", "ddp2_amp16", "dp2xcp2", "tp2xcp2"}
 
 
 def layout_params(cases):
@@ -114,6 +120,7 @@ def test_model_state_bytes_follow_zero_accounting(runs):
         "reference": 16 * psi, "ddp4": 16 * psi,
         "zero1": (8 + 8 / 4) * psi, "zero2": (4 + 12 / 4) * psi, "zero2_offload": (4 + 12 / 2) * psi,
         "fsdp": 16 * psi / 4, "fsdp_keep": 16 * psi / 4, "hsdp": 16 * psi / 2,
+        "cp2": 16 * psi, "fsdp2xcp2": 16 * psi / 4,  # FSDP shards over dp x cp
     }
     for name, want in expected.items():
         got = runs[name][0]["model_state_bytes_per_rank"]

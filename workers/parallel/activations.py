@@ -30,7 +30,8 @@ class MicroBatchActivations:
     @classmethod
     def of(cls, spec: JobSpec, facts) -> MicroBatchActivations:
         p = spec.parallel
-        n = facts.seq_len * spec.train.micro_batch_size * facts.d_model
+        tokens = facts.seq_len // p.cp  # a context-parallel rank holds 1/cp of every sequence
+        n = tokens * spec.train.micro_batch_size * facts.d_model
         half = p.mixed_precision != "fp32"
         # FSDP's mixed precision computes the blocks in 16 bits; autocast keeps norms and residuals in fp32
         # and keeps a 16-bit copy of each matmul input it casts (q, k, v and the MLP's: 4n).
@@ -41,7 +42,7 @@ class MicroBatchActivations:
         gathered = 2 * n * wide if p.sequence_parallel and not casts else 0
         block = 4 * n / split * wide + 12 * n / p.tp * narrow + casts + gathered
         kept = n / split * wide if p.activation_checkpointing else block
-        return cls(block, kept, n * wide, 2 * n * wide, 4 * facts.seq_len * spec.train.micro_batch_size * facts.vocab,
+        return cls(block, kept, n * wide, 2 * n * wide, 4 * tokens * spec.train.micro_batch_size * facts.vocab,
                    8 * n / p.tp * narrow)
 
 

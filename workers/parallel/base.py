@@ -90,10 +90,15 @@ def local_clip_grad_norm(wrapped: nn.Module, max_norm: float) -> float | None:
 
 def accumulate(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext, no_sync) -> ForwardBackward:
     """Forward/backward every micro-batch; `no_sync()` suppresses gradient sync on all but the last."""
+    from workers.parallel.parallelize import sequence_shard  # the strategies import this module
+
     loss_sum, samples, tokens = 0.0, 0, 0
     device, with_labels = ctx.device, ctx.spec.train.loss == "model"
+    shard = sequence_shard(ctx.spec.dims, ctx.rank)
     for i, batch in enumerate(micro):
         inputs, targets = to_device(batch, device)
+        if shard is not None:  # context parallelism: this rank's chunks of every sequence
+            inputs, targets = shard(inputs, targets)
         last = i == len(micro) - 1
         with no_sync() if not last else contextlib.nullcontext():
             loss = loss_fn(call_model(wrapped, inputs, with_labels), targets) / len(micro)

@@ -13,8 +13,9 @@ from workers.parallel.base import (
     adamw,
     local_clip_grad_norm,
 )
-from workers.parallel.common import apply_activation_checkpointing, precision
+from workers.parallel.common import precision
 from workers.parallel.compression import hooks_off_the_autograd_thread, register_comm_hook
+from workers.parallel.parallelize import data_parallel_mesh, parallelize
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 
 
@@ -22,8 +23,7 @@ class DDPStrategy:
     name = "ddp"
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
-        model = model.to(ctx.device)
-        apply_activation_checkpointing(model, ctx)
+        model = parallelize(model, ctx)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, derived_buffers(model))
         # find_unused_parameters keeps one bucket layout for every step of every attempt: without it the
@@ -49,7 +49,7 @@ class DDPStrategy:
         return local_clip_grad_norm(wrapped, max_norm)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
-        return replicated_over(ctx.mesh["dp"], wrapped.parameters())  # whole parameters on every dp rank
+        return replicated_over(data_parallel_mesh(ctx), wrapped.parameters())  # whole on every dp (x cp) rank
 
 
 def derived_buffers(model: nn.Module) -> list[str]:

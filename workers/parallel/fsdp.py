@@ -30,23 +30,23 @@ from workers.parallel.base import (
 )
 from workers.parallel.common import (
     HALF,
-    apply_activation_checkpointing,
     global_grad_norm_clip,
     model_description,
 )
 from workers.parallel.fsdp_root import root_reshard_after_forward
 from workers.parallel.metering import metered, metered_calls
+from workers.parallel.parallelize import data_parallel_mesh, parallelize
 from workers.parallel.replicas import ReplicaGroup, replicated_over
-from workers.parallel.tensor_parallel import apply_tensor_parallel
 from workers.storage_tracker import GRADS, note_held
 
 
 def fsdp_meshes(ctx: StrategyContext) -> tuple[DeviceMesh, DeviceMesh]:
     """(the data-parallel mesh FSDP shards over, the tensor-parallel mesh), from one parent mesh."""
     dims = ctx.spec.dims
-    if dims.dp_replicate == 1 or dims.dp_shard == 1:
-        return ctx.mesh["dp"], ctx.mesh["tp"]
-    return ctx.mesh["dp_replicate", "dp_shard"], ctx.mesh["tp"]
+    shard = dims.mesh_key("dp_shard_cp")  # context-parallel ranks hold the same parameters: FSDP shards over them too
+    if dims.dp_replicate == 1 or shard is None:
+        return data_parallel_mesh(ctx), ctx.mesh["tp"]
+    return ctx.mesh["dp_replicate", shard], ctx.mesh["tp"]
 
 
 class FSDPStrategy:
@@ -54,12 +54,9 @@ class FSDPStrategy:
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         p = ctx.spec.parallel
-        model = model.to(ctx.device)
-        dp_mesh, tp_mesh = fsdp_meshes(ctx)
+        dp_mesh, _ = fsdp_meshes(ctx)
         self.dp_mesh = dp_mesh
-        if p.tp > 1:
-            apply_tensor_parallel(model, tp_mesh, p.sequence_parallel, model_description(model, ctx))
-        apply_activation_checkpointing(model, ctx)
+        model = parallelize(model, ctx)
         half = HALF.get(p.mixed_precision)
         mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
         for block in model_description(model, ctx).blocks(model):  # one FSDP unit per repeated block
@@ -75,7 +72,7 @@ class FSDPStrategy:
         return adamw(wrapped.parameters(), ctx.spec)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
-        if self.dp_mesh.mesh_dim_names != ("dp_replicate", "dp_shard"):
+        if self.dp_mesh.ndim == 1:
             return []  # fully sharded: every shard lives on one rank
         return replicated_over(self.dp_mesh["dp_replicate"], wrapped.parameters())  # each shard, over replicas
 

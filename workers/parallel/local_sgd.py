@@ -23,10 +23,10 @@ from workers.parallel.base import (
     local_clip_grad_norm,
 )
 from workers.parallel.common import (
-    apply_activation_checkpointing,
     average_in_place,
     precision,
 )
+from workers.parallel.parallelize import parallelize
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.telemetry import CommMeter
 
@@ -63,9 +63,7 @@ class LocalSGDStrategy:
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         self.control = ctx.control
-        model = model.to(ctx.device)
-        apply_activation_checkpointing(model, ctx)
-        return model
+        return parallelize(model, ctx)
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         t, local_sgd = ctx.spec.train, ctx.spec.parallel.local_sgd

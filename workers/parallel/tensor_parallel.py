@@ -31,13 +31,12 @@ from workers.parallel.base import (
     adamw,
 )
 from workers.parallel.common import (
-    apply_activation_checkpointing,
     global_grad_norm_clip,
-    model_description,
     precision,
     reduce_partial_grads,
 )
 from workers.parallel.metering import metered
+from workers.parallel.parallelize import data_parallel_mesh, parallelize
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.tensor_plan import apply_tensor_plan
 
@@ -54,10 +53,7 @@ class TensorParallelStrategy:
     name = "tp"
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
-        model = model.to(ctx.device)
-        apply_tensor_parallel(model, ctx.mesh["tp"], ctx.spec.parallel.sequence_parallel, model_description(model, ctx))
-        apply_activation_checkpointing(model, ctx)
-        return model
+        return parallelize(model, ctx)
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)
@@ -73,7 +69,7 @@ class TensorParallelStrategy:
 
     @torch.no_grad()
     def _average_over_dp(self, wrapped: nn.Module, ctx: StrategyContext) -> None:
-        dp_mesh = ctx.mesh["dp"]
+        dp_mesh = data_parallel_mesh(ctx)
         if dp_mesh.size() == 1:
             return
         group = dp_mesh.get_group()
@@ -91,4 +87,4 @@ class TensorParallelStrategy:
         return global_grad_norm_clip(wrapped, max_norm)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
-        return replicated_over(ctx.mesh["dp"], wrapped.parameters())  # each tp rank's shards, over dp
+        return replicated_over(data_parallel_mesh(ctx), wrapped.parameters())  # each tp rank's shards, over dp (x cp)

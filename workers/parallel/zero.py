@@ -12,7 +12,8 @@ from workers.parallel.base import (
     StrategyContext,
     accumulate,
 )
-from workers.parallel.common import apply_activation_checkpointing, precision
+from workers.parallel.common import precision
+from workers.parallel.parallelize import parallelize
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.zero_optimizer import ShardedAdamW
 
@@ -26,9 +27,7 @@ class ZeroStrategy:
         self.optimizer: ShardedAdamW | None = None
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
-        model = model.to(ctx.device)
-        apply_activation_checkpointing(model, ctx)
-        return model
+        return parallelize(model, ctx)
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         p = ctx.spec.parallel

@@ -40,10 +40,11 @@ class ParallelDims:
         """The degrees a `parallel` section gives on `workers` ranks: dp defaults to what the model-parallel
         degrees leave; FSDP (zero 3) shards over parallel.dp_shard, default all of dp. Meaningful for a
         spec whose degrees passed `violations` (an unchecked one may not factor)."""
-        dp = parallel.dp if parallel.dp is not None else max(1, workers // (parallel.tp * parallel.pp))
+        cp = parallel.cp
+        dp = parallel.dp if parallel.dp is not None else max(1, workers // (parallel.tp * parallel.pp * cp))
         shard = parallel.dp_shard if parallel.dp_shard is not None else (dp if parallel.zero == 3 else 1)
         shard = shard if shard >= 1 and dp % shard == 0 else dp
-        return cls(pp=parallel.pp, dp_replicate=dp // shard, dp_shard=shard, tp=parallel.tp)
+        return cls(pp=parallel.pp, dp_replicate=dp // shard, dp_shard=shard, cp=cp, tp=parallel.tp)
 
     @property
     def dp(self) -> int:

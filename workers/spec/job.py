@@ -73,7 +73,7 @@ class TrainSpec(Strict):
 
 class ResourcesSpec(Strict):
     workers: int = Field(1, ge=1, le=4096, description="ranks (Ray actors) the job runs; must equal "
-                                          "parallel.dp x tp x pp, and lie within min_workers..max_workers")
+                                          "parallel.dp x tp x pp x cp, and lie within min_workers..max_workers")
     min_workers: int | None = Field(None, ge=1, description="elastic floor: shrink to no fewer; default workers")
     max_workers: int | None = Field(None, ge=1, description="elastic ceiling: grow to no more; default workers")
     cpus_per_worker: float = Field(1.0, gt=0.0, description="CPUs the scheduler reserves for each rank; a rank "

@@ -72,12 +72,15 @@ class SDPSpec(Strict):
 
 
 class ParallelSpec(Strict):
-    dp: int | None = Field(None, ge=1, description="data-parallel degree; default workers / (tp x pp)")
+    dp: int | None = Field(None, ge=1, description="data-parallel degree; default workers / (tp x pp x cp)")
     tp: int = Field(1, ge=1, description="tensor-parallel degree: each block's weights are split over tp ranks by "
                                          "the model's tensor-parallel plan; must divide the attention (and "
                                          "key/value) heads")
     pp: int = Field(1, ge=1, description="pipeline-parallel degree: the model is cut into pp stages at block "
                                          "boundaries, run by pipeline.schedule; needs zero 0 and fp32")
+    cp: int = Field(1, ge=1, description="context-parallel degree: every micro-batch's sequence is split over cp ranks "
+                                         "(2 x cp chunks, load-balanced for causal attention) and attention passes "
+                                         "keys and values around the cp ring; 2 x cp must divide the sequence length")
     zero: int = Field(0, ge=0, le=3,
                       description="0 DDP; 1 shard optimiser state; 2 + gradients; 3 + parameters (FSDP2)")
     pipeline: PipelineSpec | None = Field(None, description="pipeline schedule; only with pp > 1")

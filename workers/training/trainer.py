@@ -41,6 +41,7 @@ from workers.models.hf import save_pretrained
 from workers.parallel import StrategyContext, build_strategy
 from workers.parallel.control_group import ControlGroups
 from workers.parallel.mesh import build_mesh
+from workers.parallel.parallelize import sequence_shard
 from workers.peak_flops import peak_flops
 from workers.phases import Phase, Progress
 from workers.spec import HFModelSpec, JobSpec
@@ -78,8 +79,8 @@ class Trainer:
         self.control_groups = ControlGroups()  # host-side collectives: gloo, on GPU too
         # Ranks that share a dp index see the same data (tensor/pipeline peers).
         self.dp, self.dp_rank = self.dims.dp, self.dims.coordinates(rank)["dp"]
-        if self.dp > 1:  # every rank together: the validation loss is summed over dp on the CPU
-            self.control_groups.mirror(self.dims, "dp")
+        if self.dims.size("dp_cp") > 1:  # every rank together: the validation loss is summed on the CPU
+            self.control_groups.mirror(self.dims, "dp_cp")
         self.accum = spec.grad_accum_steps
         self.clock = clock_for(device)  # host time on CPU, CUDA events on GPU
         self.peak = peak_flops(device, half=spec.parallel.mixed_precision != "fp32")  # for MFU
@@ -338,8 +339,8 @@ class Trainer:
         is progress, not a hang)."""
         # An SDP rank holds a subnetwork: its strategy assembles the whole model to evaluate (collective).
         model = self.strategy.evaluation_model(self.model) if hasattr(self.strategy, "evaluation_model") else self.model
-        # The reported loss is a host value: summed over dp through the CPU mirror of the dp groups.
-        group = self.control_groups.mirror(self.dims, "dp") if self.dp > 1 else None
+        # The reported loss is a host value: summed over dp (x cp) through the CPU mirror of those groups.
+        group = self.control_groups.mirror(self.dims, "dp_cp") if self.dims.size("dp_cp") > 1 else None
         meter = self.reporter.phase(Phase.EVALUATING, rank_batch_count(self.val_set, self.spec, self.dp,
                                                                        self.eval_batches), self.step, what)
         progress = meter.update
@@ -348,7 +349,7 @@ class Trainer:
                 meter.update(done, total)
                 self.faults.in_final_validation(self.step, done, meter.progress.total or 0)
         return validate(model, self.val_set, self.spec, self.dp_rank, self.dp, self.device, self.eval_batches,
-                        group, progress=progress)
+                        group, progress=progress, shard=sequence_shard(self.dims, self.rank))
 
     # --- the loop --------------------------------------------------------
 

@@ -88,12 +88,16 @@ def split_size(val_set: Any) -> int | None:
 @torch.no_grad()
 def validation_sums(model, val_set: Any, spec: JobSpec, dp_rank: int, dp: int,
                     device: torch.device = torch.device("cpu"), max_batches: int | None = None,
-                    progress: Callable[[int], None] | None = None) -> tuple[float, int]:
-    """(sum of per-sample losses, samples) of this rank's share; `progress(batches done)` after each batch."""
+                    progress: Callable[[int], None] | None = None, shard=None) -> tuple[float, int]:
+    """(sum of per-sample losses, samples) of this rank's share; `progress(batches done)` after each batch;
+    `shard(inputs, targets)`: a context-parallel rank's chunks of each sequence (its loss, the mean over its
+    equal share of tokens, is summed over the cp ranks with their samples: the same mean)."""
     model.eval()
     total, count = 0.0, 0
     for done, (batch, real) in enumerate(_rank_batches(val_set, spec, dp_rank, dp, device, max_batches), 1):
         inputs, targets = to_device(batch, device)
+        if shard is not None:
+            inputs, targets = shard(inputs, targets)
         output = call_model(model, inputs, with_labels=spec.train.loss == "model")
         m = int(targets.shape[0]) if targets is not None else real
         if real and real < m and spec.train.loss != "model":  # drop the padding rows
@@ -109,9 +113,10 @@ def validation_sums(model, val_set: Any, spec: JobSpec, dp_rank: int, dp: int,
 
 def validate(model, val_set: Any, spec: JobSpec, dp_rank: int, dp: int,
              device: torch.device = torch.device("cpu"), max_batches: int | None = None,
-             group: dist.ProcessGroup | None = None, progress: Callable[[int], None] | None = None) -> Validation:
-    """The mean validation loss over all data-parallel ranks (`group`: their process group; None: this
-    rank's share alone) and what it covered."""
+             group: dist.ProcessGroup | None = None, progress: Callable[[int], None] | None = None,
+             shard=None) -> Validation:
+    """The mean validation loss over all data-parallel ranks (`group`: their process group, with the cp
+    ranks under context parallelism; None: this rank's share alone) and what it covered."""
     batches = [0]
 
     def counted(done: int) -> None:
@@ -119,8 +124,8 @@ def validate(model, val_set: Any, spec: JobSpec, dp_rank: int, dp: int,
         if progress is not None:
             progress(done)
 
-    total, count = validation_sums(model, val_set, spec, dp_rank, dp, device, max_batches, counted)
-    if group is not None and dp > 1:
+    total, count = validation_sums(model, val_set, spec, dp_rank, dp, device, max_batches, counted, shard)
+    if group is not None:
         sums = torch.tensor([total, float(count)], dtype=torch.float64)  # host values: `group` is a CPU group
         dist.all_reduce(sums, group=group)
         total, count = float(sums[0]), int(sums[1])

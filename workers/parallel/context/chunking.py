@@ -53,4 +53,4 @@ def unshard_sequence(parts: list[torch.Tensor], dim: int) -> torch.Tensor:
                              f"chunks")
         first, second = _chunk_ids(rank, cp)
         chunks[first], chunks[second] = part.chunk(2, dim)
-    return torch.cat(chunks, dim)
+    return torch.cat([c for c in chunks if c is not None], dim)  # every chunk is set: each rank gave two

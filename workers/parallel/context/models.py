@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -52,7 +53,7 @@ def _local_to_global(length: int, group, device) -> torch.Tensor:
 
 # --- the built-in GPT (workers/models/gpt.py) ------------------------------------------------------------
 
-def _gpt_ring_forward(attn: nn.Module, x: torch.Tensor, *, group) -> torch.Tensor:
+def _gpt_ring_forward(attn: Any, x: torch.Tensor, *, group) -> torch.Tensor:  # a CausalSelfAttention
     """CausalSelfAttention.forward with the ring in place of scaled_dot_product_attention."""
     b, t, _ = x.shape
     q, k, v = (proj(x).view(b, t, -1, attn.head_dim).transpose(1, 2) for proj in (attn.q, attn.k, attn.v))
@@ -71,7 +72,7 @@ def _apply_gpt(model: nn.Module, description: ModelDescription, group) -> None:
         if attn.dropout:
             raise ValueError(f"context parallelism needs model.dropout 0 (got {attn.dropout}): ring attention "
                              f"does not drop attention weights")
-        attn.forward = functools.partial(_gpt_ring_forward, attn, group=group)
+        attn.forward = functools.partial(_gpt_ring_forward, attn, group=group)  # type: ignore[method-assign]
 
     def global_positions(module: nn.Embedding, args):
         # GPT.forward embeds arange(local length); the rank's tokens sit at other global positions
@@ -82,7 +83,7 @@ def _apply_gpt(model: nn.Module, description: ModelDescription, group) -> None:
                              f"is longer than the model's {module.num_embeddings} positions (data.seq_len)")
         return (positions,)
 
-    model.pos_emb.register_forward_pre_hook(global_positions)
+    cast(nn.Module, model.pos_emb).register_forward_pre_hook(global_positions)
 
 
 # --- transformers causal LMs (Llama family) -------------------------------------------------------------
@@ -115,7 +116,7 @@ def _apply_hf(model: nn.Module, description: ModelDescription, group) -> None:
             _HF_GROUPS[module] = group
     AttentionInterface.register(HF_ATTENTION, _hf_ring_attention)
     # a name without a registered mask function: transformers builds no mask (the ring masks causally itself)
-    model.set_attn_implementation(HF_ATTENTION)
+    cast(Any, model).set_attn_implementation(HF_ATTENTION)
 
     def global_position_ids(module: nn.Module, args, kwargs):
         if kwargs.get("labels") is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from workers.parallel.layouts import ddp, fsdp, local_sgd, pipeline, sdp, tensor, zero
+from workers.parallel.layouts.context import context_rules
 from workers.parallel.layouts.integrity import integrity_rules
 from workers.parallel.layouts.layout import Layout
 from workers.spec import JobSpec, Violation
@@ -29,4 +30,5 @@ def strategy_name(spec: JobSpec) -> str:
 def layout_errors(spec: JobSpec) -> Iterator[Violation]:
     for layout in LAYOUTS:
         yield from layout.rules(spec)
+    yield from context_rules(spec)  # an axis of every layout, not a layout
     yield from integrity_rules(spec)

@@ -56,7 +56,7 @@ def tensor_parallel_comm_bytes(spec: JobSpec, f) -> float:
     p, tp, accum = spec.parallel, spec.parallel.tp, spec.grad_accum_steps
     if tp == 1 or not f.layers:
         return 0.0
-    a = spec.train.micro_batch_size * f.seq_len * f.d_model * 4
+    a = spec.train.micro_batch_size * f.seq_len // p.cp * f.d_model * 4  # a cp rank holds 1/cp of the sequence
     if p.sequence_parallel:
         # per block: forward 2 all-gathers + 2 reduce-scatters, backward 2 all-gathers + 4 input-grad
         # all-reduces (q, k, v, fc); plus the sequence split/merge at the ends and the LayerNorm grads.

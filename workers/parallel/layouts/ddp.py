@@ -38,7 +38,7 @@ def cost(spec: JobSpec, facts) -> LayoutCost:
     per_rank = params_per_rank(spec, facts)
     # DDP's reducer keeps a flat copy of every gradient (its buckets) besides `.grad`, across steps.
     peak = (4 + 8 + 4 + accumulated_grad_bytes(spec)) * per_rank
-    return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank * compressed_fraction(spec), peak)
+    return LayoutCost(16 * per_rank, ring(spec.dims.size("dp_cp")) * 4 * per_rank * compressed_fraction(spec), peak)
 
 
 # the last resort

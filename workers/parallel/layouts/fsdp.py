@@ -42,8 +42,9 @@ def fsdp_rules(spec: JobSpec) -> Iterator[Violation]:
 
 
 def cost(spec: JobSpec, facts) -> LayoutCost:
-    p, dp, accum = spec.parallel, spec.dp, spec.grad_accum_steps
-    shard, per_rank = p.dp_shard or dp, params_per_rank(spec, facts)
+    p, accum = spec.parallel, spec.grad_accum_steps
+    dp = spec.dims.size("dp_cp")  # context-parallel ranks hold the same parameters: FSDP shards over them too
+    shard, per_rank = (p.dp_shard or spec.dp) * p.cp, params_per_rank(spec, facts)
     grad_bytes = 4 * per_rank
     root = min(facts.outer_params, per_rank)
     gathered = accum * gathered_per_micro_batch(per_rank, root, p.reshard_after_forward)

@@ -53,7 +53,7 @@ def tensor_parallel_errors(spec: JobSpec) -> Iterator[Violation]:
 def cost(spec: JobSpec, facts) -> LayoutCost:
     per_rank = params_per_rank(spec, facts)
     peak = (4 + 8 + accumulated_grad_bytes(spec)) * per_rank  # the dp all-reduce runs in place on `.grad`
-    return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank, peak)
+    return LayoutCost(16 * per_rank, ring(spec.dims.size("dp_cp")) * 4 * per_rank, peak)
 
 
 # tp > 1 with zero 0 (DP x TP)

@@ -1,0 +1,96 @@
+"""Which parallel features compose: one table of data. A pair listed here is refused (its reason says
+why); a pair not listed is supported. The context-parallel refusals (the 422s) come from it
+(`compatibility_violations`); the older layouts' own rules refuse the same pairs with their own messages
+(tests/workers/test_compatibility.py checks both directions), and docs/parallel.md's matrix is
+`matrix_markdown()` (the same test checks the page holds it)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+
+from workers.spec import JobSpec, Violation
+
+# feature -> (the field that turns it on, whether a spec has it)
+FEATURES: dict[str, tuple[str, Callable[[JobSpec], bool]]] = {
+    "zero1": ("parallel.zero", lambda s: s.parallel.zero == 1),
+    "zero2": ("parallel.zero", lambda s: s.parallel.zero == 2),
+    "fsdp": ("parallel.zero", lambda s: s.parallel.zero == 3 and s.parallel.dp_shard is None),
+    "hsdp": ("parallel.dp_shard", lambda s: s.parallel.zero == 3 and s.parallel.dp_shard is not None),
+    "tp": ("parallel.tp", lambda s: s.parallel.tp > 1),
+    "sequence_parallel": ("parallel.sequence_parallel", lambda s: s.parallel.sequence_parallel),
+    "pp": ("parallel.pp", lambda s: s.parallel.pp > 1),
+    "cp": ("parallel.cp", lambda s: s.parallel.cp > 1),
+    "compression": ("parallel.compression", lambda s: s.parallel.compression is not None),
+    "local_sgd": ("parallel.local_sgd", lambda s: s.parallel.local_sgd is not None),
+    "sdp": ("parallel.sdp", lambda s: s.parallel.sdp is not None),
+    "activation_checkpointing": ("parallel.activation_checkpointing", lambda s: s.parallel.activation_checkpointing),
+    "mixed_precision": ("parallel.mixed_precision", lambda s: s.parallel.mixed_precision != "fp32"),
+    "rebalance": ("supervisor.straggler.policy", lambda s: s.supervisor.straggler.policy == "rebalance"),
+}
+
+_DDP_HOOK = "compression is a DDP communication hook: plain data parallelism only"
+_AVERAGES = "local SGD averages parameters of whole replicas: plain data parallelism only"
+_SHARES = "straggler rebalancing gives data-parallel ranks uneven micro-batch counts"
+_STAGES = "pipeline stages pass replicated fp32 activations and hold whole stages"
+_SUBNETS = "each SDP worker trains its own subnetwork of whole blocks"
+_CP_DP = "context-parallel ranks reduce gradients with data parallelism over dp x cp: DDP, FSDP/HSDP and tp so far"
+
+UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in {
+    **{("compression", f): _DDP_HOOK for f in ("zero1", "zero2", "fsdp", "hsdp", "tp", "pp", "local_sgd", "sdp",
+                                                "cp")},
+    **{("local_sgd", f): _AVERAGES for f in ("zero1", "zero2", "fsdp", "hsdp", "tp", "pp", "sdp", "cp")},
+    ("zero1", "tp"): "ZeRO-1/2 shard over dp only: zero 3 is FSDP x TP",
+    ("zero2", "tp"): "ZeRO-1/2 shard over dp only: zero 3 is FSDP x TP",
+    **{("rebalance", f): _SHARES + " (their collectives would not match)" for f in (
+        "zero2", "fsdp", "hsdp", "pp", "sdp", "tp", "local_sgd", "cp")},
+    **{("pp", f): _STAGES for f in ("zero1", "zero2", "fsdp", "hsdp", "mixed_precision", "sequence_parallel",
+                                    "activation_checkpointing", "sdp")},
+    **{("sdp", f): _SUBNETS for f in ("tp", "zero1", "zero2", "sequence_parallel")},
+    ("sdp", "fsdp"): "SDP with zero 3 shards each subnetwork over parallel.dp_shard ranks: set it (HSDP)",
+    ("cp", "zero1"): _CP_DP, ("cp", "zero2"): _CP_DP, ("cp", "sdp"): _CP_DP,
+    ("cp", "pp"): "context parallelism inside pipeline stages is not built yet",
+    ("cp", "sequence_parallel"): "Megatron sequence parallelism splits the sequence over tp ranks already",
+}.items()}
+
+# Features that are one choice of the same field: never together.
+EXCLUSIVE: tuple[frozenset[str], ...] = (frozenset({"zero1", "zero2", "fsdp", "hsdp"}),)
+# Features that need another to mean anything: a pair is refused when what either needs is refused.
+REQUIRES: dict[str, tuple[str, ...]] = {"sequence_parallel": ("tp",)}
+
+# Pairs whose refusal comes from this table (the others are refused by the layouts' own rules).
+REFUSED_HERE = frozenset(pair for pair in UNSUPPORTED if "cp" in pair)
+
+
+def features_of(spec: JobSpec) -> list[str]:
+    return [name for name, (_, on) in FEATURES.items() if on(spec)]
+
+
+def compatibility_violations(spec: JobSpec) -> Iterator[Violation]:
+    """One violation per refused pair this table enforces, naming the newer feature's field."""
+    on = features_of(spec)
+    for a, b in itertools.combinations(on, 2):
+        pair = frozenset((a, b))
+        if pair in REFUSED_HERE:
+            new, other = ("cp", b if a == "cp" else a)
+            field, other_field = FEATURES[new][0], FEATURES[other][0]
+            yield Violation(field, f"{field} is not available with {other_field} ({other}): "
+                                   f"{UNSUPPORTED[pair]} (cp={spec.parallel.cp})")
+
+
+def composes(a: str, b: str) -> bool | None:
+    """Whether two features run together (None: one choice of the same field, never together)."""
+    if any({a, b} <= group for group in EXCLUSIVE):
+        return None
+    both = {a, b, *REQUIRES.get(a, ()), *REQUIRES.get(b, ())}
+    return not any(frozenset(pair) in UNSUPPORTED for pair in itertools.combinations(sorted(both), 2))
+
+
+def matrix_markdown() -> str:
+    """The table as a markdown grid: ✓ composes, ✗ refused, · one choice of the same field."""
+    names = list(FEATURES)
+    head = "| | " + " | ".join(names) + " |\n|---|" + "---|" * len(names) + "\n"
+    mark = {True: "✓", False: "✗", None: "·"}
+    rows = "".join(f"| {a} | " + " | ".join("" if a == b else mark[composes(a, b)] for b in names) + " |\n"
+                   for a in names)
+    return head + rows
