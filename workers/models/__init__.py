@@ -9,8 +9,8 @@ from torch import nn
 
 from workers.entrypoints import EntrypointError, resolve_entrypoint
 from workers.models.gpt import GPT
-from workers.models.moe import MoEConfig
 from workers.models.mlp import MLPRegressor
+from workers.models.moe import MoEConfig
 from workers.spec import (
     GPTModelSpec,
     HFModelSpec,

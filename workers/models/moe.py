@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -29,6 +30,13 @@ class Routing:
     """One forward's routing: assignments (token, slot) sorted by expert, drops already removed."""
     order: torch.Tensor    # [N] indices into the flat (token * top_k + slot) assignments, expert-major
     counts: torch.Tensor   # [E] kept assignments per expert (sums to N)
+
+
+class Dispatch(Protocol):
+    """Takes rows xs [N, d] sorted by global expert (`counts` [E] per expert), returns the experts' outputs
+    in the same order."""
+
+    def __call__(self, moe: "MoE", xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor: ...
 
 
 class LocalExperts:
@@ -72,7 +80,7 @@ class MoE(nn.Module):
         self.b2 = nn.Parameter(torch.empty(experts, d_model))
         self.drop = nn.Dropout(dropout)
         self.expert_offset = 0  # global id of w1[0]: nonzero once expert parallelism keeps a slice
-        self.dispatch = LocalExperts()
+        self.dispatch: Dispatch = LocalExperts()
         self.aux_loss: torch.Tensor | None = None
         self.tokens_per_expert: torch.Tensor | None = None
         self.tokens_dropped: torch.Tensor | None = None

@@ -29,10 +29,12 @@ def moe_aux_loss(model: nn.Module) -> torch.Tensor | None:
     layers = moe_layers(model)
     if not layers:
         return None
-    missing = [m for m in layers if m.aux_loss is None]
-    if missing:
-        raise RuntimeError("moe_aux_loss: an MoE layer has not run a forward yet")
-    return sum(m.aux_loss_weight * m.aux_loss for m in layers)
+    terms = []
+    for m in layers:
+        if m.aux_loss is None:
+            raise RuntimeError("moe_aux_loss: an MoE layer has not run a forward yet")
+        terms.append(m.aux_loss_weight * m.aux_loss)
+    return sum(terms[1:], terms[0])  # on the layers' own device and dtype
 
 
 def with_aux_loss(loss_fn: LossFn, model: nn.Module) -> LossFn:
@@ -41,6 +43,8 @@ def with_aux_loss(loss_fn: LossFn, model: nn.Module) -> LossFn:
         return loss_fn
 
     def total(outputs: Any, targets: torch.Tensor | None) -> torch.Tensor:
-        return loss_fn(outputs, targets) + moe_aux_loss(model)
+        aux = moe_aux_loss(model)
+        assert aux is not None  # the model has MoE layers
+        return loss_fn(outputs, targets) + aux
 
     return total
