@@ -10,6 +10,7 @@ from torch import nn
 from workers.entrypoints import EntrypointError, resolve_entrypoint
 from workers.models.gpt import GPT
 from workers.models.mlp import MLPRegressor
+from workers.models.moe import MoEConfig
 from workers.spec import (
     GPTModelSpec,
     HFModelSpec,
@@ -21,7 +22,8 @@ from workers.spec import (
 
 
 def _gpt(m: GPTModelSpec) -> nn.Module:
-    return GPT(m.vocab_size, m.seq_len, m.n_layers, m.d_model, m.n_heads, m.dropout)
+    moe = None if m.moe is None else MoEConfig(**m.moe.model_dump())
+    return GPT(m.vocab_size, m.seq_len, m.n_layers, m.d_model, m.n_heads, m.dropout, moe)
 
 
 def _mlp(m: MLPModelSpec) -> nn.Module:

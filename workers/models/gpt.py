@@ -6,6 +6,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from workers.models.moe import MoE, MoEConfig
+
 
 class CausalSelfAttention(nn.Module):
     """Separate q/k/v projections so that column-parallel sharding splits whole heads.
@@ -44,12 +46,14 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, dropout: float):
+    def __init__(self, d_model: int, n_heads: int, dropout: float, moe: MoEConfig | None = None):
         super().__init__()
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = CausalSelfAttention(d_model, n_heads, dropout)
         self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = MLP(d_model, dropout)
+        # the MoE keeps the name `mlp`: the block's other parameter names, and the dense ones, are unchanged
+        self.mlp = MLP(d_model, dropout) if moe is None else MoE(
+            d_model, moe.experts, moe.top_k, moe.capacity_factor, moe.aux_loss_weight, dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
@@ -58,13 +62,15 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     def __init__(self, vocab_size: int, seq_len: int, n_layers: int, d_model: int,
-                 n_heads: int, dropout: float = 0.0):
+                 n_heads: int, dropout: float = 0.0, moe: MoEConfig | None = None):
+        """`moe`: each block's MLP is a Mixture-of-Experts layer (workers/models/moe.py); None: dense."""
         super().__init__()
         self.seq_len = seq_len
+        self.moe = moe
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(seq_len, d_model)
         self.drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, dropout) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, dropout, moe) for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         self.apply(self._init_weights)

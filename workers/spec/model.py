@@ -27,6 +27,25 @@ class _ModelStructure(Strict):
                           "(transformers' base_model_tp_plan, the built-in gpt's)")
 
 
+class GPTMoESpec(Strict):
+    """Mixture-of-Experts in place of each block's MLP (workers/models/moe.py)."""
+    experts: int = Field(ge=2, le=4096, description="expert MLPs per block")
+    top_k: int = Field(ge=1, description="experts each token is routed to (gates: softmax, top-k, renormalised); "
+                                         "at most experts")
+    capacity_factor: float | None = Field(None, gt=0.0, description="each expert takes at most "
+                                          "ceil(capacity_factor * tokens * top_k / experts) tokens per forward, the "
+                                          "rest pass through the residual only; null: no token is dropped")
+    aux_loss_weight: float = Field(0.01, ge=0.0, description="weight of the load-balancing loss "
+                                   "(experts * sum f_e * P_e per block) added to the training loss")
+
+    @model_validator(mode="after")
+    def _top_k_within_experts(self) -> "GPTMoESpec":
+        if self.top_k > self.experts:
+            raise FieldError("model.moe.top_k", f"must be at most model.moe.experts "
+                                                f"(top_k={self.top_k}, experts={self.experts})")
+        return self
+
+
 class GPTModelSpec(_ModelStructure):
     """The built-in byte-level GPT, a small decoder-only transformer."""
     name: Literal["gpt"] = Field("gpt", description="the built-in GPT")
@@ -37,6 +56,8 @@ class GPTModelSpec(_ModelStructure):
     vocab_size: int = Field(256, ge=2, description="byte-level vocabulary by default")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout probability in training on the embeddings, the "
                                                 "attention weights and each block's MLP output; 0 disables")
+    moe: GPTMoESpec | None = Field(None, description="Mixture-of-Experts MLPs {experts, top_k, capacity_factor, "
+                                                     "aux_loss_weight}; null: the dense MLP")
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> "GPTModelSpec":

@@ -1,0 +1,112 @@
+"""Expert parallelism: each MoE layer's experts sharded over a process group, tokens moved by all-to-all.
+
+Every rank of the ep group runs its own micro-batch (as in data parallelism). A rank routes its tokens
+locally (router replicated, capacity applied to its own tokens), sends each assignment to the rank that
+owns its expert, runs its own experts on what it receives, and sends the results back to be combined
+with the gates. Gradients follow the same path back (the all-to-all's backward is the reverse
+all-to-all), so an expert's gradient lands on its owner, summed over every rank's tokens.
+
+The caller's part: the non-expert parameters are replicated, so their gradients must be all-reduced over
+the group (as DDP would); the expert parameters (`expert_parameters`) are local and must not be, but
+scaled the same way (divided by the group size when the shared ones are averaged).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from workers.models.moe import MoE
+
+
+class _AllToAll(torch.autograd.Function):
+    """all_to_all_single with autograd: the backward sends the gradients back along the reverse splits.
+    (torch.distributed.nn's is deprecated in torch 2.13 and its successor is private; both work on gloo.)"""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, send: list[int], recv: list[int], group) -> torch.Tensor:
+        ctx.send, ctx.recv, ctx.group = send, recv, group
+        out = x.new_empty((sum(recv),) + tuple(x.shape[1:]))
+        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return _AllToAll.apply(grad.contiguous(), ctx.recv, ctx.send, ctx.group), None, None, None
+
+
+def all_to_all(x: torch.Tensor, send: list[int], recv: list[int], group) -> torch.Tensor:
+    """Rows x[sum(send[:r]) : sum(send[:r+1])] go to rank r; the result holds recv[r] rows from rank r."""
+    return _AllToAll.apply(x, send, recv, group)
+
+
+class ExpertParallelDispatch:
+    """An MoE's dispatch across the ep group: rank r owns global experts [r*L, (r+1)*L), L = E / ep.
+
+    `all_to_all_bytes`: bytes this rank sent to other ranks in its last forward (the per-expert counts
+    and the token activations both ways; the backward sends as much activation again).
+    """
+
+    def __init__(self, group, ep: int, rank: int):
+        self.group, self.ep, self.rank = group, ep, rank
+        self.all_to_all_bytes = 0
+
+    def __call__(self, moe: MoE, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        local = moe.local_experts
+        # 1. how many rows of each of my local experts every rank sends me: [ep, local]
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts, group=self.group)
+        send = counts.view(self.ep, local).sum(1).tolist()
+        recv_counts = recv_counts.view(self.ep, local)
+        recv = recv_counts.sum(1).tolist()
+        # 2. the rows, which arrive source-rank-major; regroup them expert-major for the expert matmuls
+        arrived = all_to_all(xs, send, recv, self.group)
+        expert_of = torch.repeat_interleave(torch.arange(local, device=xs.device).repeat(self.ep),
+                                            recv_counts.reshape(-1))
+        regroup = torch.argsort(expert_of, stable=True)
+        ys = moe.run_experts(arrived[regroup], recv_counts.sum(0))
+        # 3. back in arrival order, and back to the ranks they came from
+        back = torch.empty_like(ys).index_copy(0, regroup, ys)
+        out = all_to_all(back, recv, send, self.group)
+        row = xs.element_size() * xs.shape[1]
+        remote_sent = sum(send) - send[self.rank]
+        remote_returned = sum(recv) - recv[self.rank]
+        self.all_to_all_bytes = (counts.numel() - local) * counts.element_size() + row * (remote_sent + remote_returned)
+        return out
+
+
+def expert_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters each ep rank holds its own slice of (their gradients are not all-reduced)."""
+    return [p for m in model.modules() if isinstance(m, MoE) for p in (m.w1, m.b1, m.w2, m.b2)]
+
+
+def apply_expert_parallel(model: nn.Module, group) -> nn.Module:
+    """Keep this rank's slice of every MoE layer's experts and dispatch tokens over `group`, in place.
+
+    Every rank must have built the same full model (same seed) before: the slices are its parameters.
+    Build the optimizer afterwards (the expert parameters are replaced)."""
+    ep, rank = dist.get_world_size(group), dist.get_rank(group)
+    layers = [m for m in model.modules() if isinstance(m, MoE)]
+    if not layers:
+        raise ValueError("apply_expert_parallel: the model has no MoE layer (set model.moe)")
+    for moe in layers:
+        if moe.experts % ep:
+            raise ValueError(f"model.moe.experts must be divisible by parallel.ep "
+                             f"(model.moe.experts={moe.experts}, parallel.ep={ep})")
+        if moe.local_experts != moe.experts:
+            raise ValueError("apply_expert_parallel: the model's experts are sharded already")
+        local = moe.experts // ep
+        lo = rank * local
+        for name in ("w1", "b1", "w2", "b2"):
+            full = getattr(moe, name)
+            setattr(moe, name, nn.Parameter(full.detach()[lo:lo + local].clone(), requires_grad=full.requires_grad))
+        moe.expert_offset = lo
+        moe.dispatch = ExpertParallelDispatch(group, ep, rank)
+    return model
+
+
+def all_to_all_bytes(model: nn.Module) -> int:
+    """Bytes this rank sent to other ranks by all-to-all in the model's last forward, all MoE layers."""
+    return sum(m.dispatch.all_to_all_bytes for m in model.modules()
+               if isinstance(m, MoE) and isinstance(m.dispatch, ExpertParallelDispatch))
