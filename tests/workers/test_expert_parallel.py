@@ -67,18 +67,33 @@ def init(rank, world, port):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 
 
+def ep_mesh(world: int):
+    """The ep dimension of the job mesh of `world` data-parallel ranks, all in one expert group."""
+    from workers.parallel.mesh import build_mesh
+    from workers.spec.dims import ParallelDims
+
+    return build_mesh(ParallelDims(dp_replicate=world, ep=world), "cpu")["ep"]
+
+
+def local_grads(model) -> dict:
+    """Each parameter's gradient as this rank holds it (an expert shard's DTensor gradient: its slice)."""
+    from torch.distributed.tensor import DTensor
+
+    return {n: p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for n, p in model.named_parameters()}
+
+
 def parity_rank(rank, world, port, queue, out_dir, configs):
     init(rank, world, port)
     results = []
     for config in configs:
-        model = apply_expert_parallel(build(*config), dist.group.WORLD)
+        model = apply_expert_parallel(build(*config), ep_mesh(world))
         out, loss = forward_backward(model, micro_batch(0, rank))
-        grads = {n: p.grad for n, p in model.named_parameters()}
+        grads = local_grads(model)
         offsets = [m.expert_offset for m in moe_layers(model)]
         routed = [m.tokens_per_expert for m in moe_layers(model)]
         results.append((out, loss, grads, offsets, routed, all_to_all_bytes(model)))
     try:
-        apply_expert_parallel(build(8, 3, 1), dist.group.WORLD)
+        apply_expert_parallel(build(8, 3, 1), ep_mesh(world))
         refused = None
     except ValueError as e:
         refused = str(e)
@@ -133,9 +148,9 @@ def test_ep2_matches_one_process_with_all_experts(tmp_path):
 
 def ep4_rank(rank, world, port, queue, out_dir, config):
     init(rank, world, port)
-    model = apply_expert_parallel(build(*config), dist.group.WORLD)
+    model = apply_expert_parallel(build(*config), ep_mesh(world))
     out, loss = forward_backward(model, micro_batch(0, rank))
-    grads = {n: p.grad for n, p in model.named_parameters()}
+    grads = local_grads(model)
     hand_over(queue, rank, out_dir, (out, loss, grads, [m.expert_offset for m in moe_layers(model)]))
 
 
@@ -146,7 +161,7 @@ def test_ep4_matches_one_process(tmp_path):
 
 def train_rank(rank, world, port, queue, config, steps):
     init(rank, world, port)
-    model = apply_expert_parallel(build(*config, dtype=torch.float32), dist.group.WORLD)
+    model = apply_expert_parallel(build(*config, dtype=torch.float32), ep_mesh(world))
     experts = {id(p) for p in expert_parameters(model)}
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []

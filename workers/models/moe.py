@@ -13,6 +13,7 @@ from typing import Protocol
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 
 
@@ -37,6 +38,12 @@ class Dispatch(Protocol):
     in the same order."""
 
     def __call__(self, moe: "MoE", xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor: ...
+
+
+def _local(weight: torch.Tensor) -> torch.Tensor:
+    """This rank's experts of a stacked weight: its shard under expert parallelism (a DTensor, Shard(0) over
+    the ep ranks, so that checkpoints and optimiser state reshard between ep degrees), else all of it."""
+    return weight.to_local() if isinstance(weight, DTensor) else weight
 
 
 class LocalExperts:
@@ -95,7 +102,7 @@ class MoE(nn.Module):
 
     @property
     def local_experts(self) -> int:
-        return self.w1.shape[0]
+        return _local(self.w1).shape[0]
 
     def capacity(self, tokens: int) -> int | None:
         if self.capacity_factor is None:
@@ -130,7 +137,8 @@ class MoE(nn.Module):
         the result stays in the autograd graph, so under expert parallelism every rank's backward runs
         the same all-to-alls."""
         chunks = torch.split(xs, counts.tolist())
-        return torch.cat([F.gelu(c @ self.w1[e] + self.b1[e]) @ self.w2[e] + self.b2[e] for e, c in enumerate(chunks)])
+        w1, b1, w2, b2 = (_local(w) for w in (self.w1, self.b1, self.w2, self.b2))
+        return torch.cat([F.gelu(c @ w1[e] + b1[e]) @ w2[e] + b2[e] for e, c in enumerate(chunks)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape

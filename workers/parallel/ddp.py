@@ -2,7 +2,9 @@
 meters the all-reduces and optionally compresses them."""
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from workers.parallel.base import (
@@ -13,8 +15,9 @@ from workers.parallel.base import (
     adamw,
     local_clip_grad_norm,
 )
-from workers.parallel.common import precision
+from workers.parallel.common import global_grad_norm_clip, precision
 from workers.parallel.compression import hooks_off_the_autograd_thread, register_comm_hook
+from workers.parallel.expert_parallel import expert_parameters
 from workers.parallel.parallelize import data_parallel_mesh, parallelize
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 
@@ -25,7 +28,10 @@ class DDPStrategy:
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         model = parallelize(model, ctx)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, derived_buffers(model))
+        # Expert shards (parallel.ep) differ between ranks: DDP leaves them, forward_backward reduces them.
+        experts = {id(p) for p in expert_parameters(model)}
+        shards = [name for name, p in model.named_parameters() if id(p) in experts]
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, derived_buffers(model) + shards)
         # find_unused_parameters keeps one bucket layout for every step of every attempt: without it the
         # reducer rebuilds its buckets after an attempt's first step, so a resumed run's first step sums
         # gradients in another order (3+ ranks: not bit-identical to the run it resumes). Not under a hook
@@ -43,13 +49,38 @@ class DDPStrategy:
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
                          ctx: StrategyContext) -> ForwardBackward:
         with precision(ctx):
-            return accumulate(wrapped, micro, loss_fn, ctx, wrapped.no_sync)
+            fb = accumulate(wrapped, micro, loss_fn, ctx, wrapped.no_sync)
+        if ctx.spec.parallel.ep > 1:
+            reduce_expert_grads(wrapped, ctx)
+        return fb
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        if expert_parameters(wrapped):  # expert shards: the norm sums every shard once over the ranks
+            return global_grad_norm_clip(wrapped, max_norm)
         return local_clip_grad_norm(wrapped, max_norm)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
-        return replicated_over(data_parallel_mesh(ctx), wrapped.parameters())  # whole on every dp (x cp) rank
+        experts = {id(p) for p in expert_parameters(wrapped)}
+        shared = [p for p in wrapped.parameters() if id(p) not in experts]
+        groups = replicated_over(data_parallel_mesh(ctx), shared)  # whole on every dp (x cp) rank
+        if experts:  # each expert shard: on the ranks at the same place of every expert group
+            groups += replicated_over(ctx.mesh["dp_mod_ep"], expert_parameters(wrapped))
+        return groups
+
+
+@torch.no_grad()
+def reduce_expert_grads(wrapped: nn.Module, ctx: StrategyContext) -> None:
+    """An expert's gradient on its owner sums the contributions of every token its ep group sent it; the
+    owners of the same shard in the other groups hold the rest. Summed over them and divided by dp, it is
+    the data-parallel mean DDP takes of the shared parameters."""
+    replicas = ctx.mesh["dp_mod_ep"]
+    for p in expert_parameters(wrapped):
+        if p.grad is None:
+            continue
+        local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+        if replicas.size() > 1:
+            dist.all_reduce(local, group=replicas.get_group())
+        local.div_(ctx.spec.dp)
 
 
 def derived_buffers(model: nn.Module) -> list[str]:

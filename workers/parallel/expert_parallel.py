@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Shard
 
 from workers.models.moe import MoE
 
@@ -81,11 +83,14 @@ def expert_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for m in model.modules() if isinstance(m, MoE) for p in (m.w1, m.b1, m.w2, m.b2)]
 
 
-def apply_expert_parallel(model: nn.Module, group) -> nn.Module:
-    """Keep this rank's slice of every MoE layer's experts and dispatch tokens over `group`, in place.
+def apply_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> nn.Module:
+    """Keep this rank's slice of every MoE layer's experts and dispatch tokens over the ep ranks, in place.
+    The slices become DTensors sharded on dim 0 over `ep_mesh`, so a checkpoint (weights and AdamW state)
+    saves every expert once and loads under another ep degree.
 
     Every rank must have built the same full model (same seed) before: the slices are its parameters.
     Build the optimizer afterwards (the expert parameters are replaced)."""
+    group = ep_mesh.get_group()
     ep, rank = dist.get_world_size(group), dist.get_rank(group)
     layers = [m for m in model.modules() if isinstance(m, MoE)]
     if not layers:
@@ -100,7 +105,8 @@ def apply_expert_parallel(model: nn.Module, group) -> nn.Module:
         lo = rank * local
         for name in ("w1", "b1", "w2", "b2"):
             full = getattr(moe, name)
-            setattr(moe, name, nn.Parameter(full.detach()[lo:lo + local].clone(), requires_grad=full.requires_grad))
+            mine = DTensor.from_local(full.detach()[lo:lo + local].clone(), ep_mesh, [Shard(0)], run_check=False)
+            setattr(moe, name, nn.Parameter(mine, requires_grad=full.requires_grad))
         moe.expert_offset = lo
         moe.dispatch = ExpertParallelDispatch(group, ep, rank)
     return model

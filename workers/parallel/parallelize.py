@@ -1,5 +1,6 @@
 """The parallelisms inside a data-parallel replica, applied in one fixed order (torchtitan's): tensor
-(+ Megatron sequence) parallel, then context parallel, then activation checkpointing; the strategy's
+(+ Megatron sequence) parallel, then context parallel, then expert parallel, then activation
+checkpointing; the strategy's
 data-parallel step (DDP, ZeRO, FSDP2/HSDP, local SGD) wraps what this returns. Each is a plain function
 over the model's description and the job's one mesh."""
 
@@ -14,6 +15,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from workers.parallel.common import apply_activation_checkpointing, model_description
 from workers.parallel.context import apply_context_parallel, shard_sequence
+from workers.parallel.expert_parallel import apply_expert_parallel
 from workers.parallel.mesh import group_mesh
 from workers.parallel.tensor_plan import apply_tensor_plan
 
@@ -21,7 +23,7 @@ BatchShard = Callable[[Any, torch.Tensor | None], tuple[Any, torch.Tensor | None
 
 
 def parallelize(model: nn.Module, ctx) -> nn.Module:
-    """`model` on the rank's device with tp, cp and activation checkpointing applied as the spec asks."""
+    """`model` on the rank's device with tp, cp, ep and activation checkpointing applied as the spec asks."""
     dims = ctx.spec.dims
     model = model.to(ctx.device)
     if dims.tp > 1:
@@ -30,6 +32,8 @@ def parallelize(model: nn.Module, ctx) -> nn.Module:
         cp_mesh = group_mesh(ctx.mesh, dims, "cp")
         assert cp_mesh is not None
         apply_context_parallel(model, model_description(model, ctx), cp_mesh.get_group())
+    if dims.ep > 1:
+        apply_expert_parallel(model, ctx.mesh["ep"])
     apply_activation_checkpointing(model, ctx)
     return model
 

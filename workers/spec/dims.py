@@ -44,7 +44,7 @@ class ParallelDims:
         dp = parallel.dp if parallel.dp is not None else max(1, workers // (parallel.tp * parallel.pp * cp))
         shard = parallel.dp_shard if parallel.dp_shard is not None else (dp if parallel.zero == 3 else 1)
         shard = shard if shard >= 1 and dp % shard == 0 else dp
-        return cls(pp=parallel.pp, dp_replicate=dp // shard, dp_shard=shard, cp=cp, tp=parallel.tp)
+        return cls(pp=parallel.pp, dp_replicate=dp // shard, dp_shard=shard, cp=cp, tp=parallel.tp, ep=parallel.ep)
 
     @property
     def dp(self) -> int:
@@ -64,6 +64,8 @@ class ParallelDims:
         """(name, size) of the DeviceMesh's dimensions, outermost first."""
         split = self.dp_replicate > 1 and self.dp_shard > 1
         dp = (("dp_replicate", self.dp_replicate), ("dp_shard", self.dp_shard)) if split else (("dp", self.dp),)
+        if self.ep > 1 and not split:  # experts sharded over consecutive dp ranks, replicated across those groups
+            dp = (("dp_mod_ep", self.dp // self.ep), ("ep", self.ep))
         cp = (("cp", self.cp),) if self.cp > 1 else ()
         return (("pp", self.pp), *dp, *cp, ("tp", self.tp))
 
@@ -73,6 +75,8 @@ class ParallelDims:
         names = {name for name, _ in self.mesh_dims}
         if dim in names:
             return (dim,)
+        if "ep" in names and dim in ("dp", "dp_cp", "dp_shard_cp"):  # dp is split by ep: the two are dp
+            return ("dp_mod_ep", "ep") + (("cp",) if "cp" in names and dim != "dp" else ())
         out: list[str] = []
         for axis in FLATTENED.get(dim, (dim,)):
             if axis in names:
@@ -138,9 +142,9 @@ class ParallelDims:
                                f"workers={workers})" if self.cp > 1 else
                                f"parallel: dp x tp x pp must equal resources.workers "
                                f"(dp={self.dp} x tp={self.tp} x pp={self.pp} = {self.world_size}, workers={workers})")
-        if (self.dp_shard * self.cp) % self.ep:
-            yield ("parallel.ep", f"parallel.ep must divide parallel.dp_shard x parallel.cp, the ranks it borrows "
-                                  f"(ep={self.ep}, dp_shard={self.dp_shard}, cp={self.cp})")
+        if (self.dp * self.cp) % self.ep:
+            yield ("parallel.ep", f"parallel.ep must divide parallel.dp x parallel.cp, the ranks it borrows "
+                                  f"(ep={self.ep}, dp={self.dp}, cp={self.cp})")
 
     def resized(self, workers: int) -> Iterator["ParallelDims"]:
         """Layouts for `workers` ranks, best first: the model-parallel degrees (tp, pp, cp) kept where they
@@ -155,7 +159,7 @@ class ParallelDims:
             dp = workers // (tp * pp * cp)
             hsdp = self.dp_replicate > 1 and self.dp_shard > 1
             shard = self.dp_shard if hsdp and dp % self.dp_shard == 0 else (dp if self.dp_shard > 1 else 1)
-            if (shard * cp) % self.ep == 0:
+            if (dp * cp) % self.ep == 0:
                 yield replace(self, pp=pp, tp=tp, cp=cp, dp_replicate=dp // shard, dp_shard=shard)
 
 

@@ -81,6 +81,9 @@ class ParallelSpec(Strict):
     cp: int = Field(1, ge=1, description="context-parallel degree: every micro-batch's sequence is split over cp ranks "
                                          "(2 x cp chunks, load-balanced for causal attention) and attention passes "
                                          "keys and values around the cp ring; 2 x cp must divide the sequence length")
+    ep: int = Field(1, ge=1, description="expert-parallel degree: each MoE layer's experts (model.moe) are split over "
+                                         "groups of ep data-parallel ranks, tokens reach their experts by all-to-all; "
+                                         "no ranks of its own (ep must divide dp x cp and model.moe.experts)")
     zero: int = Field(0, ge=0, le=3,
                       description="0 DDP; 1 shard optimiser state; 2 + gradients; 3 + parameters (FSDP2)")
     pipeline: PipelineSpec | None = Field(None, description="pipeline schedule; only with pp > 1")

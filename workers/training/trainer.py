@@ -38,6 +38,7 @@ from workers.events import (
 from workers.model_io import UserModelError, logits_of
 from workers.models import build_model, hf_source
 from workers.models.hf import save_pretrained
+from workers.models.moe_loss import with_aux_loss
 from workers.parallel import StrategyContext, build_strategy
 from workers.parallel.control_group import ControlGroups
 from workers.parallel.mesh import build_mesh
@@ -122,6 +123,7 @@ class Trainer:
         self.strategy = build_strategy(spec)
         self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups)
         self.model = self.strategy.wrap(model, self.ctx)
+        self.loss_fn = with_aux_loss(LOSSES[spec.train.loss], self.model)  # + the MoE load-balancing loss
         building.update(2)
         self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
         building.update(3)

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from workers.parallel.layouts import ddp, fsdp, local_sgd, pipeline, sdp, tensor, zero
+from workers.parallel.layouts.compatibility import compatibility_violations
 from workers.parallel.layouts.context import context_rules
+from workers.parallel.layouts.expert import expert_rules
 from workers.parallel.layouts.integrity import integrity_rules
 from workers.parallel.layouts.layout import Layout
 from workers.spec import JobSpec, Violation
@@ -30,5 +32,7 @@ def strategy_name(spec: JobSpec) -> str:
 def layout_errors(spec: JobSpec) -> Iterator[Violation]:
     for layout in LAYOUTS:
         yield from layout.rules(spec)
-    yield from context_rules(spec)  # an axis of every layout, not a layout
+    yield from context_rules(spec)  # the axes of every layout, not layouts
+    yield from expert_rules(spec)
+    yield from compatibility_violations(spec)
     yield from integrity_rules(spec)

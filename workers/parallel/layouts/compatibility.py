@@ -21,6 +21,7 @@ FEATURES: dict[str, tuple[str, Callable[[JobSpec], bool]]] = {
     "sequence_parallel": ("parallel.sequence_parallel", lambda s: s.parallel.sequence_parallel),
     "pp": ("parallel.pp", lambda s: s.parallel.pp > 1),
     "cp": ("parallel.cp", lambda s: s.parallel.cp > 1),
+    "ep": ("parallel.ep", lambda s: s.parallel.ep > 1),
     "compression": ("parallel.compression", lambda s: s.parallel.compression is not None),
     "local_sgd": ("parallel.local_sgd", lambda s: s.parallel.local_sgd is not None),
     "sdp": ("parallel.sdp", lambda s: s.parallel.sdp is not None),
@@ -34,6 +35,7 @@ _AVERAGES = "local SGD averages parameters of whole replicas: plain data paralle
 _SHARES = "straggler rebalancing gives data-parallel ranks uneven micro-batch counts"
 _STAGES = "pipeline stages pass replicated fp32 activations and hold whole stages"
 _SUBNETS = "each SDP worker trains its own subnetwork of whole blocks"
+_EP_DP = "expert shards are reduced beside DDP's gradients: plain data parallelism (DDP) only so far"
 _CP_DP = "context-parallel ranks reduce gradients with data parallelism over dp x cp: DDP, FSDP/HSDP and tp so far"
 
 UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in {
@@ -51,6 +53,10 @@ UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in 
     ("cp", "zero1"): _CP_DP, ("cp", "zero2"): _CP_DP, ("cp", "sdp"): _CP_DP,
     ("cp", "pp"): "context parallelism inside pipeline stages is not built yet",
     ("cp", "sequence_parallel"): "Megatron sequence parallelism splits the sequence over tp ranks already",
+    **{("ep", f): _EP_DP for f in ("zero1", "zero2", "fsdp", "hsdp", "tp", "sequence_parallel", "pp", "cp",
+                                   "compression", "local_sgd", "sdp", "rebalance")},
+    ("ep", "mixed_precision"): "16-bit expert outputs would cross the all-to-all, which gloo cannot carry; "
+                               "not built for NCCL yet either",
 }.items()}
 
 # Features that are one choice of the same field: never together.
@@ -58,8 +64,10 @@ EXCLUSIVE: tuple[frozenset[str], ...] = (frozenset({"zero1", "zero2", "fsdp", "h
 # Features that need another to mean anything: a pair is refused when what either needs is refused.
 REQUIRES: dict[str, tuple[str, ...]] = {"sequence_parallel": ("tp",)}
 
-# Pairs whose refusal comes from this table (the others are refused by the layouts' own rules).
-REFUSED_HERE = frozenset(pair for pair in UNSUPPORTED if "cp" in pair)
+# Pairs whose refusal comes from this table (the others are refused by the layouts' own rules), and the
+# feature whose field it names.
+NEW_AXES = ("ep", "cp")
+REFUSED_HERE = frozenset(pair for pair in UNSUPPORTED if pair & set(NEW_AXES))
 
 
 def features_of(spec: JobSpec) -> list[str]:
@@ -72,10 +80,11 @@ def compatibility_violations(spec: JobSpec) -> Iterator[Violation]:
     for a, b in itertools.combinations(on, 2):
         pair = frozenset((a, b))
         if pair in REFUSED_HERE:
-            new, other = ("cp", b if a == "cp" else a)
+            new = next(axis for axis in NEW_AXES if axis in pair)
+            other = b if a == new else a
             field, other_field = FEATURES[new][0], FEATURES[other][0]
-            yield Violation(field, f"{field} is not available with {other_field} ({other}): "
-                                   f"{UNSUPPORTED[pair]} (cp={spec.parallel.cp})")
+            yield Violation(field, f"{field} is not available with {other_field} ({other}): {UNSUPPORTED[pair]} "
+                                   f"({new}={getattr(spec.parallel, new)})")
 
 
 def composes(a: str, b: str) -> bool | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from workers.parallel.layouts.compatibility import compatibility_violations
 from workers.spec import GPTModelSpec, HFModelSpec, JobSpec, Violation, sequence_length
 
 
@@ -28,4 +27,3 @@ def context_rules(spec: JobSpec) -> Iterator[Violation]:
     if seq and seq % (2 * cp):
         yield Violation("parallel.cp", f"parallel.cp: 2 x cp must divide the sequence length, each rank holding two "
                                        f"of 2 x cp chunks (cp={cp}, seq_len={seq})")
-    yield from compatibility_violations(spec)
