@@ -131,6 +131,9 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("trainyard_rank_model_state_bytes", "gauge",
        "Parameters, gradients and optimiser state held by a rank: the most across ranks (stat=max)",
        ["job", "stat"]),
+    _m("trainyard_job_expert_load_imbalance", "gauge",
+       "MoE jobs: tokens routed to the busiest expert over the mean per expert in the last step, all MoE layers "
+       "and ranks together (1: balanced)", ["job"]),
     _m("trainyard_rank_peak_memory_bytes", "gauge",
        "High-water mark of a rank's tensor memory during its last measured step (CUDA allocator on GPU, "
        "tracked tensor storage on CPU): the highest across the job's ranks (stat=max)", ["job", "stat"]),
@@ -214,6 +217,7 @@ def step_updates(job: str, rec: dict, ranks: bool = True) -> list[Update]:
     records drained together only the last one's ranks need summarising (LiveMetrics does that)."""
     out = []
     for key, name in (("tokens_per_s", "trainyard_job_tokens_per_second"), ("grad_norm", "trainyard_job_grad_norm"),
+                      ("expert_load_imbalance", "trainyard_job_expert_load_imbalance"),
                       ("bubble_fraction", "trainyard_job_bubble_fraction"),
                       ("bubble_fraction_theoretical", "trainyard_job_bubble_fraction_theoretical")):
         value = rec.get(key)

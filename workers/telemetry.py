@@ -42,6 +42,8 @@ class StepRecord:
     peak_flops_per_s: float | None = None  # the worker's peak for MFU (workers/peak_flops.py); None: unknown
     model_params: int | None = None  # the whole model's parameters (counted before sharding), for MFU
     memory_tracked: bool = False  # the CPU storage tracker ran: this step's times include its cost
+    # MoE models: the tokens this rank routed to each expert this step, over all MoE layers (None: dense).
+    expert_tokens: list[int] | None = None
     ts: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict:

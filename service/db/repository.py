@@ -406,6 +406,9 @@ def _extra_of(record: dict) -> dict | None:
     """The point's JSON beyond the columns: a program's own metrics and, on a step whose memory was measured,
     each rank's peak and its breakdown (workers/step_memory.py)."""
     extra = dict(record.get("metrics") or {})
+    for key in ("expert_tokens", "expert_load_imbalance"):  # MoE jobs
+        if record.get(key) is not None:
+            extra[key] = record[key]
     if record.get("peak_memory_bytes_per_rank"):
         extra["peak_memory_bytes_per_rank"] = record["peak_memory_bytes_per_rank"]
         # a step the supervisor's buffer thinned carries the breakdowns alone (record_buffer.py)

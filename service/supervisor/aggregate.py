@@ -68,6 +68,11 @@ class StepAggregator:
         peaks = [r.get("peak_memory_bytes") for r in ranks]
         if any(p is not None for p in peaks):  # a measured step (CPU measures on a schedule)
             joined["peak_memory_bytes_per_rank"] = peaks
+        routed = [r["expert_tokens"] for r in ranks if r.get("expert_tokens")]
+        if routed:  # MoE: tokens per expert over the job's ranks, and how uneven (busiest / mean)
+            joined["expert_tokens"] = [sum(col) for col in zip(*routed)]
+            mean = statistics.fmean(joined["expert_tokens"])
+            joined["expert_load_imbalance"] = max(joined["expert_tokens"]) / mean if mean else None
         if stages:  # pipeline jobs: busy/comm/idle, bubble and activations in flight per stage
             joined["stages"] = stages
         val = [r["val_loss"] for r in ranks if r.get("val_loss") is not None]

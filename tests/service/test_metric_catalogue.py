@@ -90,6 +90,12 @@ def test_step_record_maps_to_job_rank_and_stage_series():
     assert not any(n == "trainyard_job_mfu_ratio" for n, _ in got), "no MFU without a known hardware peak"
 
 
+def test_an_moe_step_sets_the_expert_load_imbalance():
+    updates = step_updates("j", {**STEP, "expert_tokens": [30, 10, 20, 20], "expert_load_imbalance": 1.5})
+    assert [u.value for u in updates if u.name == "trainyard_job_expert_load_imbalance"] == [1.5]
+    assert not [u for u in step_updates("j", STEP) if u.name == "trainyard_job_expert_load_imbalance"]
+
+
 def test_non_finite_values_and_skipped_steps():
     updates = step_updates("j", {**STEP, "grad_norm": float("nan"), "skipped": True, "ranks": [], "stages": []})
     names = {u.name for u in updates}

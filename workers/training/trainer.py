@@ -39,6 +39,7 @@ from workers.model_io import UserModelError, logits_of
 from workers.models import build_model, hf_source
 from workers.models.hf import save_pretrained
 from workers.models.moe_loss import with_aux_loss
+from workers.models.moe_telemetry import expert_load
 from workers.parallel import StrategyContext, build_strategy
 from workers.parallel.control_group import ControlGroups
 from workers.parallel.mesh import build_mesh
@@ -124,6 +125,7 @@ class Trainer:
         self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups)
         self.model = self.strategy.wrap(model, self.ctx)
         self.loss_fn = with_aux_loss(LOSSES[spec.train.loss], self.model)  # + the MoE load-balancing loss
+        self.expert_load = expert_load(self.model)  # MoE: tokens per expert, each step
         building.update(2)
         self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
         building.update(3)
@@ -243,6 +245,7 @@ class Trainer:
             peak_activation_bytes=memory.peak.category_peaks["activations"] if memory.peak else None,
             peak_flops_per_s=self.peak.flops_per_s, model_params=self.model_params,
             memory_tracked=memory.tracker is not None,
+            expert_tokens=self.expert_load.take() if self.expert_load is not None else None,
         )
         return record
 

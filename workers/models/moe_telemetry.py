@@ -1,0 +1,40 @@
+"""Tokens routed to each expert in a step, summed over the model's MoE layers: what the supervisor turns
+into the job's expert-load imbalance (the busiest expert over the mean; 1 is perfectly balanced)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from workers.models.moe import MoE
+
+
+def _in_backward() -> bool:
+    """An activation-checkpointed block runs its forward again during backward: not new tokens."""
+    return torch._C._current_graph_task_id() != -1
+
+
+class ExpertLoad:
+    """Forward hooks on every MoE layer add up `tokens_per_expert` (global expert ids) until `take()`."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.layers = [m for m in model.modules() if isinstance(m, MoE)]
+        self.total: torch.Tensor | None = None
+        for layer in self.layers:
+            layer.register_forward_hook(self._count)
+
+    def _count(self, module: MoE, args, output) -> None:
+        if module.tokens_per_expert is None or _in_backward():
+            return
+        routed = module.tokens_per_expert.detach().to("cpu", torch.int64)
+        self.total = routed if self.total is None else self.total + routed
+
+    def take(self) -> list[int] | None:
+        """This rank's tokens per expert since the last take (None for a dense model or no forward)."""
+        total, self.total = self.total, None
+        return None if total is None else [int(n) for n in total]
+
+
+def expert_load(model: nn.Module) -> ExpertLoad | None:
+    load = ExpertLoad(model)
+    return load if load.layers else None
