@@ -171,6 +171,7 @@ RESHARD = [
     ("fsdp", "ddp2"),
     ("tp2", "dp2"),
     ("zero2", "fsdp2"),
+    ("cp2", "dp2"),  # each sequence split over 2 ranks -> 2 ranks with whole sequences
 ]
 TARGETS = {"ddp2": {"resources.workers": 2}, "dp2": {"resources.workers": 2},
            "fsdp2": {"resources.workers": 2, "parallel.zero": 3}}

@@ -39,12 +39,17 @@ LAYOUTS = {
     "fsdp2xtp2": {"resources.workers": 4, "parallel.tp": 2, "parallel.zero": 3},
     "dp2_ac": {"resources.workers": 2, "parallel.activation_checkpointing": True},
     "fsdp2_ac": {"resources.workers": 2, "parallel.zero": 3, "parallel.activation_checkpointing": True},
+    # context parallelism: attention through transformers' attention interface around the cp ring
+    "cp2": {"resources.workers": 2, "parallel.cp": 2},
+    "fsdp2xcp2": {"resources.workers": 4, "parallel.zero": 3, "parallel.cp": 2},
+    "tp2xcp2": {"resources.workers": 4, "parallel.tp": 2, "parallel.cp": 2},
 }
 STRATEGY = {"dp2": "ddp", "zero1": "zero", "zero2": "zero", "fsdp2": "fsdp", "fsdp4": "fsdp", "hsdp": "fsdp",
-            "tp2": "tp", "tp2_sp": "tp", "dp2xtp2": "tp", "fsdp2xtp2": "fsdp", "dp2_ac": "ddp", "fsdp2_ac": "fsdp"}
+            "tp2": "tp", "tp2_sp": "tp", "dp2xtp2": "tp", "fsdp2xtp2": "fsdp", "dp2_ac": "ddp", "fsdp2_ac": "fsdp",
+            "cp2": "ddp", "fsdp2xcp2": "fsdp", "tp2xcp2": "tp"}
 # What `make test` trains; the rest of each model's row is exhaustive.
 REPRESENTATIVE = {
-    "llama": {"dp2", "tp2_sp", "fsdp2_ac"},  # 2-D: pp x tp x dp in test_pipeline_models
+    "llama": {"dp2", "tp2_sp", "fsdp2_ac", "cp2"},  # 2-D: pp x tp x dp in test_pipeline_models
     "gpt2": set(),  # GPT-2 under pp 2 in test_pipeline_models
     "token_mlp": {"tp2"},
     "llama_dict": {"fsdp2"},
