@@ -9,8 +9,10 @@ from workers.spec import JobSpec
 
 
 def layout_label(spec: JobSpec) -> str:
-    """`dp2`, `tp2 x dp2`, `pp2 x tp2 x dp2`: the degrees above 1, outermost first (`dp1`: one worker)."""
-    degrees = [("pp", spec.parallel.pp), ("tp", spec.parallel.tp), ("dp", spec.dp)]
+    """`dp2`, `tp2 x dp2`, `pp2 x tp2 x cp2 x dp2 x ep2`: the degrees above 1, outermost first (`dp1`: one
+    worker); ep last, since it borrows data-parallel ranks."""
+    p = spec.parallel
+    degrees = [("pp", p.pp), ("tp", p.tp), ("cp", p.cp), ("dp", spec.dp), ("ep", p.ep)]
     parts = [f"{name}{n}" for name, n in degrees if n > 1]
     return " x ".join(parts) or "dp1"
 

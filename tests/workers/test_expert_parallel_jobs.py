@@ -54,6 +54,10 @@ def test_expert_parallel_follows_one_process_with_every_expert(runs, name):
     assert steps[0]["expert_tokens"] == ref[0]["expert_tokens"]  # step 1: the same weights route the same way
     # each rank holds 2 of the 4 experts: its model state is below one holding all of them
     assert summary["model_state_bytes_per_rank"] < runs["moe_reference"][0]["model_state_bytes_per_rank"]
+    from workers.parallel.planner import estimate  # and the planner knows by how much
+
+    predicted = estimate(spec_for(name)).model_state_bytes_per_rank
+    assert predicted == pytest.approx(summary["model_state_bytes_per_rank"], rel=0.10), name
 
 
 def test_an_ep2_checkpoint_resumes_without_expert_parallelism(runs, tmp_path):

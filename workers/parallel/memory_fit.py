@@ -62,8 +62,8 @@ def gpt_facts(spec: JobSpec):
     token and position embeddings, the final norm and the untied head. None for other models, or a GPT
     whose blocks or tensor-parallel plan the spec overrides (then the planner counts on the model itself)."""
     m = spec.model
-    if not isinstance(m, GPTModelSpec) or m.blocks is not None or m.tp_plan is not None:
-        return None
+    if not isinstance(m, GPTModelSpec) or m.blocks is not None or m.tp_plan is not None or m.moe is not None:
+        return None  # an MoE GPT is counted on the model itself (its experts)
     from workers.parallel.planner import ModelFacts
     from workers.spec import sequence_length
 

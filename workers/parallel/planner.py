@@ -61,6 +61,7 @@ class ModelFacts:
     vocab: int = 0
     layernorm_params: int = 0  # of the norm layers (their grads are reduced under sequence parallelism)
     outer_params: int = 0  # outside the repeated blocks (embeddings, final norm, head): FSDP's root unit
+    expert_params: int = 0  # of MoE experts (expert parallelism splits them over ep ranks)
 
     @classmethod
     def of(cls, spec: JobSpec) -> ModelFacts:
@@ -71,6 +72,7 @@ class ModelFacts:
         from workers.models import MODEL_BUILDERS
         from workers.models.description import ModelStructureError, describe_spec_model
         from workers.models.param_counts import norm_params, tp_sharded_params
+        from workers.parallel.expert_parallel import expert_parameters
 
         with torch.device("meta"):
             model = MODEL_BUILDERS[type(spec.model)](spec.model)
@@ -81,8 +83,9 @@ class ModelFacts:
             return cls(params=total, tp_params=0, outer_params=total)
         d_model, n_heads, vocab = _dims(spec, model)
         in_blocks = sum(p.numel() for p in desc.blocks(model).parameters())
+        experts = sum(p.numel() for p in expert_parameters(model))
         return cls(total, tp_sharded_params(model, desc.tp_plan), desc.n_blocks, d_model, n_heads,
-                   sequence_length(spec) or 0, vocab, norm_params(model), total - in_blocks)
+                   sequence_length(spec) or 0, vocab, norm_params(model), total - in_blocks, experts)
 
 
 def _dims(spec: JobSpec, model: torch.nn.Module) -> tuple[int, int, int]:

@@ -47,8 +47,10 @@ def one_pass(k: int) -> float:
 
 
 def params_per_rank(spec: JobSpec, facts) -> float:
-    """Parameters a rank holds before any data-parallel sharding (tensor parallelism splits its plan's)."""
-    return facts.params - facts.tp_params + facts.tp_params / spec.parallel.tp
+    """Parameters a rank holds before any data-parallel sharding (tensor parallelism splits its plan's,
+    expert parallelism the experts)."""
+    experts = getattr(facts, "expert_params", 0)
+    return facts.params - facts.tp_params + facts.tp_params / spec.parallel.tp - experts * (1 - 1 / spec.parallel.ep)
 
 
 def tensor_parallel_comm_bytes(spec: JobSpec, f) -> float:
