@@ -38,20 +38,23 @@ def runs(ray_cluster, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", [n if n not in EXHAUSTIVE else pytest.param(n, marks=pytest.mark.exhaustive)
-                                  for n in ("ep2", "dp4xep2", "ep2_ac")])
+                                  for n in ("ep2", "dp4xep2", "ep2_ac", "dp2")])
 def test_expert_parallel_follows_one_process_with_every_expert(runs, name):
     _, ref = runs["moe_reference"]
     summary, steps = runs[name]
-    assert summary["layout"]["strategy"] == "ddp"
+    assert summary["layout"]["strategy"] == "ddp"  # dp2: every expert on both ranks, reduced by DDP
     assert ref[-1]["loss"] < ref[0]["loss"] - 0.5  # the reference learns
-    for step in (9, 19):
-        assert steps[step]["loss"] == pytest.approx(ref[step]["loss"], rel=TOLERANCE), (name, step)
+    for step in (9, 19):  # dp2 routes exactly as one process: only the order of the gradient sums differs
+        assert steps[step]["loss"] == pytest.approx(ref[step]["loss"], rel=1e-5 if name == "dp2" else TOLERANCE), \
+            (name, step)
     # telemetry: every routed token counted once per layer (16 sequences of 32 tokens, top 2, 2 layers), the
     # same counts as the reference's routing, and their imbalance
     for record, want in zip(steps, ref):
         assert sum(record["expert_tokens"]) == 16 * 32 * 2 * 2 and len(record["expert_tokens"]) == 4
         assert record["expert_load_imbalance"] == max(record["expert_tokens"]) / (16 * 32 * 2 * 2 / 4) >= 1.0
     assert steps[0]["expert_tokens"] == ref[0]["expert_tokens"]  # step 1: the same weights route the same way
+    if name == "dp2":
+        return
     # each rank holds 2 of the 4 experts: its model state is below one holding all of them
     assert summary["model_state_bytes_per_rank"] < runs["moe_reference"][0]["model_state_bytes_per_rank"]
     from workers.parallel.planner import estimate  # and the planner knows by how much

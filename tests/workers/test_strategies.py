@@ -110,6 +110,9 @@ def test_loss_matches_single_process_reference(runs, name):
     assert ref[-1]["loss"] < ref[0]["loss"] - 0.5  # the reference learns
     for step in (9, 19):
         assert steps[step]["loss"] == pytest.approx(ref[step]["loss"], rel=APPROX.get(name, 1e-4)), (name, step)
+        # every token of the global batch counted once (tp peers see the same; cp ranks a share each)
+        tokens = steps[step]["tokens_per_s"] * steps[step]["step_time_s"]
+        assert tokens == pytest.approx(16 * 32, rel=1e-6), (name, step)
 
 
 @pytest.mark.timeout(1800)  # trains the layouts it needs when run on its own

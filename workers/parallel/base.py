@@ -95,6 +95,7 @@ def accumulate(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyCo
     loss_sum, samples, tokens = 0.0, 0, 0
     device, with_labels = ctx.device, ctx.spec.train.loss == "model"
     shard = sequence_shard(ctx.spec.dims, ctx.rank)
+    counts_tokens = ctx.spec.dims.coordinates(ctx.rank)["tp"] == 0  # tp peers see the same tokens: count them once
     for i, batch in enumerate(micro):
         inputs, targets = to_device(batch, device)
         if shard is not None:  # context parallelism: this rank's chunks of every sequence
@@ -105,5 +106,5 @@ def accumulate(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyCo
             loss.backward()
         loss_sum += loss.item()
         samples += samples_in(inputs)
-        tokens += tokens_in(inputs)
+        tokens += tokens_in(inputs) if counts_tokens else 0
     return ForwardBackward(loss_sum, samples, tokens)

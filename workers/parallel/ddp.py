@@ -29,7 +29,7 @@ class DDPStrategy:
         model = parallelize(model, ctx)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         # Expert shards (parallel.ep) differ between ranks: DDP leaves them, forward_backward reduces them.
-        experts = {id(p) for p in expert_parameters(model)}
+        experts = {id(p) for p in sharded_experts(model)}
         shards = [name for name, p in model.named_parameters() if id(p) in experts]
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, derived_buffers(model) + shards)
         # find_unused_parameters keeps one bucket layout for every step of every attempt: without it the
@@ -55,17 +55,24 @@ class DDPStrategy:
         return fb
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
-        if expert_parameters(wrapped):  # expert shards: the norm sums every shard once over the ranks
+        if sharded_experts(wrapped):  # expert shards: the norm sums every shard once over the ranks
             return global_grad_norm_clip(wrapped, max_norm)
         return local_clip_grad_norm(wrapped, max_norm)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
-        experts = {id(p) for p in expert_parameters(wrapped)}
+        sharded = sharded_experts(wrapped)
+        experts = {id(p) for p in sharded}
         shared = [p for p in wrapped.parameters() if id(p) not in experts]
         groups = replicated_over(data_parallel_mesh(ctx), shared)  # whole on every dp (x cp) rank
-        if experts:  # each expert shard: on the ranks at the same place of every expert group
-            groups += replicated_over(ctx.mesh["dp_mod_ep"], expert_parameters(wrapped))
+        if sharded:  # each expert shard: on the ranks at the same place of every expert group
+            groups += replicated_over(ctx.mesh["dp_mod_ep"], sharded)
         return groups
+
+
+def sharded_experts(model: nn.Module) -> list[nn.Parameter]:
+    """The expert parameters expert parallelism sharded (DTensors over ep); without it experts are whole on
+    every rank and DDP reduces them like any other parameter."""
+    return [p for p in expert_parameters(model) if isinstance(p, DTensor)]
 
 
 @torch.no_grad()
@@ -74,7 +81,7 @@ def reduce_expert_grads(wrapped: nn.Module, ctx: StrategyContext) -> None:
     owners of the same shard in the other groups hold the rest. Summed over them and divided by dp, it is
     the data-parallel mean DDP takes of the shared parameters."""
     replicas = ctx.mesh["dp_mod_ep"]
-    for p in expert_parameters(wrapped):
+    for p in sharded_experts(wrapped):
         if p.grad is None:
             continue
         local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad

@@ -77,12 +77,17 @@ class ParallelDims:
             return (dim,)
         if "ep" in names and dim in ("dp", "dp_cp", "dp_shard_cp"):  # dp is split by ep: the two are dp
             return ("dp_mod_ep", "ep") + (("cp",) if "cp" in names and dim != "dp" else ())
+        axes = FLATTENED.get(dim, (dim,))
         out: list[str] = []
-        for axis in FLATTENED.get(dim, (dim,)):
+        for axis in axes:
             if axis in names:
                 out.append(axis)
-            elif axis.startswith("dp_") and getattr(self, axis) > 1 and "dp" not in out:
-                out.append("dp")
+            elif axis.startswith("dp_") and "dp" not in out and "dp" in names:
+                # the mesh's dp stands for both halves: a group of all of dp (even of size 1), or of a half
+                # that is the whole of dp
+                both = {"dp_replicate", "dp_shard"} <= set(axes)
+                if both or getattr(self, axis) > 1:
+                    out.append("dp")
         return tuple(out)
 
     @property
