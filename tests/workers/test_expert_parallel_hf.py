@@ -97,8 +97,15 @@ def hf_rank(rank, world, port, queue, out_dir):
         results[family] = dict(out=out, loss=loss, grads=local_grads(model),
                                offsets=[m.expert_offset for m in layers],
                                routed=[m.tokens_per_expert for m in layers], bytes=all_to_all_bytes(model),
-                               experts=len(expert_parameters(model)))
+                               experts=len(expert_parameters(model)),
+                               # global shape and placement of each shard (DCP reshards by these)
+                               sharding=[(tuple(p.shape), str(p.placements)) for p in expert_parameters(model)])
         results[family + " refused"] = refusal(family)
+        if family == "mixtral":  # a distributed checkpoint of the ep2 shards, loaded whole in the test
+            import torch.distributed.checkpoint as dcp
+
+            results["dcp"] = f"{out_dir}/dcp"
+            dcp.save(model.state_dict(), checkpoint_id=results["dcp"])
     model = apply_expert_parallel(build("mixtral", dtype=torch.float32), ep_mesh(world))
     results["losses"] = train(model, STEPS, rank, world)
     hand_over(queue, rank, out_dir, results)
@@ -120,6 +127,7 @@ def test_ep2_matches_one_process_with_all_experts(ranks, family):
         torch.testing.assert_close(per_rank[r]["loss"], runs[r][1], rtol=0, atol=1e-10)
         assert per_rank[r]["offsets"] == [2 * r, 2 * r]
         assert per_rank[r]["experts"] == 4  # 2 layers x (gate_up_proj, down_proj)
+        assert all(shape[0] == 4 and placements == "(Shard(dim=0),)" for shape, placements in per_rank[r]["sharding"])
     for name, p in model.named_parameters():
         if name.endswith(EXPERT):  # each owner holds its slice, gathered in rank order
             assert per_rank[0]["grads"][name].shape[0] == 2
@@ -149,6 +157,17 @@ def test_experts_not_divisible_by_ep_is_refused(ranks, family, field):
     for r in range(WORLD):
         refused = ranks[r][family + " refused"]
         assert refused is not None and f"model.hf.config.{field}=3" in refused and "parallel.ep=2" in refused
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_ep2_checkpoint_loads_into_the_whole_model(ranks):
+    import torch.distributed.checkpoint as dcp
+
+    want = build("mixtral").state_dict()
+    state = {k: torch.zeros_like(v) for k, v in want.items()}
+    dcp.load(state, checkpoint_id=ranks[0]["dcp"])  # one process: every expert from its owner's shard
+    for name, value in want.items():
+        torch.testing.assert_close(state[name], value, rtol=0, atol=0, msg=name)
 
 
 def test_ep2_training_follows_one_process(ranks):
@@ -181,3 +200,13 @@ def test_with_aux_loss_adds_the_router_aux_loss(family):
     # the model's own loss (labels and router logits) already carries it: not added twice
     own = model(input_ids=batch[:, :-1], labels=batch[:, :-1], output_router_logits=True)
     assert with_aux_loss(lambda o, _: o.loss, model)(own, None).item() == own.loss.item()
+
+
+def test_expert_parameters_only_once_sharded():
+    """Without ep the experts are ordinary replicated parameters: DDP (which leaves expert_parameters to the
+    ep reduction) must all-reduce them."""
+    from workers.models.gpt import GPT
+    from workers.models.moe import MoEConfig
+
+    assert expert_parameters(build("mixtral")) == []
+    assert expert_parameters(GPT(VOCAB, SEQ, 1, 8, 2, moe=MoEConfig(4, 2))) == []

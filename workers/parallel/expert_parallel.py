@@ -84,9 +84,12 @@ class ExpertParallelDispatch:
 
 
 def expert_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The parameters each ep rank holds its own slice of (their gradients are not all-reduced)."""
+    """The parameters each ep rank holds its own slice of (their gradients are not all-reduced): the expert
+    weights once `apply_expert_parallel` made them DTensor shards; none without expert parallelism, where the
+    experts are ordinary replicated parameters (DDP must reduce them like any other)."""
     own = [p for m in model.modules() if isinstance(m, MoE) for p in (m.w1, m.b1, m.w2, m.b2)]
-    return own + [p for m, _ in hf_experts_modules(model) for p in (m.gate_up_proj, m.down_proj)]
+    hf = [p for m, _ in hf_experts_modules(model) for p in (m.gate_up_proj, m.down_proj)]
+    return [p for p in own + hf if isinstance(p, DTensor)]
 
 
 def apply_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> nn.Module:
