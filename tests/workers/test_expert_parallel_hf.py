@@ -3,6 +3,8 @@ ranks, against one process that runs every micro-batch with all experts; their t
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -30,12 +32,15 @@ def build(family: str, experts: int = 4, dtype=torch.float64):
     """A tiny model; the eager experts forward because transformers' default (grouped_mm) has no float64."""
     from transformers import MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    common = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                  num_key_value_heads=1, num_experts_per_tok=2, use_cache=False, router_aux_loss_coef=0.1)
+    config: Any
+    cls: Any
+    common: dict[str, Any] = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                  num_key_value_heads=1, num_experts_per_tok=2, use_cache=False,
+                                  router_aux_loss_coef=0.1)
     if family == "mixtral":
         config, cls = MixtralConfig(intermediate_size=24, num_local_experts=experts, **common), MixtralForCausalLM
     else:
-        config = Qwen3MoeConfig(intermediate_size=24, moe_intermediate_size=12, num_experts=experts, head_dim=8,
+        config = Qwen3MoeConfig(intermediate_size=24, moe_intermediate_size=12, num_experts=experts,
                                 norm_topk_prob=True, **common)
         cls = Qwen3MoeForCausalLM
     config._experts_implementation = "eager"

@@ -23,6 +23,7 @@ counts), which is the model's own behaviour when it is called without an attenti
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,14 +31,15 @@ from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 
 
-def is_hf_experts(m: nn.Module) -> bool:
+# HF modules are typed `Any` here: their attributes (num_experts, config, gate_up_proj...) are duck-typed.
+def is_hf_experts(m: Any) -> bool:
     """A transformers stacked-experts module (what `base_model_ep_plan` calls `...experts`)."""
     return (isinstance(getattr(m, "gate_up_proj", None), nn.Parameter) and m.gate_up_proj.dim() == 3
             and isinstance(getattr(m, "down_proj", None), nn.Parameter) and m.down_proj.dim() == 3
             and hasattr(m, "num_experts") and hasattr(m, "config"))
 
 
-def hf_experts_modules(model: nn.Module) -> list[tuple[nn.Module, nn.Module]]:
+def hf_experts_modules(model: nn.Module) -> list[tuple[Any, Any]]:
     """(experts, their sparse block) for every HF MoE layer of `model`, in module order."""
     found = []
     for block in model.modules():
@@ -54,7 +56,7 @@ def experts_field(config) -> str:
     return "num_experts" if "num_experts" in params else "num_local_experts"
 
 
-def check_layout(experts: nn.Module) -> None:
+def check_layout(experts: Any) -> None:
     """We run the experts ourselves: only the layout Mixtral and Qwen3-MoE use (gate and up concatenated,
     [out, in] weights, no biases) is supported; anything else would silently compute something else."""
     if (getattr(experts, "is_transposed", False) or getattr(experts, "has_bias", False)
@@ -72,7 +74,7 @@ class HFExpertsRunner:
     """An HF experts module seen through the built-in MoE's dispatch protocol (`local_experts`, `run_experts`),
     so ExpertParallelDispatch moves its tokens unchanged."""
 
-    def __init__(self, experts: nn.Module):
+    def __init__(self, experts: Any):
         self.experts = experts
 
     @property
@@ -92,23 +94,23 @@ class HFExpertsRunner:
         return torch.cat(outs)
 
 
-def _gate(m: nn.Module, h: torch.Tensor) -> torch.Tensor:
+def _gate(m: Any, h: torch.Tensor) -> torch.Tensor:
     gate, up = h.chunk(2, dim=-1)
     return m.act_fn(gate) * up
 
 
-def _record_tokens(experts: nn.Module, args, kwargs, _output) -> None:
+def _record_tokens(experts: Any, args, kwargs, _output) -> None:
     index = args[1] if len(args) > 1 else kwargs["top_k_index"]
     experts.tokens_per_expert = torch.bincount(index.reshape(-1).detach(), minlength=experts.num_experts)
 
 
-def _record_router(experts: nn.Module):
+def _record_router(experts: Any):
     def hook(_gate_module, _args, output) -> None:
         experts.router_logits = output[0] if isinstance(output, tuple) else output
     return hook
 
 
-def track_hf_moe(model: nn.Module) -> list[nn.Module]:
+def track_hf_moe(model: nn.Module) -> list[Any]:
     """Install the telemetry hooks on every HF MoE layer (once; idempotent). Returns the experts modules."""
     layers = []
     for experts, block in hf_experts_modules(model):
@@ -123,7 +125,7 @@ def track_hf_moe(model: nn.Module) -> list[nn.Module]:
     return layers
 
 
-def hf_aux_loss(layers: list[nn.Module]) -> torch.Tensor:
+def hf_aux_loss(layers: list[Any]) -> torch.Tensor:
     """router_aux_loss_coef * transformers' load_balancing_loss_func over the layers' last router logits."""
     if any(m.router_logits is None for m in layers):
         raise RuntimeError("hf_aux_loss: an HF MoE layer has not run a forward yet (or its block has no router)")

@@ -16,6 +16,8 @@ same dispatch; see workers/parallel/expert_parallel_hf.py.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -85,11 +87,15 @@ class ExpertParallelDispatch:
 
 def expert_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The parameters each ep rank holds its own slice of (their gradients are not all-reduced): the expert
-    weights once `apply_expert_parallel` made them DTensor shards; none without expert parallelism, where the
-    experts are ordinary replicated parameters (DDP must reduce them like any other)."""
-    own = [p for m in model.modules() if isinstance(m, MoE) for p in (m.w1, m.b1, m.w2, m.b2)]
-    hf = [p for m, _ in hf_experts_modules(model) for p in (m.gate_up_proj, m.down_proj)]
-    return [p for p in own + hf if isinstance(p, DTensor)]
+    weights of layers `apply_expert_parallel` sharded; none without expert parallelism, where the experts
+    are ordinary replicated parameters (DDP must reduce them like any other). Marked by the ep dispatch, not
+    by being DTensors: FSDP makes every parameter one."""
+    own: list[nn.Parameter] = [p for m in model.modules()
+                               if isinstance(m, MoE) and isinstance(m.dispatch, ExpertParallelDispatch)
+                               for p in (m.w1, m.b1, m.w2, m.b2)]
+    hf = [p for m, _ in hf_experts_modules(model) if isinstance(getattr(m, "ep_dispatch", None), ExpertParallelDispatch)
+          for p in (m.gate_up_proj, m.down_proj)]
+    return own + hf
 
 
 def apply_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> nn.Module:
@@ -128,6 +134,6 @@ def apply_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> nn.Module:
 
 def all_to_all_bytes(model: nn.Module) -> int:
     """Bytes this rank sent to other ranks by all-to-all in the model's last forward, all MoE layers."""
-    dispatches = [m.dispatch for m in model.modules() if isinstance(m, MoE)]
+    dispatches: list[Any] = [m.dispatch for m in model.modules() if isinstance(m, MoE)]
     dispatches += [getattr(m, "ep_dispatch", None) for m, _ in hf_experts_modules(model)]
     return sum(d.all_to_all_bytes for d in dispatches if isinstance(d, ExpertParallelDispatch))

@@ -14,6 +14,7 @@ module with (hidden [T, d], top_k_index [T, k], top_k_weights [T, k]) as before.
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,7 +25,7 @@ from torch.distributed.tensor import DTensor, Shard
 from workers.models.hf_moe import HFExpertsRunner, check_layout, experts_field, hf_experts_modules, track_hf_moe
 
 
-def _ep_forward(self: nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+def _ep_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
     """The experts module's forward under expert parallelism (bound to the module as `forward`)."""
     k = top_k_index.shape[-1]
@@ -37,7 +38,7 @@ def _ep_forward(self: nn.Module, hidden_states: torch.Tensor, top_k_index: torch
     return torch.zeros_like(hidden_states).index_add(0, token, weighted.to(hidden_states.dtype))
 
 
-def apply_hf_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> list[nn.Module]:
+def apply_hf_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> list[Any]:
     """Slice every HF experts module of `model` over `ep_mesh` and dispatch by all-to-all; returns the
     modules (none: not an HF MoE model)."""
     from workers.parallel.expert_parallel import ExpertParallelDispatch
