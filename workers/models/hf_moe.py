@@ -99,7 +99,7 @@ def _gate(m: Any, h: torch.Tensor) -> torch.Tensor:
     return m.act_fn(gate) * up
 
 
-def _record_tokens(experts: Any, args, kwargs, _output) -> None:
+def _record_tokens(experts: Any, args, kwargs) -> None:
     index = args[1] if len(args) > 1 else kwargs["top_k_index"]
     experts.tokens_per_expert = torch.bincount(index.reshape(-1).detach(), minlength=experts.num_experts)
 
@@ -117,7 +117,8 @@ def track_hf_moe(model: nn.Module) -> list[Any]:
         if not getattr(experts, "_trainyard_tracked", False):
             experts.tokens_per_expert = None
             experts.router_logits = None
-            experts.register_forward_hook(_record_tokens, with_kwargs=True)
+            # a pre-hook: set before any forward hook (moe_telemetry's ExpertLoad, whenever registered) reads it
+            experts.register_forward_pre_hook(_record_tokens, with_kwargs=True)
             if isinstance(getattr(block, "gate", None), nn.Module):
                 block.gate.register_forward_hook(_record_router(experts))
             experts._trainyard_tracked = True

@@ -35,12 +35,8 @@ def moe_aux_loss(model: nn.Module) -> torch.Tensor | None:
     weighted router aux loss; None without MoE layers."""
     layers = moe_layers(model)
     hf = [m for m, _ in hf_experts_modules(model)]
-    if hf:
-        track_hf_moe(model)
-        return hf_aux_loss(hf) if not layers else hf_aux_loss(hf) + _own_aux_loss(layers)
-    if not layers:
-        return None
-    return _own_aux_loss(layers)
+    terms = ([_own_aux_loss(layers)] if layers else []) + ([hf_aux_loss(hf)] if hf else [])
+    return sum(terms[1:], terms[0]) if terms else None
 
 
 def _own_aux_loss(layers: list[MoE]) -> torch.Tensor:
