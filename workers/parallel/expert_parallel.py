@@ -86,13 +86,11 @@ class ExpertParallelDispatch:
 
 
 def expert_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The parameters each ep rank holds its own slice of (their gradients are not all-reduced): the expert
-    weights of layers `apply_expert_parallel` sharded; none without expert parallelism, where the experts
-    are ordinary replicated parameters (DDP must reduce them like any other). Marked by the ep dispatch, not
-    by being DTensors: FSDP makes every parameter one."""
-    own: list[nn.Parameter] = [p for m in model.modules()
-                               if isinstance(m, MoE) and isinstance(m.dispatch, ExpertParallelDispatch)
-                               for p in (m.w1, m.b1, m.w2, m.b2)]
+    """The parameters each ep rank holds its own slice of (their gradients are not all-reduced).
+    The built-in MoE's expert weights always (the planner counts them on the unsharded model); an HF MoE
+    model's only once `apply_expert_parallel` sharded them: DDP leaves whatever this returns to the ep
+    reduction, which runs only under ep > 1, so an unsharded HF model's experts must stay DDP's."""
+    own: list[nn.Parameter] = [p for m in model.modules() if isinstance(m, MoE) for p in (m.w1, m.b1, m.w2, m.b2)]
     hf = [p for m, _ in hf_experts_modules(model) if isinstance(getattr(m, "ep_dispatch", None), ExpertParallelDispatch)
           for p in (m.gate_up_proj, m.down_proj)]
     return own + hf
