@@ -9,9 +9,14 @@ all-to-all), so an expert's gradient lands on its owner, summed over every rank'
 The caller's part: the non-expert parameters are replicated, so their gradients must be all-reduced over
 the group (as DDP would); the expert parameters (`expert_parameters`) are local and must not be, but
 scaled the same way (divided by the group size when the shared ones are averaged).
+
+Hugging Face MoE models (Mixtral, Qwen3-MoE: stacked `gate_up_proj`/`down_proj` experts modules) take the
+same dispatch; see workers/parallel/expert_parallel_hf.py.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -19,6 +24,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard
 
+from workers.models.hf_moe import hf_experts_modules
 from workers.models.moe import MoE
 
 
@@ -45,6 +51,7 @@ def all_to_all(x: torch.Tensor, send: list[int], recv: list[int], group) -> torc
 
 class ExpertParallelDispatch:
     """An MoE's dispatch across the ep group: rank r owns global experts [r*L, (r+1)*L), L = E / ep.
+    `moe`: anything with `local_experts` and `run_experts(xs, counts)` (an MoE, an HFExpertsRunner).
 
     `all_to_all_bytes`: bytes this rank sent to other ranks in its last forward (the per-expert counts
     and the token activations both ways; the backward sends as much activation again).
@@ -54,7 +61,7 @@ class ExpertParallelDispatch:
         self.group, self.ep, self.rank = group, ep, rank
         self.all_to_all_bytes = 0
 
-    def __call__(self, moe: MoE, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    def __call__(self, moe, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         local = moe.local_experts
         # 1. how many rows of each of my local experts every rank sends me: [ep, local]
         recv_counts = torch.empty_like(counts)
@@ -79,8 +86,14 @@ class ExpertParallelDispatch:
 
 
 def expert_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The parameters each ep rank holds its own slice of (their gradients are not all-reduced)."""
-    return [p for m in model.modules() if isinstance(m, MoE) for p in (m.w1, m.b1, m.w2, m.b2)]
+    """The parameters each ep rank holds its own slice of (their gradients are not all-reduced).
+    The built-in MoE's expert weights always (the planner counts them on the unsharded model); an HF MoE
+    model's only once `apply_expert_parallel` sharded them: DDP leaves whatever this returns to the ep
+    reduction, which runs only under ep > 1, so an unsharded HF model's experts must stay DDP's."""
+    own: list[nn.Parameter] = [p for m in model.modules() if isinstance(m, MoE) for p in (m.w1, m.b1, m.w2, m.b2)]
+    hf = [p for m, _ in hf_experts_modules(model) if isinstance(getattr(m, "ep_dispatch", None), ExpertParallelDispatch)
+          for p in (m.gate_up_proj, m.down_proj)]
+    return own + hf
 
 
 def apply_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> nn.Module:
@@ -93,8 +106,13 @@ def apply_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> nn.Module:
     group = ep_mesh.get_group()
     ep, rank = dist.get_world_size(group), dist.get_rank(group)
     layers = [m for m in model.modules() if isinstance(m, MoE)]
+    if not layers and hf_experts_modules(model):
+        from workers.parallel.expert_parallel_hf import apply_hf_expert_parallel
+
+        apply_hf_expert_parallel(model, ep_mesh)
+        return model
     if not layers:
-        raise ValueError("apply_expert_parallel: the model has no MoE layer (set model.moe)")
+        raise ValueError("apply_expert_parallel: the model has no MoE layer (set model.moe, or an HF MoE model)")
     for moe in layers:
         if moe.experts % ep:
             raise ValueError(f"model.moe.experts must be divisible by parallel.ep "
@@ -114,5 +132,6 @@ def apply_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> nn.Module:
 
 def all_to_all_bytes(model: nn.Module) -> int:
     """Bytes this rank sent to other ranks by all-to-all in the model's last forward, all MoE layers."""
-    return sum(m.dispatch.all_to_all_bytes for m in model.modules()
-               if isinstance(m, MoE) and isinstance(m.dispatch, ExpertParallelDispatch))
+    dispatches: list[Any] = [m.dispatch for m in model.modules() if isinstance(m, MoE)]
+    dispatches += [getattr(m, "ep_dispatch", None) for m, _ in hf_experts_modules(model)]
+    return sum(d.all_to_all_bytes for d in dispatches if isinstance(d, ExpertParallelDispatch))
