@@ -17,3 +17,8 @@ TOKEN_MLP_SPEC = {"name": "token-mlp", "data": TEXT,
                             "tp_plan": {"layers.*.up": "colwise", "layers.*.down": "rowwise"}}}
 GPT_SPEC = {"name": "gpt", "model": {"name": "gpt", "n_layers": 2, "d_model": 32, "n_heads": 4, "seq_len": 16},
             "data": {"name": "text:pystdlib", "max_bytes": 200_000}}
+# A tiny Mixtral: 4 experts per layer, 2 per token (transformers' stacked experts and router).
+MIXTRAL_CONFIG = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                  "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 64,
+                  "num_local_experts": 4, "num_experts_per_tok": 2}
+MIXTRAL_SPEC = {"name": "mixtral", "model": {"hf": {"model_type": "mixtral", "config": MIXTRAL_CONFIG}}, "data": TEXT}

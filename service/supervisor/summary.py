@@ -17,7 +17,7 @@ def layout_of(spec: JobSpec) -> dict[str, Any]:
         strategy = "program"
     else:
         strategy = strategy_name(spec)
-    return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "cp": p.cp, "zero": p.zero, "strategy": strategy,
+    return {"dp": spec.dp, "tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep, "zero": p.zero, "strategy": strategy,
             "world_size": spec.world_size}
 
 

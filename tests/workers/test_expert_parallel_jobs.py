@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import TrainedOnce, alive_actors, spec_of, train
+from workers.spec_loading import parse_spec
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +62,26 @@ def test_expert_parallel_follows_one_process_with_every_expert(runs, name):
 
     predicted = estimate(spec_for(name)).model_state_bytes_per_rank
     assert predicted == pytest.approx(summary["model_state_bytes_per_rank"], rel=0.10), name
+
+
+def mixtral(layout: dict):
+    from tests.user_models import MIXTRAL_SPEC
+
+    return parse_spec({**MIXTRAL_SPEC, "train": {"steps": 12, "global_batch_size": 16, "micro_batch_size": 4,
+                                                 "lr": 3e-3, "warmup_steps": 2},
+                       "resources": {"workers": layout.get("workers", 1)}, "parallel": layout.get("parallel", {})})
+
+
+def test_a_hugging_face_mixtral_under_ep2_follows_one_process(ray_cluster, tmp_path):
+    """transformers' own Mixtral (stacked experts, its router): experts split over 2 ranks, tokens by
+    all-to-all, its load-balancing loss added to cross-entropy; the loss follows one process within 1e-3."""
+    _, ref = train(mixtral({}), tmp_path / "one")
+    summary, steps = train(mixtral({"workers": 2, "parallel": {"ep": 2}}), tmp_path / "ep2")
+    assert (summary["layout"]["ep"], summary["layout"]["dp"]) == (2, 2)  # ep borrows the dp ranks
+    assert ref[-1]["loss"] < ref[0]["loss"]
+    for step in (5, 11):
+        assert steps[step]["loss"] == pytest.approx(ref[step]["loss"], rel=TOLERANCE), step
+    assert sum(steps[0]["expert_tokens"]) == 16 * 16 * 2 * 2  # 16 sequences of 16 tokens, top 2, 2 layers
 
 
 def test_an_ep2_checkpoint_resumes_without_expert_parallelism(runs, tmp_path):

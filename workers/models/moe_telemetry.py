@@ -1,11 +1,13 @@
-"""Tokens routed to each expert in a step, summed over the model's MoE layers: what the supervisor turns
-into the job's expert-load imbalance (the busiest expert over the mean; 1 is perfectly balanced)."""
+"""Tokens routed to each expert in a step, summed over the model's MoE layers (built-in or Hugging Face):
+what the supervisor turns into the job's expert-load imbalance (the busiest expert over the mean; 1 is
+perfectly balanced)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from workers.models.hf_moe import track_hf_moe
 from workers.models.moe import MoE
 
 
@@ -18,12 +20,14 @@ class ExpertLoad:
     """Forward hooks on every MoE layer add up `tokens_per_expert` (global expert ids) until `take()`."""
 
     def __init__(self, model: nn.Module) -> None:
-        self.layers = [m for m in model.modules() if isinstance(m, MoE)]
+        # the built-in GPT's MoE layers and a Hugging Face model's experts modules (their tokens_per_expert
+        # set by track_hf_moe's pre-hooks, before this forward hook reads it)
+        self.layers = [m for m in model.modules() if isinstance(m, MoE)] + track_hf_moe(model)
         self.total: torch.Tensor | None = None
         for layer in self.layers:
             layer.register_forward_hook(self._count)
 
-    def _count(self, module: MoE, args, output) -> None:
+    def _count(self, module, args, output) -> None:
         if module.tokens_per_expert is None or _in_backward():
             return
         routed = module.tokens_per_expert.detach().to("cpu", torch.int64)

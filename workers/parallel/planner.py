@@ -71,6 +71,7 @@ class ModelFacts:
 
         from workers.models import MODEL_BUILDERS
         from workers.models.description import ModelStructureError, describe_spec_model
+        from workers.models.hf_moe import hf_experts_modules
         from workers.models.param_counts import norm_params, tp_sharded_params
         from workers.parallel.expert_parallel import expert_parameters
 
@@ -83,7 +84,8 @@ class ModelFacts:
             return cls(params=total, tp_params=0, outer_params=total)
         d_model, n_heads, vocab = _dims(spec, model)
         in_blocks = sum(p.numel() for p in desc.blocks(model).parameters())
-        experts = sum(p.numel() for p in expert_parameters(model))
+        experts = sum(p.numel() for p in expert_parameters(model)) + sum(  # built-in; HF unsharded
+            e.gate_up_proj.numel() + e.down_proj.numel() for e, _ in hf_experts_modules(model))
         return cls(total, tp_sharded_params(model, desc.tp_plan), desc.n_blocks, d_model, n_heads,
                    sequence_length(spec) or 0, vocab, norm_params(model), total - in_blocks, experts)
 

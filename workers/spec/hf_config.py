@@ -7,6 +7,7 @@ only `transformers`' config classes, never weights. `transformers` is the option
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ class HFFacts:
     vocab_size: int
     has_tp_plan: bool  # transformers ships a base_model_tp_plan for this model type
     tied_embeddings: bool
+    experts: int | None = None  # MoE models (Mixtral, Qwen3-MoE): experts per layer
+    experts_field: str = "num_local_experts"  # the config field a user sets for them
 
 
 def _transformers():
@@ -90,6 +93,10 @@ def hf_facts(config) -> HFFacts:
         vocab_size=int(get("vocab_size") or 0),
         has_tp_plan=bool(get("base_model_tp_plan")),
         tied_embeddings=bool(get("tie_word_embeddings")),
+        experts=get("num_local_experts") or get("num_experts") if get("base_model_ep_plan") else None,
+        # Qwen3-MoE names it num_experts, Mixtral num_local_experts; transformers aliases one to the other
+        experts_field="num_experts" if "num_experts" in inspect.signature(type(config).__init__).parameters
+        else "num_local_experts",
     )
 
 
