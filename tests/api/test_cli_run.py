@@ -52,7 +52,8 @@ def test_run_json_crash_recovers_to_the_fault_free_hash(tmp_path, ray_address):
     assert SUMMARY_KEYS <= clean.keys()
     assert clean["state"] == "SUCCEEDED" and clean["steps"] == 16 and clean["world_size"] == 2
     assert clean["final_loss"] < clean["initial_loss"]
-    assert clean["layout"] == {"dp": 2, "tp": 1, "pp": 1, "zero": 0, "strategy": "ddp", "world_size": 2}
+    assert clean["layout"] == {"dp": 2, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 0, "strategy": "ddp",
+                               "world_size": 2}
     assert clean["bubble_fraction"] is None and clean["restarts"] == 0
     assert clean["comm_bytes_per_step"] > 0 and clean["model_state_bytes_per_rank"] > 0
     # Measured inside the steps: each rank's peak holds its model state and the step's activations.
