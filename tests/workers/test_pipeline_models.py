@@ -64,7 +64,8 @@ def test_pp2_matches_single_process_reference(ray_cluster, tmp_path, tmp_path_fa
     summary, losses = run(spec_for(model, pp=2, schedule=schedule, tp=tp, dp=dp), tmp_path, f"{name}-{schedule}")
     assert len(losses) == STEPS and losses[-1] < losses[0]  # it trains
     assert losses == pytest.approx(expected, rel=REL)
-    assert summary["layout"] == {"dp": dp, "tp": tp, "pp": 2, "zero": 0, "strategy": "pipeline", "world_size": 2 * tp * dp}
+    assert summary["layout"] == {"dp": dp, "tp": tp, "pp": 2, "cp": 1, "ep": 1, "zero": 0, "strategy": "pipeline",
+                                 "world_size": 2 * tp * dp}
     split = summary["pipeline"]["split"]
     assert split[0]["embedding"] and not split[0]["head"] and split[-1]["head"] and not split[-1]["embedding"]
     assert summary["comm_bytes_per_step"] > 0
