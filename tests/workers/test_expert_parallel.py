@@ -7,22 +7,16 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
+from tests.workers.expert_ranks import one_thread, train_shared_averaged  # noqa: F401 - autouse fixture
 from tests.workers.gloo_ranks import spawn_ranks
 from workers.models.gpt import GPT
 from workers.models.moe import MoEConfig
 from workers.models.moe_loss import moe_layers, with_aux_loss
-from workers.parallel.expert_parallel import all_to_all_bytes, apply_expert_parallel, expert_parameters
+from workers.parallel.expert_parallel import all_to_all_bytes, apply_expert_parallel
 
 VOCAB, SEQ = 64, 8
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The references run in this process on one intra-op thread too (see `init`), restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 EXPERT = (".w1", ".b1", ".w2", ".b2")
 
 
@@ -162,19 +156,7 @@ def test_ep4_matches_one_process(tmp_path):
 def train_rank(rank, world, port, queue, config, steps):
     init(rank, world, port)
     model = apply_expert_parallel(build(*config, dtype=torch.float32), ep_mesh(world))
-    experts = {id(p) for p in expert_parameters(model)}
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for step in range(steps):
-        opt.zero_grad()
-        losses.append(forward_backward(model, micro_batch(step, rank), scale=1 / world)[1].item())
-        shared = [p.grad for p in model.parameters() if id(p) not in experts]
-        flat = torch.cat([g.reshape(-1) for g in shared])  # one all-reduce: gloo calls are slow on this host
-        dist.all_reduce(flat)  # the shared grads averaged over the ranks (scaled by 1/world in the loss)
-        for g, part in zip(shared, flat.split([g.numel() for g in shared])):
-            g.copy_(part.view_as(g))
-        opt.step()
-    queue.put((rank, losses))
+    queue.put((rank, train_shared_averaged(model, steps, rank, world, forward_backward, micro_batch)))
 
 
 def test_ep2_training_follows_one_process():

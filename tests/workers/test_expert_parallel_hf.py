@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.nn import functional as F
 
+from tests.workers.expert_ranks import one_thread, train_shared_averaged  # noqa: F401 - autouse fixture
 from tests.workers.gloo_ranks import spawn_ranks
 from tests.workers.test_expert_parallel import ep_mesh, hand_over, init, local_grads, taken
 from workers.models.hf_moe import hf_experts_modules
@@ -20,12 +20,6 @@ VOCAB, SEQ, WORLD = 64, 8, 2
 EXPERT = (".gate_up_proj", ".down_proj")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def build(family: str, experts: int = 4, dtype=torch.float64):
@@ -73,20 +67,7 @@ def refusal(family: str):
 
 
 def train(model, steps: int, rank: int, world: int) -> list[float]:
-    """AdamW with the shared grads averaged over the ranks (loss scaled by 1/world, then summed)."""
-    experts = {id(p) for p in expert_parameters(model)}
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for step in range(steps):
-        opt.zero_grad()
-        losses.append(forward_backward(model, micro_batch(step, rank), scale=1 / world)[1].item())
-        shared = [p.grad for p in model.parameters() if id(p) not in experts]
-        flat = torch.cat([g.reshape(-1) for g in shared])  # one all-reduce: gloo calls are slow here
-        dist.all_reduce(flat)
-        for g, part in zip(shared, flat.split([g.numel() for g in shared])):
-            g.copy_(part.view_as(g))
-        opt.step()
-    return losses
+    return train_shared_averaged(model, steps, rank, world, forward_backward, micro_batch)
 
 
 STEPS = 12

@@ -23,6 +23,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard
 
 from workers.models.hf_moe import HFExpertsRunner, check_layout, experts_field, hf_experts_modules, track_hf_moe
+from workers.parallel.expert_dispatch import ExpertParallelDispatch
 
 
 def _ep_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -41,7 +42,6 @@ def _ep_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tenso
 def apply_hf_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> list[Any]:
     """Slice every HF experts module of `model` over `ep_mesh` and dispatch by all-to-all; returns the
     modules (none: not an HF MoE model)."""
-    from workers.parallel.expert_parallel import ExpertParallelDispatch
 
     group = ep_mesh.get_group()
     ep, rank = dist.get_world_size(group), dist.get_rank(group)
