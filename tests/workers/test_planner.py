@@ -51,12 +51,12 @@ def test_zero_accounting_and_ring_bytes_per_candidate():
 def test_budget_decides_the_choice_and_is_explained():
     free = plan(SPEC)
     assert free.chosen is not None and "no memory budget" in free.explanation
-    ddp = next(e for e in free.candidates if e.strategy == "ddp")
+    ddp = next(e for e in free.candidates if e.strategy == "ddp" and "cp" not in e.parallel)  # whole sequences
     # A budget just below DDP's needs forces a sharded layout.
     tight = plan(SPEC, memory_budget_gib=(ddp.memory_bytes_per_rank - 1) / GIB)
     assert tight.chosen is not None
     assert tight.chosen.memory_bytes_per_rank < ddp.memory_bytes_per_rank
-    assert not next(e for e in tight.candidates if e.strategy == "ddp").fits
+    assert not next(e for e in tight.candidates if e.strategy == "ddp" and "cp" not in e.parallel).fits
     assert "do not fit" in tight.explanation
     none = plan(SPEC, memory_budget_gib=1e-6)
     assert none.chosen is None and "no layout fits" in none.explanation
@@ -68,7 +68,8 @@ def test_cli_plan_prints_json(tmp_path):
     result = CliRunner().invoke(app, ["plan", str(path), "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
-    assert out["chosen"]["parallel"]["dp"] * out["chosen"]["parallel"]["tp"] == 4
+    chosen = out["chosen"]["parallel"]
+    assert chosen["dp"] * chosen["tp"] * chosen.get("cp", 1) == 4
     for c in out["candidates"]:
         assert {"model_state_bytes_per_rank", "activation_bytes_per_rank", "comm_bytes_per_step",
                 "predicted_step_s"} <= set(c)
@@ -116,3 +117,21 @@ def test_cli_plan_lists_the_example_s_own_pipeline_layout():
     [three_d] = [c for c in as_json["candidates"] if (c["parallel"].get("pp"), c["parallel"]["tp"], c["parallel"]["dp"])
                  == (2, 2, 2)]
     assert three_d["strategy"] == "pipeline" and not three_d["auto_eligible"]
+
+
+def test_a_sequence_too_long_for_one_rank_is_planned_with_context_parallelism():
+    """4,096 tokens per sequence: under a budget that no layout holding whole sequences meets, the plan
+    splits each sequence over cp ranks (its activations per rank fall as 1/cp)."""
+    long = tiny_spec(**{"model.n_layers": 2, "model.n_heads": 4, "model.d_model": 64, "model.seq_len": 4096,
+                        "resources.workers": 4, "train.global_batch_size": 4, "train.micro_batch_size": 1})
+    free = plan(long)
+    whole = [e for e in free.candidates if "cp" not in e.parallel]
+    split = [e for e in free.candidates if e.parallel.get("cp", 1) > 1]
+    assert whole and split
+    least_whole = min(e.memory_bytes_per_rank for e in whole)
+    budget = plan(long, memory_budget_gib=(least_whole - 1) / GIB)
+    assert budget.chosen is not None and budget.chosen.parallel["cp"] > 1, budget.explanation
+    assert not any(e.fits for e in budget.candidates if "cp" not in e.parallel)
+    cp4 = next(e for e in split if e.parallel["cp"] == 4 and e.strategy == "ddp")
+    cp1 = next(e for e in whole if e.strategy == "ddp" and e.parallel["tp"] == 1)
+    assert cp4.activation_bytes_per_rank < cp1.activation_bytes_per_rank / 3

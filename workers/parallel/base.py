@@ -90,6 +90,7 @@ def local_clip_grad_norm(wrapped: nn.Module, max_norm: float) -> float | None:
 
 def accumulate(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyContext, no_sync) -> ForwardBackward:
     """Forward/backward every micro-batch; `no_sync()` suppresses gradient sync on all but the last."""
+    from workers.parallel.context.ring import take_ring_bytes
     from workers.parallel.parallelize import sequence_shard  # the strategies import this module
 
     loss_sum, samples, tokens = 0.0, 0, 0
@@ -107,4 +108,6 @@ def accumulate(wrapped: nn.Module, micro: list, loss_fn: LossFn, ctx: StrategyCo
         loss_sum += loss.item()
         samples += samples_in(inputs)
         tokens += tokens_in(inputs) if counts_tokens else 0
+    if shard is not None:  # what attention sent around the cp ring, forward and backward
+        ctx.comm.logical_bytes += take_ring_bytes()
     return ForwardBackward(loss_sum, samples, tokens)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.parallel.activations import activation_bytes
 from workers.parallel.layouts import layout_of
-from workers.parallel.layouts.accounting import tensor_parallel_comm_bytes
+from workers.parallel.layouts.accounting import context_parallel_comm_bytes, tensor_parallel_comm_bytes
 from workers.parallel.pipeline.bubble import spec_theoretical_bubble
 from workers.spec import (
     SPEC_ERRORS,
@@ -137,7 +137,7 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     strategy = layout_of(spec)
     layout = strategy.cost(spec, f)  # the layout's own accounting of state and data-parallel traffic
     state = layout.model_state_bytes
-    comm = layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f)
+    comm = layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f) + context_parallel_comm_bytes(spec, f)
     if layout.activation_bytes is not None:  # the strategy counts its own (pipeline: micro-batches in flight)
         act = layout.activation_bytes
     else:  # the larger of two moments of the backward: its start, and a block's backward
@@ -164,8 +164,8 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
 
 
 def _compact(parallel: dict) -> dict:
-    defaults = {"pipeline": None, "dp_shard": None, "reshard_after_forward": True, "offload_optimizer": False,
-                "fsdp_accumulate": "sharded",
+    defaults = {"pipeline": None, "dp_shard": None, "cp": 1, "ep": 1, "reshard_after_forward": True,
+                "offload_optimizer": False, "fsdp_accumulate": "sharded",
                 "sequence_parallel": False, "activation_checkpointing": False, "mixed_precision": "fp32",
                 "compression": None, "local_sgd": None, "sdp": None, "pp": 1}
     return {k: v for k, v in parallel.items() if k not in defaults or v != defaults[k]}
@@ -179,7 +179,8 @@ def _divisors(n: int) -> list[int]:
 
 
 def candidate_layouts(workers: int) -> list[dict]:
-    """Every pp=1 layout of `workers` ranks the strategies implement (the spec rules prune them)."""
+    """Every pp=1 layout of `workers` ranks the strategies implement, with context parallelism where a
+    sequence is too long for one rank (the spec rules prune them)."""
     out = []
     for tp in _divisors(workers):
         dp = workers // tp
@@ -193,6 +194,10 @@ def candidate_layouts(workers: int) -> list[dict]:
                 hsdp = {} if shard == dp else {"dp_shard": shard}
                 out.append({"dp": dp, "tp": tp, "zero": 3, **hsdp})
                 out.append({"dp": dp, "tp": tp, "zero": 3, "reshard_after_forward": False, **hsdp})
+    for cp in _divisors(workers)[1:]:  # context parallel: each sequence split over cp ranks (DDP, FSDP, tp)
+        for tp in _divisors(workers // cp):
+            dp = workers // (cp * tp)
+            out += [{"dp": dp, "tp": tp, "cp": cp, "zero": 0}, {"dp": dp, "tp": tp, "cp": cp, "zero": 3}]
     return out
 
 

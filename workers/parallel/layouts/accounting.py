@@ -68,6 +68,18 @@ def tensor_parallel_comm_bytes(spec: JobSpec, f) -> float:
     return accum * f.layers * 6 * ring(tp) * a
 
 
+def context_parallel_comm_bytes(spec: JobSpec, f) -> float:
+    """Bytes a cp rank sends around the ring per step: per block and micro-batch, its keys and values (fp32,
+    A = mb x seq/cp x d/tp x 4 each: a tp rank's heads) pass cp - 1 hops forward and again backward, and their
+    gradients cp hops (the last one home): 2A x (3cp - 2). Keys and values are counted at the model width (a
+    GQA model sends fewer)."""
+    cp = spec.parallel.cp
+    if cp == 1 or not f.layers:
+        return 0.0
+    a = spec.train.micro_batch_size * f.seq_len // cp * f.d_model // spec.parallel.tp * 4
+    return spec.grad_accum_steps * f.layers * 2 * a * (3 * cp - 2)
+
+
 def compressed_fraction(spec) -> float:
     """Fraction of the fp32 gradient bytes the hook all-reduces (the planner's figure)."""
     c = spec.parallel.compression
