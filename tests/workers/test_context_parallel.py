@@ -60,9 +60,14 @@ def _init(rank, world, port):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 
 
-def _ring(rank, world, port, queue):
-    """Largest difference from causal SDPA, output and q/k/v grads, with and without grouped kv heads."""
+def _ring(rank, world, port, queue, tile_rows=None):
+    """Largest difference from causal SDPA, output and q/k/v grads, with and without grouped kv heads;
+    `tile_rows`: query rows per tile (below a rank's 16 local rows: several tiles, some skipped)."""
+    from workers.parallel.context import ring_attention as module
+
     _init(rank, world, port)
+    if tile_rows is not None:
+        module.TILE_ROWS = tile_rows
     errors = []
     for kv_heads in (4, 2):
         torch.manual_seed(kv_heads)
@@ -82,9 +87,9 @@ def _ring(rank, world, port, queue):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("cp", [2, 4])
-def test_ring_attention_forward_and_backward_equal_causal_sdpa(cp):
-    for rank, errors in spawn_ranks(_ring, cp):
+@pytest.mark.parametrize(("cp", "tile_rows"), [(2, None), (4, None), (2, 3), (4, 4)])
+def test_ring_attention_forward_and_backward_equal_causal_sdpa(cp, tile_rows):
+    for rank, errors in spawn_ranks(_ring, cp, tile_rows):
         assert max(errors) < 1e-10, (rank, errors)
 
 

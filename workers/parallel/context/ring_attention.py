@@ -10,7 +10,9 @@ The backward runs the ring again: with the forward's output O and log-sum-exp L 
 probabilities are recomputed as exp(S - L) (no score matrix is kept), the query gradient accumulates
 locally, and the key/value gradients travel with their block and arrive back at their owner after one last
 hop. Keys/values may have fewer heads than queries (grouped-query attention): blocks travel compact and are
-expanded only for the local product.
+expanded only for the local product. Both directions compute a tile of query rows against one of the key
+block's two chunks at a time, and skip the pairs the causal mask hides: memory grows with the rank's
+sequence, not with its square.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from workers.parallel.context.chunking import sequence_positions
 from workers.parallel.context.ring import ring_shift
 
 _KV, _GRAD = 0, 1  # ring_shift tags: the backward has a block and its gradients in flight at once
+TILE_ROWS = 128  # query rows whose scores exist at once (x a key chunk, x heads)
 
 
 def _expand(x: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -37,6 +40,22 @@ def _fold(grad: torch.Tensor, group_size: int) -> torch.Tensor:
         return grad
     b, h, t, d = grad.shape
     return grad.view(b, h // group_size, group_size, t, d).sum(2)
+
+
+def _visible_tiles(q_pos: torch.Tensor, k_pos: torch.Tensor):
+    """(query rows, key columns) slices to compute: query tiles of TILE_ROWS rows against each of the key
+    block's two chunks, leaving out the pairs the causal mask hides entirely. Only a tile's scores exist at
+    a time, so a rank's attention memory grows with its sequence, not with its square."""
+    q_pos, k_pos = q_pos.tolist(), k_pos.tolist()  # host ints: one transfer per block, none per tile
+    half = len(k_pos) // 2
+    chunks = [slice(0, half), slice(half, len(k_pos))]
+    first = [k_pos[c.start] for c in chunks]  # a chunk's positions are consecutive
+    for start in range(0, len(q_pos), TILE_ROWS):
+        rows = slice(start, min(start + TILE_ROWS, len(q_pos)))
+        last_query = max(q_pos[rows])
+        for cols, first_key in zip(chunks, first):
+            if first_key <= last_query:
+                yield rows, cols
 
 
 def _scores(q, k, q_pos, k_pos, scale) -> torch.Tensor:
@@ -59,16 +78,18 @@ class _RingAttention(torch.autograd.Function):
         kv = torch.stack((k, v))
         for step in range(cp):
             pending = ring_shift(kv, group, _KV) if step < cp - 1 else None  # next block arrives during the math
-            owner = (rank - step) % cp
-            k_pos = sequence_positions(t * cp, owner, cp, q.device)
-            s = _scores(q, _expand(kv[0], group_size), q_pos, k_pos, scale)
-            new_m = torch.maximum(m, s.amax(-1))
-            safe_m = new_m.masked_fill(new_m == float("-inf"), 0.0)  # a row with no visible key yet: no NaN
-            p = torch.exp(s - safe_m[..., None])
-            rescale = torch.exp(m - safe_m)
-            total = total * rescale + p.sum(-1)
-            acc = acc * rescale[..., None] + torch.matmul(p, _expand(kv[1], group_size))
-            m = new_m
+            k_pos = sequence_positions(t * cp, (rank - step) % cp, cp, q.device)
+            k_b, v_b = _expand(kv[0], group_size), _expand(kv[1], group_size)
+            for rows, cols in _visible_tiles(q_pos, k_pos):
+                s = _scores(q[:, :, rows], k_b[:, :, cols], q_pos[rows], k_pos[cols], scale)
+                m_old = m[..., rows]
+                new_m = torch.maximum(m_old, s.amax(-1))
+                safe_m = new_m.masked_fill(new_m == float("-inf"), 0.0)  # a row with no visible key yet: no NaN
+                p = torch.exp(s - safe_m[..., None])
+                rescale = torch.exp(m_old - safe_m)
+                total[..., rows] = total[..., rows] * rescale + p.sum(-1)
+                acc[:, :, rows] = acc[:, :, rows] * rescale[..., None] + torch.matmul(p, v_b[:, :, cols])
+                m[..., rows] = new_m
             if pending is not None:
                 kv = pending()
         # every query sees at least itself (its own block, step 0), so the sum is > 0
@@ -93,15 +114,19 @@ class _RingAttention(torch.autograd.Function):
         dkv = torch.zeros_like(kv)  # gradients of the block held now, travelling with it
         for step in range(cp):
             pending = ring_shift(kv, group, _KV) if step < cp - 1 else None
-            owner = (rank - step) % cp
-            k_pos = sequence_positions(t * cp, owner, cp, q.device)
+            k_pos = sequence_positions(t * cp, (rank - step) % cp, cp, q.device)
             k_b, v_b = _expand(kv[0], group_size), _expand(kv[1], group_size)
-            p = torch.exp(_scores(q, k_b, q_pos, k_pos, scale) - lse[..., None])  # masked: exp(-inf) = 0
-            dp = torch.matmul(dout, v_b.transpose(-2, -1))
-            ds = p * (dp - delta) * scale
-            dq += torch.matmul(ds, k_b)
-            dkv = dkv + torch.stack((_fold(torch.matmul(ds.transpose(-2, -1), q), group_size),
-                                     _fold(torch.matmul(p.transpose(-2, -1), dout), group_size)))
+            dk_b, dv_b = torch.zeros_like(k_b), torch.zeros_like(v_b)
+            for rows, cols in _visible_tiles(q_pos, k_pos):
+                q_t, do_t = q[:, :, rows], dout[:, :, rows]
+                p = torch.exp(_scores(q_t, k_b[:, :, cols], q_pos[rows], k_pos[cols], scale)
+                              - lse[:, :, rows, None])  # masked: exp(-inf) = 0
+                dp = torch.matmul(do_t, v_b[:, :, cols].transpose(-2, -1))
+                ds = p * (dp - delta[:, :, rows]) * scale
+                dq[:, :, rows] += torch.matmul(ds, k_b[:, :, cols])
+                dk_b[:, :, cols] += torch.matmul(ds.transpose(-2, -1), q_t)
+                dv_b[:, :, cols] += torch.matmul(p.transpose(-2, -1), do_t)
+            dkv = dkv + torch.stack((_fold(dk_b, group_size), _fold(dv_b, group_size)))
             if cp > 1:
                 # after the last step the block held is rank r+1's: one more hop takes its gradients home
                 dkv = ring_shift(dkv, group, _GRAD)()
