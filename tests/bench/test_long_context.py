@@ -1,8 +1,7 @@
 """bench/long_context.py on a tiny configuration: the table's columns, and the relations the measured peaks
-must satisfy. The expected one that cp is for (a longer sequence split over cp ranks peaks lower per rank)
-holds only while the ring attention's score blocks are small; past that the product's ring attention
-materialises [heads, S/cp, S/cp] float32 blocks and cp2 peaks ABOVE cp1: that relation is an xfail(strict)
-that starts failing as XPASS once the ring attention is fixed, so this file gets updated with it."""
+must satisfy, above all the one cp is for: a long sequence split over cp ranks peaks lower per rank (ring
+attention computes a tile of query rows at a time; it once kept whole [heads, S/cp, S/cp] score blocks and
+cp2 peaked above cp1)."""
 
 from __future__ import annotations
 
@@ -46,8 +45,6 @@ def test_cp2_peaks_below_cp1_on_a_short_sequence(results):
     assert results[2]["sweep"][128]["peak"] < results[1]["sweep"][128]["peak"]
 
 
-@pytest.mark.xfail(strict=True, reason="ring attention materialises [b, heads, S/cp, S/cp] float32 score blocks "
-                                       "(workers/parallel/context/ring_attention.py): cp2's peak is above cp1's "
-                                       "(SDPA, linear in S) from a few hundred tokens on")
-def test_cp2_activation_peak_below_cp1_on_a_long_sequence(results):
-    assert results[2]["sweep"][512]["act"] < results[1]["sweep"][512]["act"]
+def test_cp2_activation_peak_is_at_most_three_quarters_of_cp1_on_a_long_sequence(results):
+    assert results[2]["sweep"][512]["act"] <= 0.75 * results[1]["sweep"][512]["act"]
+    assert results[2]["sweep"][512]["peak"] < results[1]["sweep"][512]["peak"]

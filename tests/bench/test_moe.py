@@ -44,8 +44,5 @@ def test_expert_replicas_agree_under_ep2(results):
     assert results[2]["expert_replicas_agree"]
 
 
-@pytest.mark.xfail(strict=True, reason="DDPStrategy leaves the MoE experts out of DDP whenever the model has "
-                                       "them, and reduces them only when parallel.ep > 1: under ep 1 with dp > 1 "
-                                       "every rank keeps its own expert gradients and the replicas diverge")
-def test_expert_replicas_agree_without_ep(results):
+def test_expert_replicas_agree_without_ep(results):  # DDP reduces whole experts like any parameter
     assert results[1]["expert_replicas_agree"]
