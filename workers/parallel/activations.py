@@ -26,6 +26,10 @@ class MicroBatchActivations:
     final: float  # the final norm's input and output
     logits: float  # one fp32 logits tensor
     block_backward: float  # the MLP's gradients a block's backward adds (up-projection and GELU wide)
+    # cp > 1: what ring attention holds at once beyond SDPA's (fp32), in the last block's forward as in a
+    # block's backward: the key/value block held and the one arriving (and in backward their gradients
+    # travelling and arriving): about 8 x one rank's keys (bench/long_context.py measures it)
+    ring: float = 0.0
 
     @classmethod
     def of(cls, spec: JobSpec, facts) -> MicroBatchActivations:
@@ -43,7 +47,7 @@ class MicroBatchActivations:
         block = 4 * n / split * wide + 12 * n / p.tp * narrow + casts + gathered
         kept = n / split * wide if p.activation_checkpointing else block
         return cls(block, kept, n * wide, 2 * n * wide, 4 * tokens * spec.train.micro_batch_size * facts.vocab,
-                   8 * n / p.tp * narrow)
+                   8 * n / p.tp * narrow, 8 * n / p.tp * 4 if p.cp > 1 else 0.0)
 
 
 def activation_bytes(spec: JobSpec, facts) -> tuple[float, float]:
@@ -54,4 +58,4 @@ def activation_bytes(spec: JobSpec, facts) -> tuple[float, float]:
     a = MicroBatchActivations.of(spec, facts)
     kept = facts.layers * a.kept
     recomputed = a.block if spec.parallel.activation_checkpointing else 0.0
-    return kept + a.final + 3 * a.logits, kept + recomputed
+    return kept + a.final + 3 * a.logits + a.ring, kept + recomputed + a.ring
