@@ -46,13 +46,13 @@ def _visible_tiles(q_pos: torch.Tensor, k_pos: torch.Tensor):
     """(query rows, key columns) slices to compute: query tiles of TILE_ROWS rows against each of the key
     block's two chunks, leaving out the pairs the causal mask hides entirely. Only a tile's scores exist at
     a time, so a rank's attention memory grows with its sequence, not with its square."""
-    q_pos, k_pos = q_pos.tolist(), k_pos.tolist()  # host ints: one transfer per block, none per tile
-    half = len(k_pos) // 2
-    chunks = [slice(0, half), slice(half, len(k_pos))]
-    first = [k_pos[c.start] for c in chunks]  # a chunk's positions are consecutive
-    for start in range(0, len(q_pos), TILE_ROWS):
-        rows = slice(start, min(start + TILE_ROWS, len(q_pos)))
-        last_query = max(q_pos[rows])
+    queries, keys = q_pos.tolist(), k_pos.tolist()  # host ints: one transfer per block, none per tile
+    half = len(keys) // 2
+    chunks = [slice(0, half), slice(half, len(keys))]
+    first = [keys[c.start] for c in chunks]  # a chunk's positions are consecutive
+    for start in range(0, len(queries), TILE_ROWS):
+        rows = slice(start, min(start + TILE_ROWS, len(queries)))
+        last_query = max(queries[rows])
         for cols, first_key in zip(chunks, first):
             if first_key <= last_query:
                 yield rows, cols
