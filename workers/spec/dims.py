@@ -4,14 +4,15 @@ Ranks are laid out row-major over MESH_ORDER = (pp, dp_replicate, dp_shard, cp, 
 peers are adjacent ranks (they talk most), pipeline stages farthest apart. The data-parallel degree
 is dp_replicate x dp_shard: FSDP shards parameters over dp_shard and replicates across dp_replicate
 (HSDP); DDP and ZeRO-1/2 replicate parameters over all of dp. Context parallelism (cp) splits each
-micro-batch's sequence; expert parallelism (ep) borrows its ranks from dp_shard x cp, as torchtitan
-does, so it adds no ranks of its own.
+micro-batch's sequence; expert parallelism (ep) borrows its ranks from the data-parallel ones (dp x cp
+must be a multiple of ep), so it adds no ranks of its own.
 
 `mesh_dims` names the one DeviceMesh's dimensions (workers/parallel/mesh.py builds it; a program's
 session gets the same degrees): pp, dp and tp always (a strategy may ask any of them for its group),
-dp_replicate and dp_shard only when both exceed 1 (then dp is their flattening), cp only when it
-exceeds 1. Every other question (a rank's coordinates, the ranks of a group, elastic candidates) is
-answered here without torch, so the API, the supervisor and the planner ask the same arithmetic.
+dp_replicate and dp_shard only when both exceed 1 (then dp is their flattening), dp split into
+dp_mod_ep x ep under expert parallelism (dp their flattening too), cp only when it exceeds 1. Every
+other question (a rank's coordinates, the ranks of a group, elastic candidates) is answered here without
+torch, so the API, the supervisor and the planner ask the same arithmetic.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class ParallelDims:
     dp_shard: int = 1
     cp: int = 1
     tp: int = 1
-    ep: int = 1  # within dp_shard x cp: no ranks of its own
+    ep: int = 1  # within dp x cp: no ranks of its own
 
     @classmethod
     def of(cls, parallel, workers: int) -> "ParallelDims":
@@ -139,7 +140,7 @@ class ParallelDims:
         return out
 
     # --- checks and elastic sizes -----------------------------------------------------------------
-    def violations(self, workers: int, dp_given: int | None = None) -> Iterator[tuple[str, str]]:
+    def violations(self, workers: int) -> Iterator[tuple[str, str]]:
         """(field, message) for each degree rule broken; every message prints every factor."""
         if self.world_size != workers:
             yield ("parallel", f"parallel: dp x cp x tp x pp must equal resources.workers "
