@@ -56,6 +56,18 @@ def test_expert_parallel_follows_one_process_with_every_expert(runs, name):
     assert steps[0]["expert_tokens"] == ref[0]["expert_tokens"]  # step 1: the same weights route the same way
     if name == "dp2":
         return
+    # comm bytes: DDP's all-reduce of the shared parameters, plus the all-to-all (forward and backward) and,
+    # across expert groups, the expert shards' all-reduce
+    from workers.models import build_model
+    from workers.parallel.expert_parallel import expert_parameters
+
+    model = build_model(spec_for(name))
+    experts = sum(p.numel() for p in expert_parameters(model))
+    shared = sum(p.numel() for p in model.parameters()) - experts
+    dp, ep = summary["layout"]["dp"], summary["layout"]["ep"]
+    ddp = 2 * (dp - 1) / dp * 4 * shared
+    across = 2 * (dp // ep - 1) / (dp // ep) * 4 * experts / ep
+    assert summary["comm_bytes_per_step"] > ddp + across, (name, summary["comm_bytes_per_step"], ddp, across)
     # each rank holds 2 of the 4 experts: its model state is below one holding all of them
     assert summary["model_state_bytes_per_rank"] < runs["moe_reference"][0]["model_state_bytes_per_rank"]
     from workers.parallel.planner import estimate  # and the planner knows by how much

@@ -17,7 +17,8 @@ from workers.parallel.base import (
 )
 from workers.parallel.common import global_grad_norm_clip, precision
 from workers.parallel.compression import hooks_off_the_autograd_thread, register_comm_hook
-from workers.parallel.expert_parallel import expert_parameters
+from workers.parallel.expert_parallel import expert_parameters, take_step_bytes
+from workers.parallel.layouts.accounting import ring
 from workers.parallel.parallelize import data_parallel_mesh, parallelize
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 
@@ -50,8 +51,8 @@ class DDPStrategy:
                          ctx: StrategyContext) -> ForwardBackward:
         with precision(ctx):
             fb = accumulate(wrapped, micro, loss_fn, ctx, wrapped.no_sync)
-        if ctx.spec.parallel.ep > 1:
-            reduce_expert_grads(wrapped, ctx)
+        if ctx.spec.parallel.ep > 1:  # the step's all-to-all (forward and backward) and the experts' all-reduce
+            ctx.comm.logical_bytes += take_step_bytes(wrapped) + reduce_expert_grads(wrapped, ctx)
         return fb
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
@@ -76,18 +77,20 @@ def sharded_experts(model: nn.Module) -> list[nn.Parameter]:
 
 
 @torch.no_grad()
-def reduce_expert_grads(wrapped: nn.Module, ctx: StrategyContext) -> None:
+def reduce_expert_grads(wrapped: nn.Module, ctx: StrategyContext) -> int:
     """An expert's gradient on its owner sums the contributions of every token its ep group sent it; the
     owners of the same shard in the other groups hold the rest. Summed over them and divided by dp, it is
-    the data-parallel mean DDP takes of the shared parameters."""
-    replicas = ctx.mesh["dp_mod_ep"]
+    the data-parallel mean DDP takes of the shared parameters. Returns the bytes the all-reduces moved."""
+    replicas, sent = ctx.mesh["dp_mod_ep"], 0.0
     for p in sharded_experts(wrapped):
         if p.grad is None:
             continue
         local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
         if replicas.size() > 1:
             dist.all_reduce(local, group=replicas.get_group())
+            sent += ring(replicas.size()) * local.numel() * local.element_size()
         local.div_(ctx.spec.dp)
+    return int(sent)
 
 
 def derived_buffers(model: nn.Module) -> list[str]:

@@ -40,6 +40,7 @@ class ExpertParallelDispatch:
     def __init__(self, group, ep: int, rank: int):
         self.group, self.ep, self.rank = group, ep, rank
         self.all_to_all_bytes = 0
+        self.step_bytes = 0  # since the last take: every forward's and the backward it will have
 
     def __call__(self, moe, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         local = moe.local_experts
@@ -61,5 +62,7 @@ class ExpertParallelDispatch:
         row = xs.element_size() * xs.shape[1]
         remote_sent = sum(send) - send[self.rank]
         remote_returned = sum(recv) - recv[self.rank]
-        self.all_to_all_bytes = (counts.numel() - local) * counts.element_size() + row * (remote_sent + remote_returned)
+        rows_bytes = row * (remote_sent + remote_returned)
+        self.all_to_all_bytes = (counts.numel() - local) * counts.element_size() + rows_bytes
+        self.step_bytes += self.all_to_all_bytes + rows_bytes  # the backward sends the rows' gradients back
         return out

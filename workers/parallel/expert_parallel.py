@@ -73,8 +73,21 @@ def apply_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> nn.Module:
     return model
 
 
+def take_step_bytes(model: nn.Module) -> int:
+    """Bytes this rank sent by all-to-all since the last take, forward and backward, all MoE layers (a
+    recomputed forward under activation checkpointing sends again, and counts again)."""
+    total = 0
+    for d in _dispatches(model):
+        total, d.step_bytes = total + d.step_bytes, 0
+    return total
+
+
 def all_to_all_bytes(model: nn.Module) -> int:
     """Bytes this rank sent to other ranks by all-to-all in the model's last forward, all MoE layers."""
-    dispatches: list[Any] = [m.dispatch for m in model.modules() if isinstance(m, MoE)]
-    dispatches += [getattr(m, "ep_dispatch", None) for m, _ in hf_experts_modules(model)]
-    return sum(d.all_to_all_bytes for d in dispatches if isinstance(d, ExpertParallelDispatch))
+    return sum(d.all_to_all_bytes for d in _dispatches(model))
+
+
+def _dispatches(model: nn.Module) -> list[ExpertParallelDispatch]:
+    found: list[Any] = [m.dispatch for m in model.modules() if isinstance(m, MoE)]
+    found += [getattr(m, "ep_dispatch", None) for m, _ in hf_experts_modules(model)]
+    return [d for d in found if isinstance(d, ExpertParallelDispatch)]
