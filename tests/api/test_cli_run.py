@@ -114,3 +114,18 @@ def test_run_warm_workers_serve_the_restart(tmp_path, ray_address):
     assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 1
     # The pool had imported torch long before the crash: the restarted group is all warm workers.
     assert summary["warm_workers"] == 2
+
+
+@pytest.mark.slow
+def test_run_json_trains_a_moe_with_expert_parallelism(tmp_path, ray_address):
+    """Expert parallelism the way a user reaches it: `trainyard run --json` on an MoE GPT whose experts are
+    split over 2 of its 4 data-parallel ranks: it succeeds, learns, and its layout names ep (context
+    parallelism the same way: tests/workers/test_strategies.py trains it through the supervisor's JobRun)."""
+    spec = tiny_spec(**{"resources.workers": 4, "parallel.ep": 2, "train.steps": 6,
+                        "model.n_heads": 4, "model.moe": {"experts": 4, "top_k": 2}})
+    out = json_summary(trainyard(tmp_path, "run", write_spec(tmp_path, "axes", spec), "--json",
+                                 ray_address=ray_address))
+    assert out["state"] == "SUCCEEDED" and out["steps"] == 6, out
+    assert {k: out["layout"][k] for k in ("dp", "cp", "ep", "strategy")} == {"dp": 4, "cp": 1, "ep": 2,
+                                                                             "strategy": "ddp"}
+    assert out["final_loss"] < out["initial_loss"]
