@@ -95,8 +95,7 @@ class LiveMetrics:
 
     def _apply(self, u: Update) -> None:
         metric = self._catalogue[u.name]
-        assert tuple(k for k, _ in u.labels) == metric.labels, f"{u.name}: labels {u.labels} not {metric.labels}"
-        values = tuple(v for _, v in u.labels)
+        values = self._label_values(u, metric)
         children = self._values[u.name]
         # the catalogue's kind decides the op: set a gauge, inc a counter (or gauge), observe a histogram
         if u.op == "set":
@@ -117,10 +116,17 @@ class LiveMetrics:
             assert isinstance(child, _Histogram)
             child.counts[bisect_left(metric.buckets, u.value)] += 1  # le: a value on a bound counts in it
             child.sum += u.value
-        job = dict(u.labels).get("job")
+        job = values[0] if metric.labels[:1] == ("job",) else None
         if job is not None:
             self._job_series.setdefault(job, set()).add((u.name, values))
             self._ended.pop(job, None)
+
+    @staticmethod
+    def _label_values(u: Update, metric: Metric) -> tuple[str, ...]:
+        """The update's label values, its label names checked against the catalogue's."""
+        if tuple([k for k, _ in u.labels]) != metric.labels:
+            raise ValueError(f"{u.name}: labels {u.labels} not {metric.labels}")
+        return tuple([v for _, v in u.labels])
 
     def _replace_slowest(self, job: str, updates: list[Update]) -> None:
         for name in SLOWEST_FAMILIES:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from workers.events import (
     CheckpointEvent,
@@ -188,9 +189,9 @@ def exposed_names() -> set[str]:
 # --- from drained records to metric updates ------------------------------------------
 
 
-@dataclass(frozen=True)
-class Update:
-    """One metric change: set a gauge, add to a counter, observe into a histogram."""
+class Update(NamedTuple):
+    """One metric change: set a gauge, add to a counter, observe into a histogram. A named tuple, not a
+    dataclass: the metrics feed makes a dozen per job and step (500 jobs: 6,000 a pass)."""
 
     name: str
     labels: tuple[tuple[str, str], ...]
@@ -199,7 +200,7 @@ class Update:
 
 
 def update(name: str, op: str, value, **labels) -> Update:
-    return Update(name, tuple((k, str(v)) for k, v in labels.items()), op, float(value))
+    return Update(name, tuple([(k, v if type(v) is str else str(v)) for k, v in labels.items()]), op, float(value))
 
 
 ROLLBACK_CAUSES = frozenset(str(c) for c in RestartCause if c.rolls_back)

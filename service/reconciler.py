@@ -49,6 +49,7 @@ from service.db import batched
 from service.db import repository as repo
 from service.db.engine import SessionSource
 from service.db.models import JobEvent
+from service.db.progress_rows import JobRows
 from service.leases import LeaseLost
 from service.lifecycle import TERMINAL, IllegalTransition, JobState
 from service.live_metrics import LiveMetrics
@@ -225,64 +226,65 @@ class Reconciler:
         """One transaction for these drains."""
         out = {job_id: _Stored() for job_id in drains}
         with self.sessions.begin() as s:
-            jobs = batched.lock_jobs(s, drains)
-            if missing := [job_id for job_id in jobs if job_id not in self._specs]:
+            jobs = JobRows(s, drains)
+            if missing := [job_id for job_id in jobs.rows if job_id not in self._specs]:
                 self._specs.update(batched.specs(s, missing))
             metric_rows: list[dict] = []
             checkpoints: list[tuple[str, int, str]] = []
             summaries, progress = [], []
-            with s.no_autoflush:  # no ORM flush of the progress columns before take_progress
-                for job_id, drained in drains.items():
-                    job, result = jobs.get(job_id), out[job_id]
-                    if job is None or job.state in TERMINAL or drained["epoch"] != job.supervisor_epoch:
-                        result.finished = job is not None and job.state in TERMINAL
+            for job_id, drained in drains.items():
+                job, result = jobs.get(job_id), out[job_id]
+                if job is None or job.state in TERMINAL or drained["epoch"] != job.supervisor_epoch:
+                    result.finished = job is not None and job.state in TERMINAL
+                    continue
+                steps = []
+                for rec in drained["records"]:
+                    if rec["seq"] <= job.drained_seq:
                         continue
-                    steps = []
-                    for rec in drained["records"]:
-                        if rec["seq"] <= job.drained_seq:
-                            continue
-                        if rec["type"] == "state" and JobState(rec["state"]).terminal and not drained["done"]:
-                            break  # the run's summary follows at once: store the end with it (next drain)
-                        result.records.append(rec)
-                        if rec["type"] == "state":
-                            self._apply_state(s, job, JobState(rec["state"]), rec["message"])
-                        elif rec["type"] == "event" and rec["kind"] == "checkpoint":
-                            step = rec["data"]["step"]
-                            job.last_checkpoint_step = step
-                            where = checkpoint_root(self.settings.job_storage(job.id)) / step_name(step)
-                            event = batched.add_event_row(s, job.id, rec["kind"], rec["message"], rec["data"])
-                            checkpoints.append((job.id, step, where.uri))
-                            result.checkpoints.append((event, where))
-                        elif rec["type"] == "event":
-                            repo.add_event(s, job.id, rec["kind"], rec["message"], data=rec["data"])
-                        elif rec["type"] == "step":
-                            steps.append(rec)
-                        job.drained_seq = rec["seq"]
-                    if steps:
-                        metric_rows += batched.metric_rows(job, steps, self.settings.metrics_max_points)
-                        last = steps[-1]
-                        job.step, job.loss = last["step"], last["loss"]
-                        job.samples_per_s, job.step_time_s = last.get("samples_per_s"), last.get("step_time_s")
-                    job.restarts = job.restarts_base + drained["restarts"]
-                    result.spec = self._specs[job_id]
-                    job.layout = drained["layout"]
-                    if drained.get("tracking"):  # the MLflow run id appears once the run exists on the server
-                        job.tracking = drained["tracking"]
-                    job.phase = drained.get("phase")  # None while training: the view names no phase
-                    if job.state == JobState.QUEUED:  # preempted: its next supervisor resumes from the checkpoint
-                        job.restarts_base = job.restarts  # a preemption is not a failure: restarts carry over
-                        result.finished = True  # this supervisor's work is over
-                    elif drained["done"] and drained["summary"] is not None:
-                        summaries.append((job, drained["summary"], result))
-                    # Written by update_progress below, in one statement: the ORM flush leaves them out.
-                    progress.append(job)
-            batched.update_progress(s, batched.take_progress(progress))
+                    if rec["type"] == "state" and JobState(rec["state"]).terminal and not drained["done"]:
+                        break  # the run's summary follows at once: store the end with it (next drain)
+                    result.records.append(rec)
+                    if rec["type"] == "state":
+                        self._apply_state(s, jobs.orm(job), JobState(rec["state"]), rec["message"])
+                        jobs.sync(job)
+                    elif rec["type"] == "event" and rec["kind"] == "checkpoint":
+                        step = rec["data"]["step"]
+                        job.last_checkpoint_step = step
+                        where = checkpoint_root(self.settings.job_storage(job.id)) / step_name(step)
+                        event = batched.add_event_row(s, job.id, rec["kind"], rec["message"], rec["data"])
+                        checkpoints.append((job.id, step, where.uri))
+                        result.checkpoints.append((event, where))
+                    elif rec["type"] == "event":
+                        repo.add_event(s, job.id, rec["kind"], rec["message"], data=rec["data"])
+                    elif rec["type"] == "step":
+                        steps.append(rec)
+                    job.drained_seq = rec["seq"]
+                if steps:
+                    metric_rows += batched.metric_rows(job, steps, self.settings.metrics_max_points)
+                    last = steps[-1]
+                    job.step, job.loss = last["step"], last["loss"]
+                    job.samples_per_s, job.step_time_s = last.get("samples_per_s"), last.get("step_time_s")
+                job.restarts = job.restarts_base + drained["restarts"]
+                result.spec = self._specs[job_id]
+                job.layout = drained["layout"]
+                if drained.get("tracking"):  # the MLflow run id appears once the run exists on the server
+                    job.tracking = drained["tracking"]
+                job.phase = drained.get("phase")  # None while training: the view names no phase
+                if job.state == JobState.QUEUED:  # preempted: its next supervisor resumes from the checkpoint
+                    orm = jobs.orm(job)
+                    orm.restarts_base = job.restarts  # a preemption is not a failure: restarts carry over
+                    result.finished = True  # this supervisor's work is over
+                elif drained["done"] and drained["summary"] is not None:
+                    summaries.append((job, drained["summary"], result))
+                progress.append(job)
+            jobs.write(progress)
             batched.upsert_metrics(s, metric_rows)
             batched.record_checkpoints(s, checkpoints)
             for job, summary, result in summaries:  # after the metrics: the summary reads the first one
-                job.summary = self._complete_summary(s, job, summary)
-                job.error = summary.get("error")
-                self._apply_state(s, job, JobState(summary["state"]), job.error or "run finished")
+                orm = jobs.orm(job)
+                orm.summary = self._complete_summary(s, orm, summary)
+                orm.error = summary.get("error")
+                self._apply_state(s, orm, JobState(summary["state"]), orm.error or "run finished")
                 result.finished = True
         return out
 

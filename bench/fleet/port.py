@@ -55,41 +55,62 @@ class Handle:
 
 
 class SimulatedClusterPort:
+    """The cluster port over one connection per calling thread: Ray answers its callers' threads
+    concurrently, so the scheduler's calls do not queue behind the reconciler's gather (the cluster
+    process serves each connection on a thread of its own)."""
+
     def __init__(self, address: tuple[str, int], authkey: bytes):
         self.address, self.authkey = address, authkey
-        self._conn: Connection | None = None
-        self._lock = threading.Lock()
+        self._connected = False
+        self._local = threading.local()
+        self._conns: list[Connection] = []
+        self._lock = threading.Lock()  # around the connection list and the counters
         self.calls = 0
         # thread -> seconds the cluster process spent answering this thread's gathers one after another
         # beyond the slowest answer of each (bench/fleet/cluster_process.py `gather`)
         self.serial_s: dict[str, float] = {}
 
     def rpc(self, op: str, *args) -> Any:
+        conn = self._thread_conn()
+        conn.send((op, args))
+        ok, value = conn.recv()
         with self._lock:
-            if self._conn is None:
-                raise ConnectionError("not connected to the simulated cluster")
-            self._conn.send((op, args))
-            ok, value = self._conn.recv()
             self.calls += 1
         if not ok:
             raise RuntimeError(f"simulated cluster: {op}: {value}")
         return value
 
-    def connect(self) -> None:
+    def _thread_conn(self) -> Connection:
+        if not self._connected:
+            raise ConnectionError("not connected to the simulated cluster")
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._open()
+            with self._lock:
+                self._conns.append(conn)
+        return conn
+
+    def _open(self) -> Connection:
         deadline = time.monotonic() + 30
         while True:
             try:
-                self._conn = Client(self.address, authkey=self.authkey)
-                return
+                return Client(self.address, authkey=self.authkey)
             except OSError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
 
+    def connect(self) -> None:
+        self._connected = True
+        self._thread_conn()
+
     def release(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._connected = False
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
 
     def nodes(self) -> list[dict]:
         return self.rpc("nodes")

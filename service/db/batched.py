@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, inspect, select, text, tuple_, update
-from sqlalchemy.orm import Session, defer
-from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy import Table, bindparam, select, text, tuple_, update
+from sqlalchemy.orm import Session
 
 from service.db.models import Checkpoint, Job, JobEvent, JobMetric
 from service.db.repository import ACTIVE, METRIC_FIELDS, _extra_of, metric_stride
@@ -26,16 +24,6 @@ ACTIVE_COLUMNS = (Job.id, Job.state, Job.drained_seq, Job.cancel_requested, Job.
 def active_rows(s: Session) -> list[Any]:
     """ACTIVE_COLUMNS of every STARTING/RUNNING/RECOVERING job, oldest first (one statement)."""
     return list(s.execute(select(*ACTIVE_COLUMNS).where(Job.state.in_(ACTIVE)).order_by(Job.created_at)).all())
-
-
-def lock_jobs(s: Session, job_ids: Iterable[str]) -> dict[str, Job]:
-    """The jobs' rows but their spec, locked for this transaction in one `SELECT ... FOR UPDATE` (in id
-    order, the order every other locker of several job rows takes too, so two of them never deadlock)."""
-    ids = sorted(set(job_ids))
-    if not ids:
-        return {}
-    q = select(Job).where(Job.id.in_(ids)).order_by(Job.id).options(defer(Job.spec)).with_for_update()
-    return {job.id: job for job in s.scalars(q)}
 
 
 def specs(s: Session, job_ids: list[str]) -> dict[str, dict]:
@@ -102,25 +90,8 @@ _PG_UPDATE_PROGRESS = text(
     + f") AS v(id, {', '.join(PROGRESS)}) WHERE jobs.id = v.id")
 
 
-def take_progress(jobs: Iterable[Job]) -> list[dict]:
-    """The PROGRESS columns of the jobs whose progress this session changed, which the ORM then
-    takes as stored (the caller writes them with update_progress, the ORM flush leaves them out)."""
-    rows = []
-    for job in jobs:
-        if _PROGRESS_SET.isdisjoint(inspect(job).committed_state):
-            continue
-        row = {c: getattr(job, c) for c in PROGRESS}
-        for c, value in row.items():
-            set_committed_value(job, c, value)
-        rows.append({"id": job.id, **row})
-    return rows
-
-
-_PROGRESS_SET = frozenset(PROGRESS)
-
-
 def update_progress(s: Session, rows: list[dict]) -> None:
-    """take_progress's rows into the jobs: PostgreSQL, one statement; SQLite, an executemany."""
+    """Progress rows ({id, *PROGRESS}) into the jobs: PostgreSQL, one statement; SQLite, an executemany."""
     if not rows:
         return
     conn = s.connection()
