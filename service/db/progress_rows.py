@@ -73,7 +73,9 @@ class JobRows:
         on its progress goes out with the ORM's flush. Call `sync` after changing it through the ORM."""
         row = self._orm.get(job.id)
         if row is None:
-            row = self._orm[job.id] = self.s.get(Job, job.id, options=[defer(Job.spec)])
+            found = self.s.get(Job, job.id, options=[defer(Job.spec)])
+            assert found is not None, f"job {job.id} is locked by this transaction"
+            row = self._orm[job.id] = found
         job.copy_to(row)
         return row
 
