@@ -13,10 +13,10 @@ from sqlalchemy import Table, bindparam, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from service.db.models import Checkpoint, Job, JobEvent, JobMetric
+from service.db.repository import ACTIVE, METRIC_FIELDS, _extra_of, metric_stride
 
 if TYPE_CHECKING:
     from service.db.progress_rows import JobProgress
-from service.db.repository import ACTIVE, METRIC_FIELDS, _extra_of, metric_stride
 
 # What a pass reads of every active job: never the spec's JSON (the locked rows carry it).
 ACTIVE_COLUMNS = (Job.id, Job.state, Job.drained_seq, Job.cancel_requested, Job.supervisor_name, Job.supervisor_epoch,
