@@ -27,6 +27,8 @@ RESIZABLE = [
     {"parallel.tp": 2, "resources.workers": 8, "train.global_batch_size": 32},
     {"parallel.pp": 2, "model.n_layers": 4, "resources.workers": 8, "train.global_batch_size": 32},
     {"parallel.zero": 2, "resources.workers": 6, "train.global_batch_size": 24},
+    {"parallel.cp": 2, "resources.workers": 8, "train.global_batch_size": 48},
+    {"model.moe": {"experts": 4, "top_k": 2}, "parallel.ep": 4, "resources.workers": 8, "train.global_batch_size": 64},
 ]
 
 
@@ -43,9 +45,20 @@ def test_a_resize_checks_only_what_it_changes_and_agrees_with_the_whole_rule_set
             assert planned.world_size == workers and planned.train.global_batch_size == spec.train.global_batch_size
             assert checked_spec(planned.model_dump(mode="json"), allow_fault_injection=True) == planned
         else:  # no data-parallel split of the global batch over what the model-parallel degrees leave
-            assert all(spec.train.global_batch_size % (workers // (tp * pp)) or workers % (tp * pp)
-                       for tp, pp in ((spec.parallel.tp, spec.parallel.pp), (spec.parallel.tp, 1),
-                                      (1, spec.parallel.pp), (1, 1))), workers
+            cp = spec.parallel.cp
+            assert all(workers % (tp * pp * c) or spec.train.global_batch_size % (workers // (tp * pp * c))
+                       for tp, pp, c in ((spec.parallel.tp, spec.parallel.pp, cp), (spec.parallel.tp, 1, cp),
+                                         (1, spec.parallel.pp, cp), (1, 1, cp), (1, 1, 1))), workers
+
+
+def test_a_shrink_keeps_context_parallelism_where_it_divides_and_spreads_experts_over_fewer_ranks():
+    cp = spec_of(**{"parallel.cp": 2, "resources.workers": 4, "resources.min_workers": 1,
+                    "train.global_batch_size": 48})
+    assert (relayout(cp, 2).dp, relayout(cp, 2).parallel.cp) == (1, 2)  # the sequence still split in two
+    assert (relayout(cp, 3).dp, relayout(cp, 3).parallel.cp) == (3, 1)  # 3 ranks: whole sequences
+    moe = spec_of(**{"model.moe": {"experts": 4, "top_k": 2}, "parallel.ep": 4, "resources.workers": 4,
+                     "resources.min_workers": 1, "train.global_batch_size": 48})
+    assert [relayout(moe, w).parallel.ep for w in (4, 3, 2, 1)] == [4, 1, 2, 1]  # ep divides dp
 
 
 def test_best_layout_respects_the_elastic_range_and_divisibility():

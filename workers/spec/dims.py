@@ -155,7 +155,8 @@ class ParallelDims:
     def resized(self, workers: int) -> Iterator["ParallelDims"]:
         """Layouts for `workers` ranks, best first: the model-parallel degrees (tp, pp, cp) kept where they
         divide, else dropped, tp and pp one at a time; data parallelism takes the rest, HSDP keeping its
-        shard size where it divides the new dp, else sharding over all of it."""
+        shard size where it divides the new dp, else sharding over all of it; ep the largest of its
+        divisors that divides the new dp x cp (the experts are spread over fewer ranks, each holding more)."""
         seen = set()
         for tp, pp, cp in ((self.tp, self.pp, self.cp), (self.tp, 1, self.cp), (1, self.pp, self.cp),
                            (1, 1, self.cp), (1, 1, 1)):
@@ -165,8 +166,8 @@ class ParallelDims:
             dp = workers // (tp * pp * cp)
             hsdp = self.dp_replicate > 1 and self.dp_shard > 1
             shard = self.dp_shard if hsdp and dp % self.dp_shard == 0 else (dp if self.dp_shard > 1 else 1)
-            if (dp * cp) % self.ep == 0:
-                yield replace(self, pp=pp, tp=tp, cp=cp, dp_replicate=dp // shard, dp_shard=shard)
+            ep = max(e for e in range(1, self.ep + 1) if self.ep % e == 0 and (dp * cp) % e == 0)
+            yield replace(self, pp=pp, tp=tp, cp=cp, ep=ep, dp_replicate=dp // shard, dp_shard=shard)
 
 
 def _product(sizes: list[int]) -> Iterator[tuple[int, ...]]:

@@ -1,10 +1,10 @@
 """Elastic sizing: the layout a job runs on for the worker slots the cluster can give it.
 
 The global batch is kept, so a job resharded to fewer workers trains the same problem
-with more gradient accumulation per rank. Model-parallel degrees (tp, pp) are kept when
-the new world size allows it, otherwise dropped (DCP reshards the checkpoint onto
-whatever layout results). How many slots are free is the caller's question
-(service/supervisor/cluster.py); these functions only decide.
+with more gradient accumulation per rank. Model-parallel degrees (tp, pp, cp) are kept when
+the new world size allows it, otherwise dropped, and expert parallelism shrinks to what the new
+data-parallel degree holds (DCP reshards the checkpoint onto whatever layout results). How many
+slots are free is the caller's question (service/supervisor/cluster.py); these functions only decide.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def relayout(spec: JobSpec, workers: int) -> JobSpec | None:
         else:
             per_rank = t.global_batch_size // dims.dp
             micro = max(m for m in range(1, min(t.micro_batch_size, per_rank) + 1) if per_rank % m == 0)
-        degrees: dict[str, int | None] = {"tp": dims.tp, "pp": dims.pp}
+        degrees: dict[str, int | None] = {"tp": dims.tp, "pp": dims.pp, "cp": dims.cp, "ep": dims.ep}
         if p.dp_shard is not None:  # HSDP: its shard size where it divides the new dp, else FSDP over all of it
             degrees["dp_shard"] = p.dp_shard if dims.dp_replicate > 1 else None
         if p.dp is not None or spec.program is None:
