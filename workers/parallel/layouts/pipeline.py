@@ -109,8 +109,9 @@ def pipeline_errors(spec: JobSpec) -> Iterator[Violation]:
 def cost(spec: JobSpec, facts) -> LayoutCost:  # replicated stages; the planner lists pipelines, auto never picks one
     per_rank = params_per_rank(spec, facts)
     state, activations = pipeline_peak(spec, facts)  # the rank with the highest peak
-    return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank, state, activation_bytes=activations)
+    replicas = spec.dp * spec.parallel.cp  # a stage's gradients are averaged over dp x cp
+    return LayoutCost(16 * per_rank, ring(replicas) * 4 * per_rank, state, activation_bytes=activations)
 
 
-# pp > 1 (x dp, x tp)
+# pp > 1 (x dp, x tp, x cp)
 LAYOUT = Layout("pipeline", lambda spec: spec.parallel.pp > 1, pipeline_errors, cost)

@@ -49,6 +49,7 @@ def rank_peaks(spec: JobSpec, facts) -> list[tuple[float, float]]:
             act += math.ceil(chunks / virtual) * (a.final + 2 * a.logits) + 2 * a.logits
         else:
             act += a.block_backward
+        act += a.ring  # pp x cp: the key/value blocks around the ring while a block runs (0 without cp)
         out.append((state, act))
     return out
 
