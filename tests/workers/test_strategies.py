@@ -172,6 +172,14 @@ def test_comm_bytes_follow_ring_formulas(runs):
     assert local == [ddp if (i + 1) % 4 == 0 else 0 for i in range(20)]
 
 
+def test_pipeline_x_cp_validates_like_the_reference(runs):
+    """pp2 x cp2's final validation goes through the stages on each rank's sequence shard (the stages' receive
+    buffers sized by a probe of a shard) and is summed over dp x cp: the reference's validation loss."""
+    ref, summary = runs["reference"][0], runs["pp2xcp2"][0]
+    assert ref["final_val_loss"] is not None
+    assert summary["final_val_loss"] == pytest.approx(ref["final_val_loss"], rel=1e-4)
+
+
 RESHARD = [
     # (written under, loaded under)
     ("fsdp", "ddp2"),
