@@ -6,12 +6,15 @@ schedules) of any model with repeated blocks, split by `workers.parallel.pipelin
 rank's micro-batches through the schedule in flushes of `microbatches`,
 all-reduces the gradients over the data-parallel replicas of the same stage,
 and broadcasts the last stage's loss so every rank reports the whole model's
-loss. Under context parallelism (pp x cp) every stage runs ring attention over
-its cp group: a rank feeds the pipeline its cp shard of each micro-batch, so the
-activations it passes go to the next stage's rank of the same cp index (the pp
-group's peer), each cp rank's loss is the mean over its equal share of tokens,
-and gradients are averaged over dp x cp. Per-loss scaling by the step's micro-batch count (scale_grads=False)
+loss. Per-loss scaling by the step's micro-batch count (scale_grads=False)
 makes the arithmetic the same as the single-process reference's accumulation.
+
+Under context parallelism (pp x cp) every stage runs ring attention over its cp
+group: a rank feeds the pipeline its cp shard of each micro-batch, so the
+activations it passes go to the next stage's rank of the same cp index (its peer
+in the pp group), each cp rank's loss is the mean over its equal share of tokens
+(the job's loss, the mean over ranks, is the mean over all tokens), and
+gradients are averaged over dp x cp.
 """
 
 from __future__ import annotations
