@@ -51,6 +51,7 @@ LAYOUTS: dict[str, tuple[int, dict]] = {
     "fsdp2xtp2": (4, {**Z3, "parallel.tp": 2}),
     "tp4_sp": (4, {"parallel.tp": 4, "parallel.sequence_parallel": True}),
     "pp2xdp2": (4, {"parallel.pp": 2, "parallel.pipeline": {"schedule": "1f1b"}}),
+    "pp2xcp2": (4, {"parallel.pp": 2, "parallel.cp": 2, "parallel.pipeline": {"schedule": "1f1b"}}),
 }
 
 

@@ -51,6 +51,8 @@ LAYOUTS = {
     "dp2xcp2": {"resources.workers": 4, "parallel.cp": 2},
     "fsdp2xcp2": {"resources.workers": 4, "parallel.cp": 2, "parallel.zero": 3},
     "tp2xcp2": {"resources.workers": 4, "parallel.cp": 2, "parallel.tp": 2},
+    # each pipeline stage runs ring attention over its cp pair; stages pass a cp rank's shard
+    "pp2xcp2": {"resources.workers": 4, "parallel.cp": 2, "parallel.pp": 2},
 }
 # name -> relative tolerance of the loss after 10 and 20 steps, and why it is not 1e-4.
 APPROX = {
@@ -71,7 +73,8 @@ STRATEGY = {"ddp4": "ddp", "zero1": "zero", "zero2": "zero", "zero2_offload": "z
             "fsdp_keep": "fsdp", "hsdp": "fsdp", "tp2": "tp", "tp4_sp": "tp", "dp2xtp2": "tp", "fsdp2xtp2": "fsdp",
             "ddp2_ac": "ddp", "ddp4_fp16": "ddp", "ddp4_powersgd": "ddp", "local_sgd4": "local_sgd",
             "ddp2_bf16": "ddp", "fsdp2_bf16": "fsdp", "ddp2_amp16": "ddp", "fsdp2_amp16": "fsdp",
-            "cp2": "ddp", "dp2xcp2": "ddp", "fsdp2xcp2": "fsdp", "tp2xcp2": "tp"}
+            "cp2": "ddp", "dp2xcp2": "ddp", "fsdp2xcp2": "fsdp", "tp2xcp2": "tp",
+            "pp2xcp2": "pipeline"}
 
 
 # Trained in make test-all only: make test has TP with sequence parallelism on Llama
@@ -169,15 +172,24 @@ def test_comm_bytes_follow_ring_formulas(runs):
     assert local == [ddp if (i + 1) % 4 == 0 else 0 for i in range(20)]
 
 
+def test_pipeline_x_cp_validates_like_the_reference(runs):
+    """pp2 x cp2's final validation goes through the stages on each rank's sequence shard (the stages' receive
+    buffers sized by a probe of a shard) and is summed over dp x cp: the reference's validation loss."""
+    ref, summary = runs["reference"][0], runs["pp2xcp2"][0]
+    assert ref["final_val_loss"] is not None
+    assert summary["final_val_loss"] == pytest.approx(ref["final_val_loss"], rel=1e-4)
+
+
 RESHARD = [
     # (written under, loaded under)
     ("fsdp", "ddp2"),
     ("tp2", "dp2"),
     ("zero2", "fsdp2"),
     ("cp2", "dp2"),  # each sequence split over 2 ranks -> 2 ranks with whole sequences
+    ("fsdp2xcp2", "fsdp4"),  # FSDP sharded over dp x cp (4) -> over dp 4 with whole sequences
 ]
 TARGETS = {"ddp2": {"resources.workers": 2}, "dp2": {"resources.workers": 2},
-           "fsdp2": {"resources.workers": 2, "parallel.zero": 3}}
+           "fsdp2": {"resources.workers": 2, "parallel.zero": 3}, "fsdp4": {"resources.workers": 4, "parallel.zero": 3}}
 
 
 @pytest.mark.parametrize(("source", "target"), RESHARD)

@@ -43,10 +43,12 @@ LAYOUTS = {
     "cp2": {"resources.workers": 2, "parallel.cp": 2},
     "fsdp2xcp2": {"resources.workers": 4, "parallel.zero": 3, "parallel.cp": 2},
     "tp2xcp2": {"resources.workers": 4, "parallel.tp": 2, "parallel.cp": 2},
+    # pipeline stages each running the ring over their cp pair (rotary positions global on every stage)
+    "pp2xcp2": {"resources.workers": 4, "parallel.pp": 2, "parallel.cp": 2},
 }
 STRATEGY = {"dp2": "ddp", "zero1": "zero", "zero2": "zero", "fsdp2": "fsdp", "fsdp4": "fsdp", "hsdp": "fsdp",
             "tp2": "tp", "tp2_sp": "tp", "dp2xtp2": "tp", "fsdp2xtp2": "fsdp", "dp2_ac": "ddp", "fsdp2_ac": "fsdp",
-            "cp2": "ddp", "fsdp2xcp2": "fsdp", "tp2xcp2": "tp"}
+            "cp2": "ddp", "fsdp2xcp2": "fsdp", "tp2xcp2": "tp", "pp2xcp2": "pipeline"}
 # What `make test` trains; the rest of each model's row is exhaustive.
 REPRESENTATIVE = {
     "llama": {"dp2", "tp2_sp", "fsdp2_ac", "cp2"},  # 2-D: pp x tp x dp in test_pipeline_models

@@ -77,7 +77,8 @@ def context_parallel_comm_bytes(spec: JobSpec, f) -> float:
     if cp == 1 or not f.layers:
         return 0.0
     a = spec.train.micro_batch_size * f.seq_len // cp * f.d_model // spec.parallel.tp * 4
-    return spec.grad_accum_steps * f.layers * 2 * a * (3 * cp - 2)
+    layers = f.layers / spec.parallel.pp  # a pipeline rank runs its stages' blocks only
+    return spec.grad_accum_steps * layers * 2 * a * (3 * cp - 2)
 
 
 def compressed_fraction(spec) -> float:

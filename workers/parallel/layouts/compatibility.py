@@ -51,7 +51,6 @@ UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in 
     **{("sdp", f): _SUBNETS for f in ("tp", "zero1", "zero2", "sequence_parallel")},
     ("sdp", "fsdp"): "SDP with zero 3 shards each subnetwork over parallel.dp_shard ranks: set it (HSDP)",
     ("cp", "zero1"): _CP_DP, ("cp", "zero2"): _CP_DP, ("cp", "sdp"): _CP_DP,
-    ("cp", "pp"): "context parallelism inside pipeline stages is not built yet",
     ("cp", "sequence_parallel"): "Megatron sequence parallelism splits the sequence over tp ranks already",
     **{("ep", f): _EP_DP for f in ("zero1", "zero2", "fsdp", "hsdp", "tp", "sequence_parallel", "pp", "cp",
                                    "compression", "local_sgd", "sdp", "rebalance")},

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from workers.parallel.layouts.accounting import (
-    LayoutCost,
-    params_per_rank,
-    ring,
-)
+from workers.parallel.layouts.accounting import LayoutCost, ring
 from workers.parallel.layouts.layout import Layout
-from workers.parallel.pipeline.memory import pipeline_peak
+from workers.parallel.pipeline.memory import p2p_bytes, peak_rank, pipeline_peak, stage_params
 from workers.spec import (
     SINGLE_STAGE_SCHEDULES,
     V_SCHEDULES,
@@ -107,10 +103,13 @@ def pipeline_errors(spec: JobSpec) -> Iterator[Violation]:
 
 
 def cost(spec: JobSpec, facts) -> LayoutCost:  # replicated stages; the planner lists pipelines, auto never picks one
-    per_rank = params_per_rank(spec, facts)
-    state, activations = pipeline_peak(spec, facts)  # the rank with the highest peak
-    return LayoutCost(16 * per_rank, ring(spec.dp) * 4 * per_rank, state, activation_bytes=activations)
+    rank = peak_rank(spec, facts)  # the rank with the highest peak: its stages' parameters, its sends
+    held = stage_params(spec, facts)[rank]
+    state, activations = pipeline_peak(spec, facts)
+    replicas = spec.dp * spec.parallel.cp  # a stage's gradients are averaged over dp x cp
+    comm = ring(replicas) * 4 * held + p2p_bytes(spec, facts, rank)
+    return LayoutCost(16 * held, comm, state, activation_bytes=activations)
 
 
-# pp > 1 (x dp, x tp)
+# pp > 1 (x dp, x tp, x cp)
 LAYOUT = Layout("pipeline", lambda spec: spec.parallel.pp > 1, pipeline_errors, cost)

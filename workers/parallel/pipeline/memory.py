@@ -17,7 +17,8 @@ import math
 
 from workers.parallel.activations import MicroBatchActivations
 from workers.parallel.layouts.accounting import accumulated_grad_bytes, params_per_rank
-from workers.spec import SINGLE_STAGE_SCHEDULES, JobSpec, PipelineSpec, pipeline_microbatches
+from workers.parallel.pipeline.stage_plan import stage_to_rank
+from workers.spec import SINGLE_STAGE_SCHEDULES, V_SCHEDULES, JobSpec, PipelineSpec, pipeline_microbatches
 
 
 def in_flight(schedule: str, rank: int, pp: int, virtual: int, microbatches: int) -> int:
@@ -29,19 +30,37 @@ def in_flight(schedule: str, rank: int, pp: int, virtual: int, microbatches: int
     return min(microbatches * virtual, (virtual - 1) * pp + 2 * (pp - 1 - rank) + 1)
 
 
+def stage_params(spec: JobSpec, facts) -> list[float]:
+    """Parameters each pipeline rank holds: its share of the blocks, and half of those outside them on the
+    first and on the last rank."""
+    p = spec.parallel
+    per_rank = params_per_rank(spec, facts)
+    outer = min(facts.outer_params, per_rank)
+    block_params = (per_rank - outer) / max(facts.layers, 1)
+    return [facts.layers / p.pp * block_params + outer / 2 * ((r == 0) + (r == p.pp - 1)) for r in range(p.pp)]
+
+
+def p2p_bytes(spec: JobSpec, facts, rank: int) -> float:
+    """Bytes a pipeline rank sends per step: one fp32 stream tensor per micro-batch for each of its stages'
+    edges to another rank (activations forward, their gradients backward)."""
+    p = spec.parallel
+    pipe = p.pipeline or PipelineSpec()
+    n, v_shape = p.pp * pipe.stages_per_rank, pipe.schedule in V_SCHEDULES
+    mine = [s for s in range(n) if stage_to_rank(s, p.pp, v_shape) == rank]
+    edges = sum((s < n - 1 and stage_to_rank(s + 1, p.pp, v_shape) != rank)
+                + (s > 0 and stage_to_rank(s - 1, p.pp, v_shape) != rank) for s in mine)
+    return edges * spec.grad_accum_steps * MicroBatchActivations.of(spec, facts).stream
+
+
 def rank_peaks(spec: JobSpec, facts) -> list[tuple[float, float]]:
     """(state, activations) at the peak of each pipeline rank."""
     p = spec.parallel
     pipe = p.pipeline or PipelineSpec()
     virtual, micro = pipe.stages_per_rank, pipeline_microbatches(spec)
-    per_rank = params_per_rank(spec, facts)
-    outer = min(facts.outer_params, per_rank)
-    block_params = (per_rank - outer) / max(facts.layers, 1)
     a = MicroBatchActivations.of(spec, facts)
     blocks = facts.layers / p.pp
     out = []
-    for r in range(p.pp):
-        params = blocks * block_params + outer / 2 * ((r == 0) + (r == p.pp - 1))
+    for r, params in enumerate(stage_params(spec, facts)):
         state = (4 + 8 + accumulated_grad_bytes(spec)) * params
         chunks = in_flight(pipe.schedule, r, p.pp, virtual, micro)
         act = chunks * (blocks / virtual * a.kept + a.stream)
@@ -49,10 +68,17 @@ def rank_peaks(spec: JobSpec, facts) -> list[tuple[float, float]]:
             act += math.ceil(chunks / virtual) * (a.final + 2 * a.logits) + 2 * a.logits
         else:
             act += a.block_backward
+        act += a.ring  # pp x cp: the key/value blocks around the ring while a block runs (0 without cp)
         out.append((state, act))
     return out
 
 
+def peak_rank(spec: JobSpec, facts) -> int:
+    """The pipeline rank with the highest peak (the planner predicts for it)."""
+    peaks = rank_peaks(spec, facts)
+    return max(range(len(peaks)), key=lambda r: sum(peaks[r]))
+
+
 def pipeline_peak(spec: JobSpec, facts) -> tuple[float, float]:
     """(state, activations) of the rank with the highest peak."""
-    return max(rank_peaks(spec, facts), key=sum)
+    return rank_peaks(spec, facts)[peak_rank(spec, facts)]

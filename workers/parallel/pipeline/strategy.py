@@ -8,6 +8,13 @@ all-reduces the gradients over the data-parallel replicas of the same stage,
 and broadcasts the last stage's loss so every rank reports the whole model's
 loss. Per-loss scaling by the step's micro-batch count (scale_grads=False)
 makes the arithmetic the same as the single-process reference's accumulation.
+
+Under context parallelism (pp x cp) every stage runs ring attention over its cp
+group: a rank feeds the pipeline its cp shard of each micro-batch, so the
+activations it passes go to the next stage's rank of the same cp index (its peer
+in the pp group), each cp rank's loss is the mean over its equal share of tokens
+(the job's loss, the mean over ranks, is the mean over all tokens), and
+gradients are averaged over dp x cp.
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ from workers.parallel.base import (
     adamw,
 )
 from workers.parallel.common import average_in_place
+from workers.parallel.context import apply_context_parallel
+from workers.parallel.context.ring import take_ring_bytes
+from workers.parallel.mesh import group_mesh
+from workers.parallel.parallelize import data_parallel_mesh, sequence_shard
 from workers.parallel.pipeline.bubble import theoretical_bubble
 from workers.parallel.pipeline.probe import Probe
 from workers.parallel.pipeline.probe import probe as probe_model
@@ -135,10 +146,12 @@ class PipelineStrategy:
         self.v_shape = pipe.schedule in V_SCHEDULES
         coords = spec.dims.coordinates(ctx.rank)
         self.pp_rank, self.dp, self.dp_rank = coords["pp"], spec.dp, coords["dp"]
-        self.tp, self.tp_rank = spec.parallel.tp, coords["tp"]
+        self.shard = sequence_shard(spec.dims, ctx.rank)  # pp x cp: this rank's chunks of every sequence
+        self.tp, self.tp_rank, self.cp = spec.parallel.tp, coords["tp"], spec.dims.cp
         self.tp_group = ctx.mesh["tp"].get_group()
         self.pp_group = ctx.mesh["pp"].get_group()
-        self.dp_group = ctx.mesh["dp"].get_group()
+        self.dp_group = data_parallel_mesh(ctx).get_group()  # a stage's replicas: dp (x cp, same gradient math)
+        self.replicas = spec.dims.size("dp_cp")
         self.control, self.device = ctx.control, ctx.device
         ctx.control.mirror(spec.dims, "pp")  # makespans, reported losses, the gathered state: host values
         self.plans = plan_stages(spec, self.n_stages, pipe.split)
@@ -147,8 +160,14 @@ class PipelineStrategy:
         desc = describe_spec_model(model, spec.model)
         if self.tp > 1:  # PP x TP: shard every block by the model's plan first; stages pass replicated activations
             apply_tensor_parallel(model, ctx.mesh["tp"], sequence_parallel=False, desc=desc)
+        cp_mesh = group_mesh(ctx.mesh, spec.dims, "cp")
+        if cp_mesh is not None:  # before the probe and the stages' copies: they share the ring and position hooks
+            apply_context_parallel(model, desc, cp_mesh.get_group())
         sample = sample_input(spec)  # a dict of inputs: probe_model says a pipeline takes one tensor
+        if self.shard is not None and isinstance(sample, torch.Tensor):  # stages see cp shards: probe one
+            sample = self.shard(sample, None)[0]  # (every cp rank probes together: the ring is collective)
         probe = probe_model(model, desc, sample.to(ctx.device) if isinstance(sample, torch.Tensor) else sample)
+        take_ring_bytes()  # the probe's ring traffic is no step's
 
         wrapped = PipelineRank(model, desc, probe, mine, self.plans, self)
         self.stages = [PipelineStage(wrapped.chunks[plan.stage], plan.stage, self.n_stages, ctx.device,
@@ -182,7 +201,7 @@ class PipelineStrategy:
         return adamw(wrapped.parameters(), ctx.spec)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
-        return replicated_over(ctx.mesh["dp"], wrapped.parameters())  # this rank's stages (tp shards), over dp
+        return replicated_over(data_parallel_mesh(ctx), wrapped.parameters())  # its stages (tp shards), dp x cp
 
     def describe_split(self) -> list[dict]:
         return [{**p.to_dict(), "rank": self.owner(p.stage)} for p in self.plans]
@@ -203,14 +222,16 @@ class PipelineStrategy:
         with self.meter.measuring():
             for start in range(0, len(micro), m):  # one pipeline flush per `microbatches` micro-batches
                 flush = micro[start:start + m]
+                if self.shard is not None:
+                    flush = [self.shard(x, y) for x, y in flush]
                 inputs = torch.cat([x for x, _ in flush]).to(ctx.device)
                 targets = torch.cat([y for _, y in flush]).to(ctx.device)
                 args = (inputs,) if self.has_first else ()
                 self.schedule.step(*args, target=targets, losses=losses, return_outputs=False)
         loss, makespan = self._pipeline_loss_and_makespan(losses, self.meter.times.wall_s)
         stage = self.meter.times.report(self.pp_rank, self.theoretical, makespan)
-        ctx.comm.logical_bytes += self._p2p_bytes(len(micro))
-        if self.dp > 1:
+        ctx.comm.logical_bytes += self._p2p_bytes(len(micro)) + (take_ring_bytes() if self.shard else 0)
+        if self.replicas > 1:
             self._allreduce_grads(wrapped, ctx)
         # Everything here but the stage's own compute was spent blocked on peers (start barrier, p2p
         # transfers and waits, the makespan all-gather, the dp all-reduce): like a DDP rank's comm time,
@@ -218,7 +239,9 @@ class PipelineStrategy:
         comm_s = max(0.0, time.perf_counter() - entered - stage["busy_s"])
         first_replica_stage = self.pp_rank == 0 and self.tp_rank == 0  # count data once per pipeline
         samples = sum(x.shape[0] for x, _ in micro) if first_replica_stage else 0
+        # cp ranks each count their share of the tokens (the whole sequence divided by cp)
         tokens = sum(x.numel() for x, _ in micro if x.dtype == torch.long) if first_replica_stage else 0
+        tokens //= self.cp
         return ForwardBackward(loss, samples, tokens, comm_time_s=comm_s, stage=stage)
 
     def _pipeline_loss_and_makespan(self, losses: list[torch.Tensor], wall_s: float) -> tuple[float, float]:
