@@ -99,7 +99,7 @@ class Scheduler:
         self.launcher = launcher or Launcher(settings, cluster=cluster)
         self.handles = handles if handles is not None else {}  # shared with the reconciler
         self.clock = clock  # "now" for how long a job has waited
-        self.feed = QueueFeed(resync_s=resync_s)
+        self.feed = QueueFeed(resync_s=resync_s, sessions=sessions)
         self.reserved_for: str | None = None  # the job capacity is held for (sticky across ticks)
 
     def tick(self) -> list[str]:

@@ -104,6 +104,27 @@ def test_the_index_follows_submits_cancels_and_requeues_without_reloading(sessio
     assert sched.feed.full_reads == 1 and sched.feed.change_reads == 3
 
 
+def test_the_periodic_full_read_runs_beside_the_ticks_and_finds_what_a_window_missed(sessions, tmp_path):
+    with sessions.begin() as s:
+        t = repo.ensure_tenant(s, "t")
+        first = submit(s, t.id)
+    cluster = FakeCluster(cpus=0.0)
+    sched = scheduler(sessions, tmp_path, cluster, resync_s=0.0)
+    sched.feed.overlap_s = 0.0
+    assert sched.tick() == [] and sched.feed.full_reads == 1  # the first full read is the tick's own
+    with sessions.begin() as s:  # a job whose stamp no window covers (a replica's clock far behind)
+        missed = submit(s, t.id)
+        s.execute(update(Job).where(Job.id == missed).values(queued_at=repo.utcnow().replace(year=2000)))
+    cluster.cpus = 1.0
+    assert sched.tick() == [first]  # admitted while the full read began on its own thread
+    assert missed not in sched.feed.index and sched.feed.full_reads == 1
+    resync = sched.feed._resync
+    assert resync is not None and resync.done.wait(10)
+    cluster.cpus = 0.0
+    sched.tick()  # its index swapped in: the missed job found, the admitted one not brought back
+    assert missed in sched.feed.index and first not in sched.feed.index and sched.feed.full_reads == 2
+
+
 def test_a_job_that_waited_reserve_after_s_is_not_overtaken_and_starts(sessions, tmp_path):
     with sessions.begin() as s:
         a, b = repo.ensure_tenant(s, "a"), repo.ensure_tenant(s, "b")
