@@ -12,8 +12,9 @@ Each pass, for every STARTING/RUNNING/RECOVERING job:
 
 A pass costs a few statements, not a few per job: one read of the active jobs' columns; the
 drains gathered under one deadline; then every drain with something new stored in one transaction
-(one `SELECT ... FOR UPDATE` over those jobs, the events in one multi-row insert at the flush, the
-metrics in one upsert, the job rows in one executemany). If that transaction fails, each job is
+by service/drain_store.py (one `SELECT ... FOR UPDATE` of those jobs' columns, the events in one
+multi-row insert at the flush, the metrics in one upsert, the jobs' progress in one UPDATE over
+arrays). If that transaction fails, each job is
 stored in one of its own, so one bad drain loses no other job's. The metrics see the stored records
 after the commit; checkpoint sizes are listed on the store afterwards, off this thread
 (service/checkpoint_sizes.py), so a slow store never holds a pass.
@@ -36,10 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
-
-from sqlalchemy.orm import Session
 
 from service import preemption
 from service.background import Background
@@ -48,10 +46,9 @@ from service.cluster_port import Cluster, ReplyKind
 from service.db import batched
 from service.db import repository as repo
 from service.db.engine import SessionSource
-from service.db.models import JobEvent
-from service.db.progress_rows import JobRows
+from service.drain_store import DrainStore, Stored, has_news
 from service.leases import LeaseLost
-from service.lifecycle import TERMINAL, IllegalTransition, JobState
+from service.lifecycle import TERMINAL, JobState
 from service.live_metrics import LiveMetrics
 from service.restart_history import restarts_used
 from service.settings import Settings
@@ -59,25 +56,14 @@ from service.supervisor.launch import Launcher
 from service.supervisor.policies.failure import FailureAction, FailureStatus, on_failure
 from service.supervisor.resume_point import resume_step
 from service.supervisor_handles import Handles
-from workers.checkpointing import checkpoint_root, step_name
 from workers.events import RestartCause, RestartEvent
 from workers.spec import FaultToleranceSpec
-from workers.storage import Storage, client_env
+from workers.storage import client_env
 
 log = logging.getLogger("trainyard.reconciler")
 DRAIN_TIMEOUT_S = 10.0
 JOBS_PER_TRANSACTION = 1000  # a pass's drains are stored in transactions of at most this many jobs
 FEED_MAX_PENDING = 20_000  # jobs' drains waiting for the metrics feed before a pass waits for it
-
-
-@dataclass
-class _Stored:
-    """What one job's drain stored: for after the commit."""
-
-    records: list[dict] = field(default_factory=list)  # new to the database: the metrics see each once
-    spec: dict | None = None  # None: nothing stored (an ended job, another epoch)
-    finished: bool = False  # its supervisor's work is over: retire it
-    checkpoints: list[tuple[JobEvent, Storage]] = field(default_factory=list)  # to size on the store
 
 
 class Reconciler:
@@ -98,7 +84,7 @@ class Reconciler:
         # The live metrics are fed the stored records after the commit, in order, on a thread of their
         # own: the next pass does not wait for them (a feed that falls far behind does hold it up).
         self.feed: Background[tuple] = Background("trainyard-metrics-feed", self._feed, FEED_MAX_PENDING, block=True)
-        self._specs: dict[str, dict] = {}  # job id -> its spec (a job's spec never changes), for the metrics
+        self.drains = DrainStore(sessions, settings)
         self.on_job_end: Callable[[], None] = lambda: None  # a job ended or was requeued: capacity freed
 
     def _leading(self) -> bool:
@@ -155,8 +141,7 @@ class Reconciler:
                 log.warning("supervisor of %s: %s (%s)", job_id, reply.kind.value, reply.error)
         self.apply_many(drains, known, drained_by)
         self.metrics.retain(set(known))
-        if len(self._specs) > 2 * len(known) + 100:
-            self._specs = {job_id: spec for job_id, spec in self._specs.items() if job_id in known}
+        self.drains.forget_specs_but(set(known))
 
     def _hand_over(self, job_id: str, handle: Any) -> None:
         with self.sessions() as s:
@@ -182,13 +167,13 @@ class Reconciler:
         jobs' columns; a drain with nothing new against it is skipped without a statement.
         `handles`: the handle each drain came from (the one retired if the job's run is over)."""
         todo = {job_id: d for job_id, d in drains.items()
-                if known is None or job_id not in known or _has_news(known[job_id], d)}
+                if known is None or job_id not in known or has_news(known[job_id], d)}
         ids = list(todo)
-        stored: dict[str, _Stored] = {}
+        stored: dict[str, Stored] = {}
         for i in range(0, len(ids), JOBS_PER_TRANSACTION):
             chunk = {job_id: todo[job_id] for job_id in ids[i:i + JOBS_PER_TRANSACTION]}
             try:
-                stored.update(self._store(chunk))
+                stored.update(self.drains.store(chunk))
             except LeaseLost:
                 raise
             except Exception:
@@ -198,7 +183,7 @@ class Reconciler:
                 log.exception("storing %d drains together failed; storing them one job at a time", len(chunk))
                 for job_id, drained in chunk.items():
                     try:
-                        stored.update(self._store({job_id: drained}))
+                        stored.update(self.drains.store({job_id: drained}))
                     except LeaseLost:
                         raise
                     except Exception:
@@ -221,96 +206,6 @@ class Reconciler:
     def drain_background(self, timeout_s: float = 30.0) -> bool:
         """Until the drains stored so far have fed the metrics and their checkpoints are sized (tests, benches)."""
         return self.feed.wait_idle(timeout_s) and self.sizer.worker.wait_idle(timeout_s)
-
-    def _store(self, drains: dict[str, dict]) -> dict[str, _Stored]:
-        """One transaction for these drains."""
-        out = {job_id: _Stored() for job_id in drains}
-        with self.sessions.begin() as s:
-            jobs = JobRows(s, drains)
-            if missing := [job_id for job_id in jobs.rows if job_id not in self._specs]:
-                self._specs.update(batched.specs(s, missing))
-            metric_rows: list[dict] = []
-            checkpoints: list[tuple[str, int, str]] = []
-            summaries, progress = [], []
-            for job_id, drained in drains.items():
-                job, result = jobs.get(job_id), out[job_id]
-                if job is None or job.state in TERMINAL or drained["epoch"] != job.supervisor_epoch:
-                    result.finished = job is not None and job.state in TERMINAL
-                    continue
-                steps = []
-                for rec in drained["records"]:
-                    if rec["seq"] <= job.drained_seq:
-                        continue
-                    if rec["type"] == "state" and JobState(rec["state"]).terminal and not drained["done"]:
-                        break  # the run's summary follows at once: store the end with it (next drain)
-                    result.records.append(rec)
-                    if rec["type"] == "state":
-                        self._apply_state(s, jobs.orm(job), JobState(rec["state"]), rec["message"])
-                        jobs.sync(job)
-                    elif rec["type"] == "event" and rec["kind"] == "checkpoint":
-                        step = rec["data"]["step"]
-                        job.last_checkpoint_step = step
-                        where = checkpoint_root(self.settings.job_storage(job.id)) / step_name(step)
-                        event = batched.add_event_row(s, job.id, rec["kind"], rec["message"], rec["data"])
-                        checkpoints.append((job.id, step, where.uri))
-                        result.checkpoints.append((event, where))
-                    elif rec["type"] == "event":
-                        repo.add_event(s, job.id, rec["kind"], rec["message"], data=rec["data"])
-                    elif rec["type"] == "step":
-                        steps.append(rec)
-                    job.drained_seq = rec["seq"]
-                if steps:
-                    metric_rows += batched.metric_rows(job, steps, self.settings.metrics_max_points)
-                    last = steps[-1]
-                    job.step, job.loss = last["step"], last["loss"]
-                    job.samples_per_s, job.step_time_s = last.get("samples_per_s"), last.get("step_time_s")
-                job.restarts = job.restarts_base + drained["restarts"]
-                result.spec = self._specs[job_id]
-                job.layout = drained["layout"]
-                if drained.get("tracking"):  # the MLflow run id appears once the run exists on the server
-                    job.tracking = drained["tracking"]
-                job.phase = drained.get("phase")  # None while training: the view names no phase
-                if job.state == JobState.QUEUED:  # preempted: its next supervisor resumes from the checkpoint
-                    orm = jobs.orm(job)
-                    orm.restarts_base = job.restarts  # a preemption is not a failure: restarts carry over
-                    result.finished = True  # this supervisor's work is over
-                elif drained["done"] and drained["summary"] is not None:
-                    summaries.append((job, drained["summary"], result))
-                progress.append(job)
-            jobs.write(progress)
-            batched.upsert_metrics(s, metric_rows)
-            batched.record_checkpoints(s, checkpoints)
-            for job, summary, result in summaries:  # after the metrics: the summary reads the first one
-                orm = jobs.orm(job)
-                orm.summary = self._complete_summary(s, orm, summary)
-                orm.error = summary.get("error")
-                self._apply_state(s, orm, JobState(summary["state"]), orm.error or "run finished")
-                result.finished = True
-        return out
-
-    @staticmethod
-    def _complete_summary(s: Session, job, summary: dict) -> dict:
-        """A replacement supervisor only saw the steps after its resume point: fill in the job-wide view."""
-        summary = dict(summary)
-        first = repo.list_metrics(s, job.id, 0, 1)
-        if first:
-            summary["initial_loss"] = first[0].loss
-        summary["steps"] = max(summary.get("steps") or 0, job.step)
-        if summary.get("final_loss") is None:
-            summary["final_loss"] = job.loss
-        summary["restarts"] = job.restarts
-        summary["preemptions"] = preemption.count(s, job.id)
-        return summary
-
-    def _apply_state(self, s: Session, job, target: JobState, message: str) -> None:
-        if target == job.state:
-            return
-        if target == JobState.STARTING and job.state in (JobState.RECOVERING, JobState.RUNNING):
-            return  # a replacement supervisor re-forming the group: the job stays RECOVERING
-        try:
-            repo.transition(s, job, target, message)
-        except IllegalTransition as exc:
-            repo.add_event(s, job.id, "ignored_transition", str(exc), data={"from": job.state, "to": str(target)})
 
     # --- supervisors that vanished -----------------------------------------
 
@@ -391,15 +286,3 @@ class Reconciler:
         self.feed.wait_idle(5.0)
         self.feed.close()
         self.sizer.worker.close()
-
-
-def _has_news(row: Any, drained: dict) -> bool:
-    """Whether a drain changes anything against the pass's read of the job's columns."""
-    if drained["epoch"] != row.supervisor_epoch:
-        return False  # an older supervisor's: ignored (the job is active, so not ended either)
-    if drained["done"] and drained["summary"] is not None:
-        return True
-    return (any(rec["seq"] > row.drained_seq for rec in drained["records"])
-            or row.restarts != row.restarts_base + drained["restarts"] or row.layout != drained["layout"]
-            or bool(drained.get("tracking")) and drained["tracking"] != row.tracking
-            or drained.get("phase") != row.phase)
