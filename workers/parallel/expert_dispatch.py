@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from workers.parallel.metering import counted_by_caller
+
 
 class _AllToAll(torch.autograd.Function):
     """all_to_all_single with autograd: the backward sends the gradients back along the reverse splits.
@@ -16,7 +18,8 @@ class _AllToAll(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, send: list[int], recv: list[int], group) -> torch.Tensor:
         ctx.send, ctx.recv, ctx.group = send, recv, group
         out = x.new_empty((sum(recv),) + tuple(x.shape[1:]))
-        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=group)
+        with counted_by_caller():
+            dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=group)
         return out
 
     @staticmethod
@@ -46,7 +49,8 @@ class ExpertParallelDispatch:
         local = moe.local_experts
         # 1. how many rows of each of my local experts every rank sends me: [ep, local]
         recv_counts = torch.empty_like(counts)
-        dist.all_to_all_single(recv_counts, counts, group=self.group)
+        with counted_by_caller():
+            dist.all_to_all_single(recv_counts, counts, group=self.group)
         send = counts.view(self.ep, local).sum(1).tolist()
         recv_counts = recv_counts.view(self.ep, local)
         recv = recv_counts.sum(1).tolist()
