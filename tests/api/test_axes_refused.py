@@ -16,7 +16,8 @@ from tests.live import ADMIN_TOKEN
 
 MOE = {"model.moe": {"experts": 4, "top_k": 2}}
 CASES = [
-    ({"resources.workers": 2, "parallel.cp": 2, "model.seq_len": 30}, "parallel.cp", ["2 x cp must divide", "seq_len=30"]),
+    ({"resources.workers": 2, "parallel.cp": 2, "model.seq_len": 30}, "parallel.cp",
+     ["2 x cp must divide", "seq_len=30"]),
     ({"resources.workers": 2, "parallel.ep": 2}, "parallel.ep", ["needs a model with experts"]),
     ({"resources.workers": 3, "parallel.ep": 2, "train.global_batch_size": 24, **MOE}, "parallel.ep",
      ["must divide parallel.dp x parallel.cp", "dp=3"]),
