@@ -28,6 +28,11 @@ LAYOUTS = {
     "fsdp_dp2": {"resources.workers": 2, "parallel.zero": 3},  # FSDP, every expert sharded by FSDP (ep1)
     # attention over tp2, experts over ep2 (borrowed from dp2): tp ranks route the same tokens
     "dp2xtp2xep2": {"resources.workers": 4, "parallel.tp": 2, "parallel.ep": 2},
+    # mixed precision: gloo's all-to-all carries the 16-bit rows as fp32
+    "moe_reference_bf16": {"resources.workers": 1, "parallel.mixed_precision": "bf16"},
+    "ep2_bf16": {"resources.workers": 2, "parallel.ep": 2, "parallel.mixed_precision": "bf16"},
+    "fsdp_reference_bf16": {"resources.workers": 1, "parallel.zero": 3, "parallel.mixed_precision": "bf16"},
+    "fsdp_ep2_bf16": {"resources.workers": 2, "parallel.ep": 2, "parallel.zero": 3, "parallel.mixed_precision": "bf16"},
 }
 EXHAUSTIVE = {"ep2_ac", "fsdp_dp4xep2", "dp2xtp2xep2"}
 STRATEGY = {"fsdp_ep2": "fsdp", "fsdp_dp4xep2": "fsdp", "dp2xtp2xep2": "tp"}
@@ -87,6 +92,20 @@ def test_expert_parallel_follows_one_process_with_every_expert(runs, name):
 
     predicted = estimate(spec_for(name)).model_state_bytes_per_rank
     assert predicted == pytest.approx(summary["model_state_bytes_per_rank"], rel=0.10), name
+
+
+@pytest.mark.parametrize(("name", "reference"), [
+    ("ep2_bf16", "moe_reference_bf16"),
+    pytest.param("fsdp_ep2_bf16", "fsdp_reference_bf16", marks=pytest.mark.exhaustive)])
+def test_expert_parallel_in_mixed_precision_follows_one_process_in_it(runs, name, reference):
+    """bf16 (autocast under DDP, FSDP's cast of the dense parameters; the expert shards FSDP leaves are cast
+    where they meet the rows): the all-to-all sends the 16-bit rows as fp32 over gloo and casts them back."""
+    summary, steps = runs[name]
+    _, ref = runs[reference]
+    assert summary["layout"]["strategy"] == ("fsdp" if "fsdp" in name else "ddp")
+    assert ref[-1]["loss"] < ref[0]["loss"] - 0.5
+    for step in (9, 19):
+        assert steps[step]["loss"] == pytest.approx(ref[step]["loss"], rel=TOLERANCE), (name, step)
 
 
 def mixtral(layout: dict):

@@ -125,8 +125,7 @@ class Trainer:
         self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups)
         self.model = self.strategy.wrap(model, self.ctx)
         self.loss_fn = with_aux_loss(LOSSES[spec.train.loss], self.model)  # + the MoE load-balancing loss
-        # MoE: tokens per expert, each step; tp ranks route the same tokens, so one of them counts
-        self.expert_load = expert_load(self.model) if spec.dims.coordinates(rank)["tp"] == 0 else None
+        self.expert_load = expert_load(self.model, spec.dims.coordinates(rank)["tp"])  # MoE: tokens per expert
         building.update(2)
         self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
         building.update(3)

@@ -56,8 +56,6 @@ UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in 
     **{("ep", f): _EP_DP for f in ("zero1", "zero2", "pp", "cp", "compression", "local_sgd", "sdp", "rebalance")},
     ("ep", "hsdp"): "HSDP splits dp into replicate x shard and ep splits it into dp_mod_ep x ep: one mesh has not both",
     ("ep", "sequence_parallel"): "tp ranks must route the same tokens: sequence parallelism splits them over tp",
-    ("ep", "mixed_precision"): "16-bit expert outputs would cross the all-to-all, which gloo cannot carry; "
-                               "not built for NCCL yet either",
 }.items()}
 
 # Features that are one choice of the same field: never together.
