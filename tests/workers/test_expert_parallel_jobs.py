@@ -28,7 +28,7 @@ LAYOUTS = {
     "fsdp_dp2": {"resources.workers": 2, "parallel.zero": 3},  # FSDP, every expert sharded by FSDP (ep1)
     # attention over tp2, experts over ep2 (borrowed from dp2): tp ranks route the same tokens
     "dp2xtp2xep2": {"resources.workers": 4, "parallel.tp": 2, "parallel.ep": 2},
-    # mixed precision: gloo's all-to-all carries the 16-bit rows as fp32
+    # mixed precision: 16-bit rows through the all-to-all
     "moe_reference_bf16": {"resources.workers": 1, "parallel.mixed_precision": "bf16"},
     "ep2_bf16": {"resources.workers": 2, "parallel.ep": 2, "parallel.mixed_precision": "bf16"},
     "fsdp_reference_bf16": {"resources.workers": 1, "parallel.zero": 3, "parallel.mixed_precision": "bf16"},
@@ -99,7 +99,7 @@ def test_expert_parallel_follows_one_process_with_every_expert(runs, name):
     pytest.param("fsdp_ep2_bf16", "fsdp_reference_bf16", marks=pytest.mark.exhaustive)])
 def test_expert_parallel_in_mixed_precision_follows_one_process_in_it(runs, name, reference):
     """bf16 (autocast under DDP, FSDP's cast of the dense parameters; the expert shards FSDP leaves are cast
-    where they meet the rows): the all-to-all sends the 16-bit rows as fp32 over gloo and casts them back."""
+    where they meet the rows): the all-to-all carries the 16-bit rows on gloo as it is."""
     summary, steps = runs[name]
     _, ref = runs[reference]
     assert summary["layout"]["strategy"] == ("fsdp" if "fsdp" in name else "ddp")

@@ -9,12 +9,6 @@ import torch.distributed as dist
 
 from workers.parallel.metering import counted_by_caller
 
-_HALF = (torch.float16, torch.bfloat16)
-
-
-def _wire_dtype(dtype: torch.dtype, group) -> torch.dtype:
-    return torch.float32 if dtype in _HALF and dist.get_backend(group) == "gloo" else dtype
-
 
 class _AllToAll(torch.autograd.Function):
     """all_to_all_single with autograd: the backward sends the gradients back along the reverse splits.
@@ -23,13 +17,10 @@ class _AllToAll(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, send: list[int], recv: list[int], group) -> torch.Tensor:
         ctx.send, ctx.recv, ctx.group = send, recv, group
-        # gloo's all-to-all carries no 16-bit floats (mixed precision): those rows travel as fp32 there
-        wire = _wire_dtype(x.dtype, group)
-        out = x.new_empty((sum(recv),) + tuple(x.shape[1:]), dtype=wire)
+        out = x.new_empty((sum(recv),) + tuple(x.shape[1:]))  # 16-bit rows too: gloo and NCCL carry them
         with counted_by_caller():
-            dist.all_to_all_single(out, x.to(wire).contiguous(), output_split_sizes=recv, input_split_sizes=send,
-                                   group=group)
-        return out.to(x.dtype)
+            dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=group)
+        return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -39,10 +30,6 @@ class _AllToAll(torch.autograd.Function):
 def all_to_all(x: torch.Tensor, send: list[int], recv: list[int], group) -> torch.Tensor:
     """Rows x[sum(send[:r]) : sum(send[:r+1])] go to rank r; the result holds recv[r] rows from rank r."""
     return _AllToAll.apply(x, send, recv, group)
-
-
-def _wire_bytes(t: torch.Tensor, group) -> int:
-    return torch.empty((), dtype=_wire_dtype(t.dtype, group)).element_size()
 
 
 class ExpertParallelDispatch:
@@ -76,10 +63,10 @@ class ExpertParallelDispatch:
         # 3. back in arrival order, and back to the ranks they came from
         back = torch.empty_like(ys).index_copy(0, regroup, ys)
         out = all_to_all(back, recv, send, self.group)
-        width = xs.shape[1]  # rows go in xs's wire dtype and come back in ys's (autocast: 16-bit outputs)
+        width = xs.shape[1]  # rows go in xs's dtype and come back in ys's (autocast: 16-bit expert outputs)
         remote_sent = sum(send) - send[self.rank]
         remote_returned = sum(recv) - recv[self.rank]
-        rows_bytes = width * (remote_sent * _wire_bytes(xs, self.group) + remote_returned * _wire_bytes(ys, self.group))
+        rows_bytes = width * (remote_sent * xs.element_size() + remote_returned * ys.element_size())
         self.all_to_all_bytes = (counts.numel() - local) * counts.element_size() + rows_bytes
         self.step_bytes += self.all_to_all_bytes + rows_bytes  # the backward sends the rows' gradients back
         return out
