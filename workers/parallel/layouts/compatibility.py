@@ -54,7 +54,7 @@ UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in 
     ("cp", "pp"): "context parallelism inside pipeline stages is not built yet",
     ("cp", "sequence_parallel"): "Megatron sequence parallelism splits the sequence over tp ranks already",
     **{("ep", f): _EP_DP for f in ("zero1", "zero2", "pp", "cp", "compression", "local_sgd", "sdp", "rebalance")},
-    ("ep", "hsdp"): "HSDP splits dp into replicate x shard and ep splits it into dp_mod_ep x ep: one mesh has not both",
+    ("ep", "hsdp"): "HSDP splits dp into replicate x shard, ep into dp_mod_ep x ep: the mesh splits it one way so far",
     ("ep", "sequence_parallel"): "tp ranks must route the same tokens: sequence parallelism splits them over tp",
 }.items()}
 
