@@ -23,8 +23,8 @@ CASES = [
      ["must divide parallel.dp x parallel.cp", "dp=3"]),
     ({"resources.workers": 4, "parallel.cp": 2, "parallel.zero": 1}, "parallel.cp",
      ["not available with parallel.zero (zero1)", "cp=2"]),
-    ({"resources.workers": 4, "parallel.ep": 2, "parallel.zero": 3, **MOE}, "parallel.ep",
-     ["not available with parallel.zero (fsdp)"]),
+    ({"resources.workers": 4, "parallel.ep": 2, "parallel.local_sgd": {"period": 2}, **MOE}, "parallel.ep",
+     ["not available with parallel.local_sgd (local_sgd)"]),
 ]
 
 

@@ -35,3 +35,22 @@ def test_spec_builds_moe_blocks_and_dense_by_default():
     assert isinstance(moe, MoE) and (moe.experts, moe.top_k, moe.capacity_factor) == (4, 2, 1.25)
     dense = spec_of()
     assert dense.model.moe is None and isinstance(build_model(dense).blocks[0].mlp, MLP)
+
+
+def test_tp_keeps_the_experts_whole_unless_the_models_own_plan_shards_its_mlps():
+    """The MoE GPT's and Mixtral's plans shard attention only (the experts stay whole on every tp rank);
+    Qwen3-MoE's own plan names the MLPs of its dense layers: refused without a model.tp_plan."""
+    from tests.user_models import MIXTRAL_SPEC
+    from workers.models.description import describe
+
+    model = build_model(spec_of(**{"model.moe": {"experts": 4, "top_k": 2}}))
+    assert describe(model).tp_plan and not any(".mlp." in key for key in describe(model).tp_plan)
+    train = {"steps": 2, "global_batch_size": 16, "micro_batch_size": 4}
+    parse_spec({**MIXTRAL_SPEC, "train": train, "resources": {"workers": 4}, "parallel": {"tp": 2, "ep": 2}})
+    qwen = {"hf": {"model_type": "qwen3_moe", "config": {
+        "hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "num_experts": 4}}}
+    with pytest.raises(SPEC_ERRORS) as info:
+        parse_spec({**MIXTRAL_SPEC, "model": qwen, "train": train, "resources": {"workers": 2}, "parallel": {"tp": 2}})
+    assert any(e["field"] == "parallel.tp" and "shards the MLPs" in e["message"]
+               for e in format_validation_error(info.value))

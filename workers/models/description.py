@@ -81,7 +81,10 @@ def own_tp_plan(model: nn.Module) -> dict[str, str]:
         return dict(plan)
     from workers.models.gpt import GPT
 
-    return dict(GPT_TP_PLAN) if isinstance(model, GPT) else {}
+    if not isinstance(model, GPT):
+        return {}
+    # an MoE GPT's MLP is the experts: they stay whole on every tp rank (expert parallelism shards them)
+    return {k: v for k, v in GPT_TP_PLAN.items() if model.moe is None or ".mlp." not in k}
 
 
 def describe(model: nn.Module, blocks: str | None = None, tp_plan: dict[str, str] | None = None) -> ModelDescription:

@@ -85,7 +85,8 @@ class HFExpertsRunner:
         """Rows xs grouped by local expert (`counts`); the HF expert MLP: down(act(gate) * up). Every expert
         runs, on zero rows too, so every rank's backward reaches the same all-to-alls."""
         m = self.experts
-        gate_up, down = _local(m.gate_up_proj), _local(m.down_proj)
+        # in the rows' dtype: FSDP's mixed precision casts the parameters it holds, not the expert shards it leaves
+        gate_up, down = _local(m.gate_up_proj).to(xs.dtype), _local(m.down_proj).to(xs.dtype)
         outs = []
         for e, c in enumerate(torch.split(xs, counts.tolist())):
             h = F.linear(c, gate_up[e])

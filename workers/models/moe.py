@@ -137,7 +137,8 @@ class MoE(nn.Module):
         the result stays in the autograd graph, so under expert parallelism every rank's backward runs
         the same all-to-alls."""
         chunks = torch.split(xs, counts.tolist())
-        w1, b1, w2, b2 = (_local(w) for w in (self.w1, self.b1, self.w2, self.b2))
+        # in the rows' dtype: FSDP's mixed precision casts the parameters it holds, not the expert shards it leaves
+        w1, b1, w2, b2 = (_local(w).to(xs.dtype) for w in (self.w1, self.b1, self.w2, self.b2))
         return torch.cat([F.gelu(c @ w1[e] + b1[e]) @ w2[e] + b2[e] for e, c in enumerate(chunks)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

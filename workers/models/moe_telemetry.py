@@ -39,6 +39,9 @@ class ExpertLoad:
         return None if total is None else [int(n) for n in total]
 
 
-def expert_load(model: nn.Module) -> ExpertLoad | None:
+def expert_load(model: nn.Module, tp_rank: int = 0) -> ExpertLoad | None:
+    """None for a dense model, and on all but the first rank of a tp group: its peers route the same tokens."""
+    if tp_rank:
+        return None
     load = ExpertLoad(model)
     return load if load.layers else None

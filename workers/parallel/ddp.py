@@ -2,9 +2,7 @@
 meters the all-reduces and optionally compresses them."""
 
 import torch
-import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from workers.parallel.base import (
@@ -17,8 +15,7 @@ from workers.parallel.base import (
 )
 from workers.parallel.common import global_grad_norm_clip, precision
 from workers.parallel.compression import hooks_off_the_autograd_thread, register_comm_hook
-from workers.parallel.expert_parallel import expert_parameters, take_step_bytes
-from workers.parallel.layouts.accounting import ring
+from workers.parallel.expert_parallel import reduce_expert_grads, sharded_experts, take_step_bytes
 from workers.parallel.parallelize import data_parallel_mesh, parallelize
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 
@@ -68,29 +65,6 @@ class DDPStrategy:
         if sharded:  # each expert shard: on the ranks at the same place of every expert group
             groups += replicated_over(ctx.mesh["dp_mod_ep"], sharded)
         return groups
-
-
-def sharded_experts(model: nn.Module) -> list[nn.Parameter]:
-    """The expert parameters expert parallelism sharded (DTensors over ep); without it experts are whole on
-    every rank and DDP reduces them like any other parameter."""
-    return [p for p in expert_parameters(model) if isinstance(p, DTensor)]
-
-
-@torch.no_grad()
-def reduce_expert_grads(wrapped: nn.Module, ctx: StrategyContext) -> int:
-    """An expert's gradient on its owner sums the contributions of every token its ep group sent it; the
-    owners of the same shard in the other groups hold the rest. Summed over them and divided by dp, it is
-    the data-parallel mean DDP takes of the shared parameters. Returns the bytes the all-reduces moved."""
-    replicas, sent = ctx.mesh["dp_mod_ep"], 0.0
-    for p in sharded_experts(wrapped):
-        if p.grad is None:
-            continue
-        local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
-        if replicas.size() > 1:
-            dist.all_reduce(local, group=replicas.get_group())
-            sent += ring(replicas.size()) * local.numel() * local.element_size()
-        local.div_(ctx.spec.dp)
-    return int(sent)
 
 
 def derived_buffers(model: nn.Module) -> list[str]:

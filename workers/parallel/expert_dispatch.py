@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from workers.parallel.metering import counted_by_caller
+
 
 class _AllToAll(torch.autograd.Function):
     """all_to_all_single with autograd: the backward sends the gradients back along the reverse splits.
@@ -15,8 +17,9 @@ class _AllToAll(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, send: list[int], recv: list[int], group) -> torch.Tensor:
         ctx.send, ctx.recv, ctx.group = send, recv, group
-        out = x.new_empty((sum(recv),) + tuple(x.shape[1:]))
-        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=group)
+        out = x.new_empty((sum(recv),) + tuple(x.shape[1:]))  # 16-bit rows too: gloo and NCCL carry them
+        with counted_by_caller():
+            dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=group)
         return out
 
     @staticmethod
@@ -46,7 +49,8 @@ class ExpertParallelDispatch:
         local = moe.local_experts
         # 1. how many rows of each of my local experts every rank sends me: [ep, local]
         recv_counts = torch.empty_like(counts)
-        dist.all_to_all_single(recv_counts, counts, group=self.group)
+        with counted_by_caller():
+            dist.all_to_all_single(recv_counts, counts, group=self.group)
         send = counts.view(self.ep, local).sum(1).tolist()
         recv_counts = recv_counts.view(self.ep, local)
         recv = recv_counts.sum(1).tolist()
@@ -59,10 +63,10 @@ class ExpertParallelDispatch:
         # 3. back in arrival order, and back to the ranks they came from
         back = torch.empty_like(ys).index_copy(0, regroup, ys)
         out = all_to_all(back, recv, send, self.group)
-        row = xs.element_size() * xs.shape[1]
+        width = xs.shape[1]  # rows go in xs's dtype and come back in ys's (autocast: 16-bit expert outputs)
         remote_sent = sum(send) - send[self.rank]
         remote_returned = sum(recv) - recv[self.rank]
-        rows_bytes = row * (remote_sent + remote_returned)
+        rows_bytes = width * (remote_sent * xs.element_size() + remote_returned * ys.element_size())
         self.all_to_all_bytes = (counts.numel() - local) * counts.element_size() + rows_bytes
         self.step_bytes += self.all_to_all_bytes + rows_bytes  # the backward sends the rows' gradients back
         return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -26,6 +27,7 @@ from torch.distributed.tensor import DTensor, Shard
 from workers.models.hf_moe import hf_experts_modules
 from workers.models.moe import MoE
 from workers.parallel.expert_dispatch import ExpertParallelDispatch
+from workers.parallel.layouts.accounting import ring
 
 
 def expert_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -71,6 +73,30 @@ def apply_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> nn.Module:
         moe.expert_offset = lo
         moe.dispatch = ExpertParallelDispatch(group, ep, rank)
     return model
+
+
+def sharded_experts(model: nn.Module) -> list[nn.Parameter]:
+    """The expert parameters expert parallelism sharded (DTensors over ep); without it experts are whole on
+    every rank and the data-parallel step reduces them like any other parameter."""
+    return [p for p in expert_parameters(model) if isinstance(p, DTensor)]
+
+
+@torch.no_grad()
+def reduce_expert_grads(wrapped: nn.Module, ctx) -> int:
+    """An expert's gradient on its owner sums the contributions of every token its ep group sent it; the
+    owners of the same shard in the other groups (`dp_mod_ep`, at the same tp coordinate) hold the rest.
+    Summed over them and divided by dp, it is the data-parallel mean DDP, FSDP and tp's all-reduce take of
+    the shared parameters. Returns the bytes the all-reduces moved (call it outside a comm meter)."""
+    replicas, sent = ctx.mesh["dp_mod_ep"], 0.0
+    for p in sharded_experts(wrapped):
+        if p.grad is None:
+            continue
+        local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+        if replicas.size() > 1:
+            dist.all_reduce(local, group=replicas.get_group())
+            sent += ring(replicas.size()) * local.numel() * local.element_size()
+        local.div_(ctx.spec.dp)
+    return int(sent)
 
 
 def take_step_bytes(model: nn.Module) -> int:

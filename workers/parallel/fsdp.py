@@ -33,6 +33,7 @@ from workers.parallel.common import (
     global_grad_norm_clip,
     model_description,
 )
+from workers.parallel.expert_parallel import reduce_expert_grads, sharded_experts, take_step_bytes
 from workers.parallel.fsdp_root import root_reshard_after_forward
 from workers.parallel.metering import metered, metered_calls
 from workers.parallel.parallelize import data_parallel_mesh, parallelize
@@ -57,28 +58,38 @@ class FSDPStrategy:
         dp_mesh, _ = fsdp_meshes(ctx)
         self.dp_mesh = dp_mesh
         model = parallelize(model, ctx)
+        # Expert shards (parallel.ep) stay out of FSDP: each ep rank already holds only its own experts, and
+        # sharding them again over dp_mod_ep would need FSDP2 over a 2-D (dp_mod_ep, ep) DTensor for little
+        # memory (dp_mod_ep is dp / ep). They are reduced as under DDP (reduce_expert_grads).
+        experts = set(sharded_experts(model)) or None
         half = HALF.get(p.mixed_precision)
         mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
         for block in model_description(model, ctx).blocks(model):  # one FSDP unit per repeated block
-            fully_shard(block, mesh=dp_mesh, reshard_after_forward=p.reshard_after_forward, mp_policy=mp)
+            fully_shard(block, mesh=dp_mesh, reshard_after_forward=p.reshard_after_forward, mp_policy=mp,
+                        ignored_params=experts)
         # fp32 logits: the loss (and fp16's scaled loss, far above 65504) is computed in fp32
         root_mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32, output_dtype=torch.float32)
         # in place: fully_shard returns the module it was given, its class swapped for an FSDP subclass
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=root_reshard_after_forward(p.reshard_after_forward),
-                    mp_policy=root_mp if half else mp)
+                    mp_policy=root_mp if half else mp, ignored_params=experts)
         return model
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        experts = sharded_experts(wrapped)  # each expert shard: on the same place of every expert group
+        groups = replicated_over(ctx.mesh["dp_mod_ep"], experts) if experts else []
         if self.dp_mesh.ndim == 1:
-            return []  # fully sharded: every shard lives on one rank
-        return replicated_over(self.dp_mesh["dp_replicate"], wrapped.parameters())  # each shard, over replicas
+            return groups  # fully sharded: every other shard lives on one rank
+        return groups + replicated_over(self.dp_mesh["dp_replicate"], wrapped.parameters())  # over replicas
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
                          ctx: StrategyContext) -> ForwardBackward:
-        return fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
+        fb = fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
+        if ctx.spec.parallel.ep > 1:  # the all-to-all (counted by the dispatch) and the experts' all-reduce
+            ctx.comm.logical_bytes += take_step_bytes(wrapped) + reduce_expert_grads(wrapped, ctx)
+        return fb
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         return global_grad_norm_clip(wrapped, max_norm)

@@ -59,6 +59,20 @@ _COLLECTIVES = {
 }
 
 
+_SELF_COUNTED = [0]  # depth of `counted_by_caller` blocks
+
+
+@contextlib.contextmanager
+def counted_by_caller():
+    """Collectives whose caller counts its own bytes (expert parallelism's all-to-all counts the rows that
+    leave the rank, in every layout): the meter leaves them out rather than count them twice."""
+    _SELF_COUNTED[0] += 1
+    try:
+        yield
+    finally:
+        _SELF_COUNTED[0] -= 1
+
+
 class CollectiveMeter(TorchDispatchMode):
     def __init__(self, meter: CommMeter):
         super().__init__()
@@ -67,7 +81,7 @@ class CollectiveMeter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         collective = func.namespace in ("c10d", "_c10d_functional")
-        rule = _COLLECTIVES.get(f"{func.namespace}.{func._opname}") if collective else None
+        rule = _COLLECTIVES.get(f"{func.namespace}.{func._opname}") if collective and not _SELF_COUNTED[0] else None
         if rule is not None:
             data, group, factor = rule
             k = _group_size(args[group])

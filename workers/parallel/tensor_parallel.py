@@ -35,6 +35,7 @@ from workers.parallel.common import (
     precision,
     reduce_partial_grads,
 )
+from workers.parallel.expert_parallel import reduce_expert_grads, sharded_experts, take_step_bytes
 from workers.parallel.metering import metered
 from workers.parallel.parallelize import data_parallel_mesh, parallelize
 from workers.parallel.replicas import ReplicaGroup, replicated_over
@@ -65,6 +66,8 @@ class TensorParallelStrategy:
                 fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
             reduce_partial_grads(wrapped)
             self._average_over_dp(wrapped, ctx)
+        if ctx.spec.parallel.ep > 1:  # the all-to-all (counted by the dispatch) and the experts' all-reduce
+            ctx.comm.logical_bytes += take_step_bytes(wrapped) + reduce_expert_grads(wrapped, ctx)
         return fb
 
     @torch.no_grad()
@@ -74,8 +77,9 @@ class TensorParallelStrategy:
             return
         group = dp_mesh.get_group()
         works = []
+        experts = {id(p) for p in sharded_experts(wrapped)}  # each ep rank's own: reduce_expert_grads's
         for p in wrapped.parameters():
-            if p.grad is None:
+            if p.grad is None or id(p) in experts:
                 continue
             local = p.grad._local_tensor if isinstance(p.grad, DTensor) else p.grad
             local.div_(dp_mesh.size())
@@ -87,4 +91,8 @@ class TensorParallelStrategy:
         return global_grad_norm_clip(wrapped, max_norm)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
-        return replicated_over(data_parallel_mesh(ctx), wrapped.parameters())  # each tp rank's shards, over dp (x cp)
+        experts = sharded_experts(wrapped)
+        ids = {id(p) for p in experts}
+        shared = [p for p in wrapped.parameters() if id(p) not in ids]
+        groups = replicated_over(data_parallel_mesh(ctx), shared)  # each tp rank's shards, over dp (x cp)
+        return groups + (replicated_over(ctx.mesh["dp_mod_ep"], experts) if experts else [])

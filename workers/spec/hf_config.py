@@ -32,6 +32,7 @@ class HFFacts:
     tied_embeddings: bool
     experts: int | None = None  # MoE models (Mixtral, Qwen3-MoE): experts per layer
     experts_field: str = "num_local_experts"  # the config field a user sets for them
+    tp_plan_shards_mlp: bool = False  # its tp plan names the MLP (Qwen3-MoE's dense layers), not only attention
 
 
 def _transformers():
@@ -95,6 +96,7 @@ def hf_facts(config) -> HFFacts:
         tied_embeddings=bool(get("tie_word_embeddings")),
         experts=get("num_local_experts") or get("num_experts") if get("base_model_ep_plan") else None,
         # Qwen3-MoE names it num_experts, Mixtral num_local_experts; transformers aliases one to the other
+        tp_plan_shards_mlp=any(".mlp." in key for key in get("base_model_tp_plan") or {}),
         experts_field="num_experts" if "num_experts" in inspect.signature(type(config).__init__).parameters
         else "num_local_experts",
     )

@@ -125,7 +125,7 @@ class Trainer:
         self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups)
         self.model = self.strategy.wrap(model, self.ctx)
         self.loss_fn = with_aux_loss(LOSSES[spec.train.loss], self.model)  # + the MoE load-balancing loss
-        self.expert_load = expert_load(self.model)  # MoE: tokens per expert, each step
+        self.expert_load = expert_load(self.model, spec.dims.coordinates(rank)["tp"])  # MoE: tokens per expert
         building.update(2)
         self.optimizer = self.strategy.build_optimizer(self.model, self.ctx)
         building.update(3)

@@ -53,6 +53,12 @@ def params_per_rank(spec: JobSpec, facts) -> float:
     return facts.params - facts.tp_params + facts.tp_params / spec.parallel.tp - experts * (1 - 1 / spec.parallel.ep)
 
 
+def kept_expert_params(spec: JobSpec, facts) -> float:
+    """Expert parameters a rank holds outside FSDP: under ep > 1 its expert shards (FSDP leaves them, they are
+    reduced across expert groups); without ep none (FSDP shards the experts like any parameter)."""
+    return getattr(facts, "expert_params", 0) / spec.parallel.ep if spec.parallel.ep > 1 else 0.0
+
+
 def tensor_parallel_comm_bytes(spec: JobSpec, f) -> float:
     """Activations of one micro-batch, A = mb x seq x d x 4 bytes, through the TP collectives per step."""
     p, tp, accum = spec.parallel, spec.parallel.tp, spec.grad_accum_steps

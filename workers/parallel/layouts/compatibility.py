@@ -35,7 +35,7 @@ _AVERAGES = "local SGD averages parameters of whole replicas: plain data paralle
 _SHARES = "straggler rebalancing gives data-parallel ranks uneven micro-batch counts"
 _STAGES = "pipeline stages pass replicated fp32 activations and hold whole stages"
 _SUBNETS = "each SDP worker trains its own subnetwork of whole blocks"
-_EP_DP = "expert shards are reduced beside DDP's gradients: plain data parallelism (DDP) only so far"
+_EP_DP = "expert shards are reduced beside the data-parallel step's gradients: DDP, FSDP and tp only so far"
 _CP_DP = "context-parallel ranks reduce gradients with data parallelism over dp x cp: DDP, FSDP/HSDP and tp so far"
 
 UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in {
@@ -52,10 +52,9 @@ UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in 
     ("sdp", "fsdp"): "SDP with zero 3 shards each subnetwork over parallel.dp_shard ranks: set it (HSDP)",
     ("cp", "zero1"): _CP_DP, ("cp", "zero2"): _CP_DP, ("cp", "sdp"): _CP_DP,
     ("cp", "sequence_parallel"): "Megatron sequence parallelism splits the sequence over tp ranks already",
-    **{("ep", f): _EP_DP for f in ("zero1", "zero2", "fsdp", "hsdp", "tp", "sequence_parallel", "pp", "cp",
-                                   "compression", "local_sgd", "sdp", "rebalance")},
-    ("ep", "mixed_precision"): "16-bit expert outputs would cross the all-to-all, which gloo cannot carry; "
-                               "not built for NCCL yet either",
+    **{("ep", f): _EP_DP for f in ("zero1", "zero2", "pp", "cp", "compression", "local_sgd", "sdp", "rebalance")},
+    ("ep", "hsdp"): "HSDP splits dp into replicate x shard, ep into dp_mod_ep x ep: the mesh splits it one way so far",
+    ("ep", "sequence_parallel"): "tp ranks must route the same tokens: sequence parallelism splits them over tp",
 }.items()}
 
 # Features that are one choice of the same field: never together.

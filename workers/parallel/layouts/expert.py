@@ -27,8 +27,12 @@ def expert_rules(spec: JobSpec) -> Iterator[Violation]:
     moe = experts_of(spec)
     if moe is not None:
         experts, field = moe
+        # tp shards attention (and dense MLPs); the experts stay whole on each tp rank, the router replicated
+        facts = hf_facts_of(spec.model) if isinstance(spec.model, HFModelSpec) else None
+        plan_shards_mlp = facts is not None and facts.tp_plan_shards_mlp and spec.model.tp_plan is None
         for key, on, why in (
-                ("parallel.tp", p.tp > 1, "tensor-parallel plans shard dense MLPs, not stacked experts"),
+                ("parallel.tp", p.tp > 1 and plan_shards_mlp,
+                 "the model's own tensor-parallel plan shards the MLPs the experts replace; give model.tp_plan"),
                 ("parallel.pp", p.pp > 1, "each stage would see only its own layers' load-balancing loss"),
                 ("parallel.sdp", p.sdp is not None, "subnetworks are cut from dense blocks")):
             if on:
