@@ -26,6 +26,7 @@ from workers.runtime.group_owner import GroupOwner
 from workers.runtime.node_leaders import node_leaders
 from workers.spec import JobSpec
 from workers.storage import Storage
+from workers.training.control import UnevenShares
 
 
 class PollCounter:
@@ -63,7 +64,7 @@ class SimulatedGroup:
         r = self.spec.resources
         return {"CPU": r.cpus_per_worker, "GPU": r.gpus_per_worker}
 
-    def start(self, timeout_s: float, shares: list[int] | None = None) -> list[dict]:
+    def start(self, timeout_s: float, uneven: UnevenShares | None = None) -> list[dict]:
         self.group = self.fleet.request(self.owner.group_name(self.attempt), [self.bundle()] * self.ws)
         if not self.group.created.wait(timeout_s) or self.group.state != "CREATED":
             self.fleet.remove(self.group.group_id)

@@ -14,6 +14,7 @@ from workers.events import RankEvent
 from workers.runtime.group_owner import GroupOwner
 from workers.spec import JobSpec
 from workers.storage import Storage
+from workers.training.control import UnevenShares
 
 
 class Group(Protocol):
@@ -22,7 +23,7 @@ class Group(Protocol):
     warm_workers: int
     master: tuple[str, int] | None
 
-    def start(self, timeout_s: float, shares: list[int] | None = None) -> list[dict]: ...
+    def start(self, timeout_s: float, uneven: UnevenShares | None = None) -> list[dict]: ...
     def poll(self, timeout_s: float = 30.0) -> list[RankEvent]: ...  # each rank's events since the last
     def check(self) -> bool: ...  # True once every rank finished; raises GroupFailure if one failed
     def request_stop(self) -> None: ...

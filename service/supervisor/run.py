@@ -146,7 +146,7 @@ class JobRun:
                 return Outcome.cancelled()
             if on_preemption(PreemptionStatus(self._preempt.is_set(), False)) == PreemptionAction.REQUEUE:
                 return Outcome.preempted()
-            start_step = group.start(self.start_timeout_s, self.stragglers.shares)[0]["start_step"]
+            start_step = group.start(self.start_timeout_s, self.stragglers.rank_terms(self.current))[0]["start_step"]
             self.rendezvous.append(group.master)
             self.warm_workers = group.warm_workers
             left = (f"resuming after its last step ({start_step}) into the phases left: final checkpoint, "

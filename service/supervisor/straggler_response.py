@@ -11,13 +11,15 @@ import logging
 from service.supervisor.attempt import Attempt
 from service.supervisor.cluster import Cluster, Group
 from service.supervisor.listener import RunListener
-from service.supervisor.policies.stragglers import straggler_policy
+from service.supervisor.policies.stragglers import rank_terms, straggler_policy
 from service.supervisor.policies.stragglers.rebalance import even_shares
 from service.supervisor.policies.stragglers.replace import slots_off
 from service.supervisor.policies.stragglers.status import StragglerStatus
 from service.supervisor.stragglers import StragglerChange
 from workers.events import RankShares, RebalanceEvent, ReplaceEvent, StragglerEvent, StragglerRecoveredEvent
+from workers.parallel.layouts import step_capabilities
 from workers.spec import JobSpec
+from workers.training.control import UnevenShares
 
 log = logging.getLogger("trainyard.supervisor")
 
@@ -29,6 +31,10 @@ class StragglerResponse:
         self._shares_version = 0  # of the last data split asked of the ranks (workers/training/control.py)
         self.moved: tuple[int, str, int] | None = None  # (rank, from node, step) for the next group to report
         self._last_replace_step: int | None = None
+
+    def rank_terms(self, current: JobSpec) -> UnevenShares | None:
+        """What the next group's ranks start under: the policy's typed terms, never its name."""
+        return rank_terms(current, self.shares)
 
     def current_shares(self, current: JobSpec) -> list[int]:
         return self.shares or even_shares(self.spec.train.global_batch_size, current.dp)
@@ -60,7 +66,8 @@ class StragglerResponse:
                      if node is not None else 0)
         return StragglerStatus(
             rank=change.rank, step=change.step, world_size=current.world_size, score=change.score, node=node,
-            dp=current.dp, global_batch=self.spec.train.global_batch_size,
+            uneven_shares=step_capabilities(current).uneven_shares, dp=current.dp,
+            global_batch=self.spec.train.global_batch_size,
             per_sample_s=live.stragglers.per_sample_medians(), current_shares=tuple(self.current_shares(current)),
             shares_pending=live.shares_pending, slots_elsewhere=elsewhere, last_replace_step=self._last_replace_step,
             cooldown=config.cooldown or 2 * config.window, pending=live.replace is not None)

@@ -12,6 +12,7 @@ from workers.events import RankCheckpoint, RankEvent, RankShares, RankStep, Rest
 from workers.runtime.group import GroupFailure
 from workers.spec import JobSpec
 from workers.storage import Storage
+from workers.training.control import UnevenShares
 
 
 def empty_dcp_metadata() -> bytes:
@@ -83,9 +84,10 @@ class ScriptedGroup:
         self.stop_asked = self.stopped = False
         self.unpolled: list[RankEvent] | None = None  # once failed: the survivors' last reports
 
-    def start(self, timeout_s: float, shares: list[int] | None = None) -> list[dict]:
+    def start(self, timeout_s: float, uneven: UnevenShares | None = None) -> list[dict]:
         self.nodes = self.cluster.place(self.ws)
-        self.shares = shares
+        self.uneven = uneven
+        self.shares = list(uneven.start) if uneven is not None and uneven.start else None
         done = sorted(int(name.split("-")[1]) for name in checkpoint_root(self.job).list() if name.startswith("step-"))
         self.step = done[-1] if done else 0  # resume from the latest durable checkpoint
         self.script.started.append(self)

@@ -113,7 +113,7 @@ def test_rollback_is_reported_from_the_ledger_for_non_finite_restarts_only():
 
 
 def slow(**overrides):
-    base = dict(rank=1, step=20, world_size=2, score=0.3, node="node-b", dp=2, global_batch=32,
+    base = dict(rank=1, step=20, world_size=2, score=0.3, node="node-b", uneven_shares=True, dp=2, global_batch=32,
                 per_sample_s=(0.01, 0.03), current_shares=(16, 16), slots_elsewhere=2)
     return StragglerStatus(**{**base, **overrides})
 
@@ -127,6 +127,8 @@ def test_rebalance_splits_by_speed_unless_it_cannot_or_already_does():
     assert planned.kind == StragglerAction.REBALANCE_PLANNED and planned.shares == (24, 8)
     assert planned.action == "rebalancing the global batch from [16, 16] to [24, 8] at the next agreement step"
     assert rebalance(slow(dp=1)).action == "reported (no data-parallel peers to take work)"
+    # The step's typed capability decides, not a list of layouts the policy would have to know.
+    assert rebalance(slow(uneven_shares=False)).action == "reported (the data-parallel step cannot take uneven shares)"
     assert rebalance(slow(shares_pending=(24, 8))).action == "reported (the split [24, 8] is about to apply)"
     same = rebalance(slow(current_shares=(24, 8)))
     assert same.kind == StragglerAction.REPORTED and same.shares is None

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 
 from tests.helpers import spec_of
 from workers.parallel.control_group import ControlGroups
-from workers.training.control import RankControl, agreement_due
+from workers.training.control import RankControl, UnevenShares, agreement_due
 
 
 def _rank(rank: int, init: str, out: str) -> None:
@@ -51,14 +51,13 @@ def test_ranks_act_on_a_request_together_or_not_at_all(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("policy,every,step,checkpointed,due", [
-    ("rebalance", 0, 8, False, True),  # every straggler window (8)
-    ("rebalance", 0, 9, False, False),
-    ("report", 0, 8, False, False),  # nothing to agree on but stops, at checkpoints
-    ("report", 5, 10, True, True),
-    ("rebalance", 5, 40, True, False),  # the last step: the loop ends anyway
+@pytest.mark.parametrize("uneven,every,step,checkpointed,due", [
+    (UnevenShares(8), 0, 8, False, True),  # the supervisor may re-split the data: every 8 steps
+    (UnevenShares(8), 0, 9, False, False),
+    (None, 0, 8, False, False),  # nothing to agree on but stops, at checkpoints
+    (None, 5, 10, True, True),
+    (UnevenShares(8), 5, 40, True, False),  # the last step: the loop ends anyway
 ])
-def test_agreement_steps_are_known_alike_to_every_rank(policy, every, step, checkpointed, due):
-    spec = spec_of(**{"train.steps": 40, "checkpoint.every_steps": every, "supervisor.straggler.policy": policy,
-                      "supervisor.straggler.window": 8})
-    assert agreement_due(spec, step, checkpointed) is due
+def test_agreement_steps_are_known_alike_to_every_rank(uneven, every, step, checkpointed, due):
+    spec = spec_of(**{"train.steps": 40, "checkpoint.every_steps": every})
+    assert agreement_due(spec, step, checkpointed, uneven) is due

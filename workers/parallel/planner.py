@@ -16,8 +16,12 @@ bandwidth plus a latency per collective, with no overlap assumed; a pipeline's
 compute is stretched by its schedule's ideal bubble.
 
 The search covers every layout of the spec's workers the strategies run: pp = 1 layouts
-(DDP, ZeRO, FSDP/HSDP, TP, each with its options) and pipeline layouts (pp x tp x dp with the
-default schedule). `parallel: auto` chooses among the pp = 1 layouts only (AUTO_LEAVES_OUT says why).
+(DDP, ZeRO, FSDP/HSDP, TP, each with its options; context parallelism; for an MoE model, expert
+parallelism over every ep dividing dp x cp where the compatibility table lets ep compose) and
+pipeline layouts (pp x tp x dp with the default schedule). `parallel: auto` chooses among the pp = 1
+layouts only (AUTO_LEAVES_OUT says why). An ep layout holds 1/ep of the experts' state per rank and
+pays the all-to-all (counted as the dispatch meters it), so a tight budget picks it where the
+experts would not fit otherwise.
 """
 
 from __future__ import annotations
@@ -27,7 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from workers.parallel.activations import activation_bytes
 from workers.parallel.layouts import layout_of
-from workers.parallel.layouts.accounting import context_parallel_comm_bytes, tensor_parallel_comm_bytes
+from workers.parallel.layouts.accounting import (
+    context_parallel_comm_bytes,
+    expert_parallel_comm_bytes,
+    tensor_parallel_comm_bytes,
+)
+from workers.parallel.layouts.compatibility import composes
+from workers.parallel.layouts.expert import experts_of
 from workers.parallel.pipeline.bubble import spec_theoretical_bubble
 from workers.spec import (
     SPEC_ERRORS,
@@ -62,6 +72,9 @@ class ModelFacts:
     layernorm_params: int = 0  # of the norm layers (their grads are reduced under sequence parallelism)
     outer_params: int = 0  # outside the repeated blocks (embeddings, final norm, head): FSDP's root unit
     expert_params: int = 0  # of MoE experts (expert parallelism splits them over ep ranks)
+    moe_layers: int = 0  # MoE layers (each one's dispatch sends rows by all-to-all under ep)
+    experts: int = 0  # per MoE layer
+    routed_per_token: float = 0.0  # expert assignments kept per token: top_k (x a capacity factor below 1)
 
     @classmethod
     def of(cls, spec: JobSpec) -> ModelFacts:
@@ -72,6 +85,7 @@ class ModelFacts:
         from workers.models import MODEL_BUILDERS
         from workers.models.description import ModelStructureError, describe_spec_model
         from workers.models.hf_moe import hf_experts_modules
+        from workers.models.moe import MoE
         from workers.models.param_counts import norm_params, tp_sharded_params
         from workers.parallel.expert_parallel import expert_parameters
 
@@ -86,8 +100,12 @@ class ModelFacts:
         in_blocks = sum(p.numel() for p in desc.blocks(model).parameters())
         experts = sum(p.numel() for p in expert_parameters(model)) + sum(  # built-in; HF unsharded
             e.gate_up_proj.numel() + e.down_proj.numel() for e, _ in hf_experts_modules(model))
+        moe, hf = [m for m in model.modules() if isinstance(m, MoE)], hf_experts_modules(model)
+        routed = (moe[0].top_k * min(1.0, moe[0].capacity_factor or 1.0) if moe
+                  else float(getattr(getattr(model, "config", None), "num_experts_per_tok", 0) or 0))
         return cls(total, tp_sharded_params(model, desc.tp_plan), desc.n_blocks, d_model, n_heads,
-                   sequence_length(spec) or 0, vocab, norm_params(model), total - in_blocks, experts)
+                   sequence_length(spec) or 0, vocab, norm_params(model), total - in_blocks, experts,
+                   len(moe) + len(hf), (experts_of(spec) or (0, ""))[0], routed)
 
 
 def _dims(spec: JobSpec, model: torch.nn.Module) -> tuple[int, int, int]:
@@ -137,7 +155,8 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     strategy = layout_of(spec)
     layout = strategy.cost(spec, f)  # the layout's own accounting of state and data-parallel traffic
     state = layout.model_state_bytes
-    comm = layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f) + context_parallel_comm_bytes(spec, f)
+    comm = (layout.dp_comm_bytes + tensor_parallel_comm_bytes(spec, f) + context_parallel_comm_bytes(spec, f)
+            + expert_parallel_comm_bytes(spec, f))
     if layout.activation_bytes is not None:  # the strategy counts its own (pipeline: micro-batches in flight)
         act = layout.activation_bytes
     else:  # the larger of two moments of the backward: its start, and a block's backward
@@ -151,6 +170,7 @@ def estimate(spec: JobSpec, facts: ModelFacts | None = None) -> Estimate:
     flops = (8 if p.activation_checkpointing else 6) * f.params * tokens / spec.world_size
     flops /= 1.0 - (spec_theoretical_bubble(spec) or 0.0)  # a pipeline's ranks idle this fraction of a flush
     collectives = (accum * (f.layers or 1) * (6 if tp > 1 else 0)) + (accum * 2 * (f.layers + 1) if p.zero == 3 else 1)
+    collectives += accum * f.moe_layers * 5 if p.ep > 1 else 0  # counts, rows out and back, their gradients
     return Estimate(
         parallel=_compact(p.model_dump(mode="json")),
         strategy=strategy.name,
@@ -178,9 +198,10 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidate_layouts(workers: int) -> list[dict]:
+def candidate_layouts(workers: int, experts: int = 0) -> list[dict]:
     """Every pp=1 layout of `workers` ranks the strategies implement, with context parallelism where a
-    sequence is too long for one rank (the spec rules prune them)."""
+    sequence is too long for one rank, and for a model with `experts` per MoE layer, expert parallelism
+    (the spec rules prune them)."""
     out = []
     for tp in _divisors(workers):
         dp = workers // tp
@@ -198,7 +219,20 @@ def candidate_layouts(workers: int) -> list[dict]:
         for tp in _divisors(workers // cp):
             dp = workers // (cp * tp)
             out += [{"dp": dp, "tp": tp, "cp": cp, "zero": 0}, {"dp": dp, "tp": tp, "cp": cp, "zero": 3}]
+    if experts:  # ep borrows dp x cp ranks: every degree dividing it, on the layouts the table lets ep join
+        out += [{**layout, "ep": ep} for layout in out if _ep_joins(layout)
+                for ep in _divisors(layout["dp"] * layout.get("cp", 1))[1:] if experts % ep == 0]
     return out
+
+
+def _ep_joins(layout: dict) -> bool:
+    """Whether the compatibility table lets expert parallelism run with this layout's features."""
+    zero = layout["zero"]
+    on = [name for name, present in (
+        ("zero1", zero == 1), ("zero2", zero == 2), ("fsdp", zero == 3 and "dp_shard" not in layout),
+        ("hsdp", zero == 3 and "dp_shard" in layout), ("tp", layout["tp"] > 1), ("cp", layout.get("cp", 1) > 1),
+        ("sequence_parallel", layout.get("sequence_parallel", False))) if present]
+    return all(composes("ep", name) for name in on)
 
 
 def pipeline_layouts(workers: int) -> list[dict]:
@@ -240,7 +274,8 @@ def plan(data: dict | JobSpec, memory_budget_gib: float | None = None, *, pipeli
                   else raw.get("resources", {}).get("memory_per_worker_gib"))
     budget = int(budget_gib * GIB) if budget_gib else None
     facts, estimates, rejected = None, [], []
-    for layout in candidate_layouts(workers) + (pipeline_layouts(workers) if pipelines else []):
+    experts = _experts(raw)
+    for layout in candidate_layouts(workers, experts) + (pipeline_layouts(workers) if pipelines else []):
         try:
             spec = checked_spec({**raw, "parallel": layout}, allow_fault_injection=True)
         except SPEC_ERRORS as exc:
@@ -258,6 +293,15 @@ def plan(data: dict | JobSpec, memory_budget_gib: float | None = None, *, pipeli
     eligible = [e for e in estimates if e.auto_eligible]
     chosen = eligible[0] if eligible and eligible[0].fits else None
     return Plan(chosen, estimates, rejected, budget, _explain(chosen, eligible, budget, workers))
+
+
+def _experts(raw: dict) -> int:
+    """Experts per MoE layer of the spec's model (0: dense, or a model the spec rules will refuse anyway)."""
+    try:
+        spec = JobSpec.model_validate({**raw, "parallel": {}})
+    except SPEC_ERRORS + (ValueError,):
+        return 0
+    return (experts_of(spec) or (0, ""))[0]
 
 
 def _explain(chosen: Estimate | None, estimates: list[Estimate], budget: int | None, workers: int) -> str:

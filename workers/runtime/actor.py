@@ -24,7 +24,7 @@ from workers.runtime.rank_process import IN_CHILD, RankProcess, RankStart, start
 from workers.runtime.step_aside import step_aside
 from workers.storage import Storage, adopt_client_env
 from workers.storage.log_output import capture_output, end_output
-from workers.training.control import RankControl
+from workers.training.control import RankControl, UnevenShares
 
 if TYPE_CHECKING:
     from workers.program.environment import Rendezvous
@@ -63,7 +63,7 @@ class TrainWorker:
             import_training_stack()
         self._lock = threading.Lock()
         self._events: list[RankEvent] = []
-        self.control = RankControl()  # stop and rebalance requests, agreed on between steps
+        self.control = RankControl()  # stop and data-split requests, agreed on between steps
         self._leader = None  # this node's leading rank, which the supervisor polls for this one too
         self._following = threading.Event()  # set: stop handing over (reassigned, polled itself, or the job ended)
         self._handing = threading.Lock()  # one hand-over in flight, in order
@@ -113,7 +113,7 @@ class TrainWorker:
         return addr, self._agent_store.port
 
     def setup(self, spec_json: dict, master_addr: str, master_port: int, timeout_s: float,
-              shares: list[int] | None = None, attempt: int = 0, nodes: list[str] | None = None,
+              uneven: UnevenShares | None = None, attempt: int = 0, nodes: list[str] | None = None,
               gpus: list[list[str]] | None = None, agent_store: bool = False) -> dict:
         from workers.spec import JobSpec
 
@@ -125,7 +125,7 @@ class TrainWorker:
 
             return self._setup_program(spec, Rendezvous(master_addr, master_port, agent_store), timeout_s, attempt,
                                        nodes, gpus)
-        start = RankStart(spec, self.rank, self.world_size, self.storage, master_addr, master_port, timeout_s, shares)
+        start = RankStart(spec, self.rank, self.world_size, self.storage, master_addr, master_port, timeout_s, uneven)
         if not IN_CHILD:  # TRAINYARD_RANK_PROCESS=false: the loop in this process, as before (a switch to rule it out)
             self.trainer, answer = start_trainer(start, self._emit)
             return answer

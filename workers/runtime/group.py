@@ -31,6 +31,7 @@ from workers.runtime.node_loss import node_lost
 from workers.runtime.pool import take_warm
 from workers.spec import JobSpec
 from workers.storage import Storage, client_env
+from workers.training.control import UnevenShares
 from workers.user_model_error import UserModelError
 
 
@@ -97,7 +98,7 @@ class WorkerGroup:
     def bundle(self) -> dict[str, float]:
         return self.bundle_of(self.spec)
 
-    def start(self, timeout_s: float, shares: list[int] | None = None) -> list[dict]:
+    def start(self, timeout_s: float, uneven: UnevenShares | None = None) -> list[dict]:
         """Reserve resources, start the actors, rendezvous, load the latest checkpoint, begin training."""
         n = self.spec.world_size
         # Every bundle avoids the degraded nodes: Ray's default node-id label, matched with "not in".
@@ -121,7 +122,7 @@ class WorkerGroup:
             collective_timeout = 2 * self.spec.fault_tolerance.hang_timeout_s + 30
             gpus = (ray.get([a.gpu_ids.remote() for a in self.actors], timeout=timeout_s)
                     if self.spec.program is not None and self.spec.resources.gpus_per_worker else None)
-            setups = self._await_setups([a.setup.remote(spec_json, addr, port, collective_timeout, shares,
+            setups = self._await_setups([a.setup.remote(spec_json, addr, port, collective_timeout, uneven,
                                                         self.attempt, self.nodes, gpus, hosted is not None)
                                          for a in self.actors], timeout_s)
         except ray.exceptions.RayTaskError as exc:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from workers.program.prestarted import switch
-from workers.training.control import RankControl
+from workers.training.control import RankControl, UnevenShares
 
 # On unless TRAINYARD_RANK_PROCESS=false in the workers' environment: then the loop runs in the actor's
 # own process, as before (a switch to rule the child out, not a tuning).
@@ -57,7 +57,7 @@ class RankStart:
     master_addr: str
     master_port: int
     timeout_s: float
-    shares: list[int] | None
+    uneven: UnevenShares | None  # the supervisor's terms for the data split (workers/training/control.py)
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def start_trainer(start: RankStart, emit: Callable[[RankEvent], None] | None = N
     )
     reporter = ProgressReporter(start.rank, report_interval_s(spec.fault_tolerance.hang_timeout_s), emit)
     try:
-        trainer = Trainer(spec, start.rank, start.world_size, device, start.storage, start.shares, reporter)
+        trainer = Trainer(spec, start.rank, start.world_size, device, start.storage, start.uneven, reporter)
         step = trainer.resume_from_latest()
     except Exception as exc:
         if is_out_of_memory(exc):  # building or loading the model: no restart would fit it either

@@ -1,20 +1,32 @@
 """What the supervisor asks of a running rank, and how the ranks agree on it.
 
 Requests arrive on the actor's RPC threads at any time; the training loop acts on them only at
-agreement steps that every rank knows in advance (checkpoint steps, and every straggler window
-when the policy rebalances), after one small all-reduce, so that all ranks act at the same step.
-A rank acting alone would hang its peers' next collective (stop) or break the global batch (shares).
+agreement steps that every rank knows in advance (checkpoint steps, and every `UnevenShares.every`
+steps when the supervisor may re-split the data), after one small all-reduce, so that all ranks act at
+the same step. A rank acting alone would hang its peers' next collective (stop) or break the global
+batch (shares). The ranks get typed terms, never the straggler policy's name: that stays in the supervisor.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from workers.spec import JobSpec
 
 if TYPE_CHECKING:
     from workers.parallel.control_group import ControlGroups
+
+
+@dataclass(frozen=True)
+class UnevenShares:
+    """The supervisor may give the data-parallel ranks uneven shares of the global batch while they run
+    (granted only where the data-parallel step can take them: `step_capabilities`). The ranks agree on a
+    requested split every `every` steps, and start from `start` (samples per dp rank; None: even)."""
+
+    every: int
+    start: tuple[int, ...] | None = None
 
 
 class RankControl:
@@ -63,9 +75,8 @@ class RankControl:
         return stop and may_stop, None
 
 
-def agreement_due(spec: JobSpec, step: int, checkpointed: bool) -> bool:
+def agreement_due(spec: JobSpec, step: int, checkpointed: bool, uneven: UnevenShares | None) -> bool:
     """Whether the ranks agree on requests after `step` (known alike on every rank)."""
     if step >= spec.train.steps:
         return False
-    straggler = spec.supervisor.straggler
-    return checkpointed or (straggler.policy == "rebalance" and step % straggler.window == 0)
+    return checkpointed or (uneven is not None and step % uneven.every == 0)

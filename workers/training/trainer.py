@@ -50,7 +50,7 @@ from workers.spec import HFModelSpec, JobSpec
 from workers.step_memory import StepMemory
 from workers.storage import Storage
 from workers.telemetry import CommMeter, StepRecord, model_state_bytes
-from workers.training.control import RankControl, agreement_due
+from workers.training.control import RankControl, UnevenShares, agreement_due
 from workers.training.faults import FaultInjector
 from workers.training.final_phases import FinalPhases
 from workers.training.integrity import SilentDataCorruption, check_replicas
@@ -67,7 +67,7 @@ from workers.training.validation import Validation, eval_batches_of, rank_batch_
 
 class Trainer:
     def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device,
-                 job: Storage | str | os.PathLike, shares: list[int] | None = None,
+                 job: Storage | str | os.PathLike, uneven: UnevenShares | None = None,
                  reporter: ProgressReporter | None = None):
         self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
         # Progress outside the steps (set-up, validation, checkpoint bytes, export): the supervisor's hang
@@ -96,7 +96,8 @@ class Trainer:
         self.recovery = RecoveryState.load(self.storage)
         self.spikes = LossSpikeDetector(spec.fault_tolerance.loss_spike)
         self.scaler = LossScaler(enabled=spec.parallel.mixed_precision == "fp16")
-        self.shares = shares  # uneven data-parallel slices (straggler rebalance); None = even
+        self.uneven = uneven  # granted by the supervisor: the data split may change at agreement steps
+        self.shares = list(uneven.start) if uneven is not None and uneven.start else None  # None = even
         self.model_state_bytes: int | None = None
         self.steps_trained = 0  # by this process (a restarted rank starts again at 0)
 
@@ -396,9 +397,9 @@ class Trainer:
                 self._report_durable(emit, self._wait_for_save())  # at most one save in flight
                 self._save()
             stop, shares = (control.agree(self.control_groups, may_stop=checkpointed)
-                            if agreement_due(spec, self.step, checkpointed) else (False, None))
+                            if agreement_due(spec, self.step, checkpointed, self.uneven) else (False, None))
             emit(RankStep(record))
-            if shares is not None:  # a live straggler rebalance: the next step splits the global batch anew
+            if shares is not None:  # a live re-split of the data: the next step splits the global batch anew
                 self.shares = shares
                 emit(RankShares(self.rank, self.step, tuple(shares)))
             if stop:  # preempted: stop after this checkpoint, which finish() makes durable

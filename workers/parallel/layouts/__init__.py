@@ -12,7 +12,7 @@ from workers.parallel.layouts.compatibility import compatibility_violations
 from workers.parallel.layouts.context import context_rules
 from workers.parallel.layouts.expert import expert_rules
 from workers.parallel.layouts.integrity import integrity_rules
-from workers.parallel.layouts.layout import Layout
+from workers.parallel.layouts.layout import Layout, StepCapabilities
 from workers.spec import JobSpec, Violation
 
 # Asked in order: more specific layouts first.
@@ -27,6 +27,13 @@ def layout_of(spec: JobSpec) -> Layout:
 def strategy_name(spec: JobSpec) -> str:
     """The name of the layout (and strategy) that runs the spec: the supervisor's and the API's summary."""
     return layout_of(spec).name
+
+
+def step_capabilities(spec: JobSpec) -> StepCapabilities:
+    """What the spec's data-parallel step can take. Uneven shares also need every other axis at 1: tp, cp
+    and ep ranks of one dp index must see the same samples, and a program's data is its own."""
+    axes = spec.parallel.tp == spec.parallel.cp == spec.parallel.ep == 1
+    return StepCapabilities(uneven_shares=axes and spec.program is None and layout_of(spec).uneven_shares(spec))
 
 
 def layout_errors(spec: JobSpec) -> Iterator[Violation]:

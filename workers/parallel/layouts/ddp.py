@@ -8,6 +8,7 @@ from workers.parallel.layouts.accounting import (
     LayoutCost,
     accumulated_grad_bytes,
     compressed_fraction,
+    expert_shard_params,
     params_per_rank,
     ring,
 )
@@ -35,11 +36,14 @@ def compression_rules(spec: JobSpec) -> Iterator[Violation]:
 
 
 def cost(spec: JobSpec, facts) -> LayoutCost:
-    per_rank = params_per_rank(spec, facts)
+    per_rank, k = params_per_rank(spec, facts), spec.dims.size("dp_cp")
     # DDP's reducer keeps a flat copy of every gradient (its buckets) besides `.grad`, across steps.
     peak = (4 + 8 + 4 + accumulated_grad_bytes(spec)) * per_rank
-    return LayoutCost(16 * per_rank, ring(spec.dims.size("dp_cp")) * 4 * per_rank * compressed_fraction(spec), peak)
+    # Expert shards (ep) skip DDP: reduced over the dp / ep ranks holding the same shard.
+    shards = expert_shard_params(spec, facts)
+    comm = ring(k) * 4 * (per_rank - shards) * compressed_fraction(spec) + ring(k // spec.parallel.ep) * 4 * shards
+    return LayoutCost(16 * per_rank, comm, peak)
 
 
 # the last resort
-LAYOUT = Layout("ddp", lambda spec: True, compression_rules, cost)
+LAYOUT = Layout("ddp", lambda spec: True, compression_rules, cost, uneven_shares=lambda spec: True)

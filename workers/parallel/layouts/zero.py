@@ -44,4 +44,6 @@ def cost(spec: JobSpec, facts) -> LayoutCost:
 
 
 # zero 1/2 over dp
-LAYOUT = Layout("zero", lambda spec: spec.parallel.zero in (1, 2), zero_rules, cost)
+# ZeRO-1 reduces once per step; ZeRO-2 reduce-scatters every micro-batch (counts must match)
+LAYOUT = Layout("zero", lambda spec: spec.parallel.zero in (1, 2), zero_rules, cost,
+                uneven_shares=lambda spec: spec.parallel.zero == 1)

@@ -2,13 +2,17 @@
 
 The running ranks switch together at their next agreement step, without a restart
 (workers/training/control.py). The per-sample compute times are medians over the window that
-flagged the rank: mostly the slow regime.
+flagged the rank: mostly the slow regime. The ranks never see this policy's name: they get typed
+terms (`UnevenShares`), granted only where the data-parallel step declares it can take uneven shares.
 """
 
 from __future__ import annotations
 
 from service.supervisor.policies.stragglers.status import StragglerDecision, StragglerStatus, reported
 from workers.events import StragglerAction
+from workers.parallel.layouts import step_capabilities
+from workers.spec import JobSpec
+from workers.training.control import UnevenShares
 
 
 def even_shares(global_batch: int, dp: int) -> list[int]:
@@ -40,8 +44,18 @@ def rebalanced_shares(global_batch: int, per_sample_times: list[float]) -> list[
     return shares
 
 
+def rank_terms(current: JobSpec, shares: list[int] | None) -> UnevenShares | None:
+    """What the ranks are told at start: agree on a new split every straggler window, from `shares`. None
+    where the step cannot take uneven shares (submit refuses those specs; this keeps a resize honest)."""
+    if not step_capabilities(current).uneven_shares:
+        return None
+    return UnevenShares(current.supervisor.straggler.window, tuple(shares) if shares else None)
+
+
 def on_slow_rank(status: StragglerStatus) -> StragglerDecision:
-    if status.dp < 2:  # the spec refuses tp, pp, SDP and local SGD with this policy
+    if not status.uneven_shares:  # the data-parallel step's capability, not a list of layouts
+        return reported("the data-parallel step cannot take uneven shares")
+    if status.dp < 2:
         return reported("no data-parallel peers to take work")
     if status.shares_pending is not None:
         return reported(f"the split {list(status.shares_pending)} is about to apply")

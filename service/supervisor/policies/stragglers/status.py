@@ -14,7 +14,8 @@ class StragglerStatus:
     world_size: int
     score: float = 0.0
     node: str | None = None  # where the slow rank runs now; None while the placement is unknown
-    # rebalance: the data-parallel split
+    # rebalance: the data-parallel split, where the step can take uneven shares (StepCapabilities)
+    uneven_shares: bool = False
     dp: int = 1
     global_batch: int = 0
     per_sample_s: tuple[float, ...] = ()  # each rank's median compute time per sample over the window
