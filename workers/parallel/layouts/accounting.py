@@ -91,15 +91,16 @@ def expert_parallel_comm_bytes(spec: JobSpec, f) -> float:
     """All-to-all bytes an ep rank sends per step, as its dispatch meters them (workers/parallel/expert_dispatch.py),
     with even routing assumed (the meter follows the router): per MoE layer and micro-batch forward, the other
     ranks' share of the per-expert counts (int64) and of the routed rows, out and back (T x k x (ep-1)/ep rows
-    each way, d x 4 bytes a row, fewer under a capacity factor below 1); the backward sends the rows again. A
-    recomputed forward (activation checkpointing) is metered again, with its backward's share."""
+    each way, d x 4 bytes a row, fewer under a capacity factor below 1); the backward sends the rows again,
+    once. A forward recomputed by activation checkpointing sends its counts and rows again (it has no
+    backward of its own)."""
     ep, layers = spec.parallel.ep, getattr(f, "moe_layers", 0)
     if ep == 1 or not layers:
         return 0.0
     remote = (ep - 1) / ep
     rows = 2 * spec.train.micro_batch_size * f.seq_len * f.routed_per_token * remote * f.d_model * 4
     forwards = 2 if spec.parallel.activation_checkpointing else 1
-    return spec.grad_accum_steps * layers * forwards * (f.experts * remote * 8 + 2 * rows)
+    return spec.grad_accum_steps * layers * (forwards * (f.experts * remote * 8 + rows) + rows)
 
 
 def expert_shard_params(spec: JobSpec, facts) -> float:
