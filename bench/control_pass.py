@@ -202,6 +202,7 @@ class StatementCounter:
 def running_jobs(sessions, cluster: FakeCluster, n: int) -> list[str]:
     """`n` RUNNING jobs of one tenant, each with its supervisor (epoch 1) alive in `cluster`."""
     from service.db import repository as repo
+    from service.db import tenants as tenant_repo
     from service.lifecycle import JobState
     from workers.spec import JobSpec
 
@@ -213,7 +214,7 @@ def running_jobs(sessions, cluster: FakeCluster, n: int) -> list[str]:
         "checkpoint": {"every_steps": 0}})
     ids = []
     with sessions.begin() as s:
-        tenant = repo.ensure_tenant(s, "bench")
+        tenant = tenant_repo.ensure_tenant(s, "bench")
         for _ in range(n):
             job = repo.create_job(s, tenant.id, spec, 0, "sha", None, max_open_jobs=None)
             repo.transition(s, job, JobState.STARTING, "admitted")

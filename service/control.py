@@ -28,6 +28,7 @@ from service.admission.submit import Admission
 from service.cluster_port import Cluster
 from service.cluster_view import ClusterView
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
 from service.db.group_commit import GroupCommit
 from service.db.job_reader import JobReader
@@ -182,13 +183,13 @@ class ControlPlane:
             if path.exists():
                 token = path.read_text().strip()
             else:
-                token = repo.new_token()
+                token = tenant_repo.new_token()
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "w") as f:
                     f.write(token + "\n")
                 log.info("generated an admin token in %s", path)
         with self.sessions.begin() as s:
-            repo.ensure_token(s, repo.ensure_tenant(s, "admin"), token, "bootstrap admin", is_admin=True)
+            tenant_repo.ensure_token(s, tenant_repo.ensure_tenant(s, "admin"), token, "bootstrap admin", is_admin=True)
 
     # --- the loop ------------------------------------------------------------
 

@@ -32,10 +32,10 @@ class JobCollector(Collector):
         self.sessions = sessions
 
     def collect(self):
-        from service.db import repository as repo
+        from service.db.row_counts import jobs_by_state
 
         with self.sessions() as s:
-            by_state = repo.jobs_by_state(s)
+            by_state = jobs_by_state(s)
             cols = (Job.id, Job.name, Job.state, Job.step, Job.total_steps, Job.loss, Job.samples_per_s,
                     Job.restarts, Job.summary)
             open_jobs = s.execute(select(*cols).where(~Job.state.in_([JobState.SUCCEEDED, JobState.FAILED,

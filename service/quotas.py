@@ -16,6 +16,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from service.db import repository as repo
+from service.db import tenant_usage as usage_repo
 from service.db.models import Tenant
 from service.refusals import NeverFits, OverQuota
 
@@ -26,7 +27,7 @@ class NeverWithinQuota(NeverFits):
     """The job alone asks for more workers than the tenant may ever hold."""
 
 
-def locked_usage(s: Session, tenant_id: str) -> tuple[Tenant, repo.Usage]:
+def locked_usage(s: Session, tenant_id: str) -> tuple[Tenant, usage_repo.Usage]:
     """The tenant, row-locked, and its usage: read once per transaction. The submits that share a
     transaction (service/db/group_commit.py) then count each other through `Usage.add_queued`."""
     cache = s.info.setdefault("tenant_usage", {})
@@ -34,7 +35,7 @@ def locked_usage(s: Session, tenant_id: str) -> tuple[Tenant, repo.Usage]:
         # No flush first: what this transaction added so far belongs to other tenants (the batch
         # runs sorted by tenant), so the batch's inserts still leave together at commit.
         with s.no_autoflush:
-            cache[tenant_id] = (repo.lock_tenant(s, tenant_id), repo.tenant_usage(s, tenant_id))
+            cache[tenant_id] = (usage_repo.lock_tenant(s, tenant_id), usage_repo.tenant_usage(s, tenant_id))
     return cache[tenant_id]
 
 
@@ -46,14 +47,14 @@ def prepare_submits(s: Session, submits: list[tuple[str, str | None]]) -> None:
     tenant_ids = sorted({tenant_id for tenant_id, _ in submits})
     cache = s.info.setdefault("tenant_usage", {})
     with s.no_autoflush:  # nothing added yet: the batch's inserts leave together at commit
-        tenants = {t.id: t for t in repo.lock_tenants(s, tenant_ids)}
-        usage = repo.tenants_usage(s, tenant_ids)
+        tenants = {t.id: t for t in usage_repo.lock_tenants(s, tenant_ids)}
+        usage = usage_repo.tenants_usage(s, tenant_ids)
         for tenant_id in tenant_ids:
             cache[tenant_id] = (tenants.get(tenant_id), usage[tenant_id])
         repo.prefetch_idempotency_keys(s, [(tenant_id, key) for tenant_id, key in submits if key is not None])
 
 
-def check_submit(tenant: Tenant, usage: repo.Usage, workers: int, max_open_jobs: int | None = None) -> None:
+def check_submit(tenant: Tenant, usage: usage_repo.Usage, workers: int, max_open_jobs: int | None = None) -> None:
     """Every quota a submit of `workers` must pass: the server's cap on a tenant's open jobs
     (`max_open_jobs`), then the tenant's own. OverQuota (429) or NeverWithinQuota (422) if it fails."""
     if max_open_jobs is not None and usage.open_jobs >= max_open_jobs:

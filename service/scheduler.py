@@ -37,6 +37,8 @@ from service import preemption
 from service.cluster_port import Cluster
 from service.cluster_view import Capacity, ClusterView
 from service.db import repository as repo
+from service.db import tenant_usage as usage_repo
+from service.db import tenants as tenant_repo
 from service.db.engine import SessionSource
 from service.db.models import Job, utcnow
 from service.lifecycle import JobState
@@ -135,9 +137,9 @@ class Scheduler:
 
     def _tenants(self, s) -> dict[str, TenantState]:
         """Every tenant's weight, quota and what its admitted jobs hold now (one aggregate query)."""
-        held = repo.holdings_by_tenant(s)
+        held = usage_repo.holdings_by_tenant(s)
         return {t.id: TenantState(t.id, t.weight or 1.0, t.max_workers, t.reserve_after_s, *held.get(t.id, (0, 0, 0)))
-                for t in repo.list_tenants(s)}
+                for t in tenant_repo.list_tenants(s)}
 
     def _never_fits(self) -> Callable[[QueuedJob], str | None]:
         """never_fits against the cluster's size, read once per tick and only if a job needs it."""

@@ -38,15 +38,15 @@ def live_db_url(request, tmp_path):
 
 def row_counter(database_url: str):
     """Row counts of every table, read straight from a service's database: (read, dispose)."""
-    from service.db import repository as repo
     from service.db.engine import make_engine, make_sessionmaker
+    from service.db.row_counts import row_counts
 
     engine = make_engine(database_url)
     maker = make_sessionmaker(engine)
 
     def read() -> dict[str, int]:
         with maker() as s:
-            return repo.row_counts(s)
+            return row_counts(s)
 
     return read, engine.dispose
 

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from api.http.errors import ApiError
 from service import job_queries, tenancy
 from service.control import ControlPlane
-from service.db.repository import hash_token
+from service.db.tenants import hash_token
 from service.records import JobRecord, Principal
 
 

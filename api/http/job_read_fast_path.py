@@ -19,7 +19,7 @@ from anyio import to_thread
 
 from api.http.deps import token_cache
 from api.http.schemas import job_out
-from service.db.repository import hash_token
+from service.db.tenants import hash_token
 
 PREFIX = "/v1/jobs/"
 ROUTE = SimpleNamespace(path=PREFIX + "{job_id}")  # what api/http/request_metrics.py labels a request by

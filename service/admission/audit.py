@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from service.db import repository as repo
+from service.db import audit_log as audit_repo
 from service.db.group_commit import GroupCommit
 from service.records import Principal
 
@@ -34,4 +34,4 @@ def audit_record(caller: Principal, action: str, status: int, target: str, detai
 
 def write_audit(writes: GroupCommit, record: dict) -> Future:
     """Commit one record with other requests' records and submits (service/db/group_commit.py)."""
-    return writes.submit(lambda s: repo.add_audit(s, **record))
+    return writes.submit(lambda s: audit_repo.add_audit(s, **record))

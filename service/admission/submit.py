@@ -26,6 +26,7 @@ from service import quotas
 from service.admission import gates
 from service.admission.audit import SUBMIT, audit_record
 from service.cluster_view import MEMORY
+from service.db import audit_log as audit_repo
 from service.db import repository as repo
 from service.db.group_commit import GroupCommit
 from service.db.models import Job
@@ -118,7 +119,7 @@ def _store(sub: Submission, spec: JobSpec, body_sha: str, storage: Storage,
     caller, key = sub.caller, sub.idempotency_key
 
     def audited(s: Session, job_id: str) -> None:  # commits with the job (one commit, not two)
-        repo.add_audit(s, **audit_record(caller, SUBMIT, 201, job_id, target_tenant_id=caller.tenant_id))
+        audit_repo.add_audit(s, **audit_record(caller, SUBMIT, 201, job_id, target_tenant_id=caller.tenant_id))
 
     def write(s: Session) -> tuple[Job, bool]:
         if key is not None and (existing := repo.find_by_idempotency_key(s, caller.tenant_id, key)):

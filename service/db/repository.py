@@ -1,4 +1,8 @@
-"""Every query and write the control plane makes, in one place.
+"""Jobs in the database: submitting one (idempotency keys, the open-jobs quota), reading and
+listing jobs, moving them along the lifecycle with their events, the scheduler's reads of the
+queue, and each job's step metrics and checkpoints. Tenants and tokens are in
+service/db/tenants.py, tenants' usage in service/db/tenant_usage.py, the audit log in
+service/db/audit_log.py, row counts in service/db/row_counts.py.
 
 Each function takes a Session and leaves committing to the caller's unit of
 work (`with sessions.begin():`), so a rejected request writes nothing.
@@ -6,26 +10,14 @@ work (`with sessions.begin():`), so a rejected request writes nothing.
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
-from service.db.models import (
-    ApiToken,
-    AuditRecord,
-    Checkpoint,
-    Job,
-    JobEvent,
-    JobMetric,
-    Tenant,
-    utcnow,
-)
+from service.db.models import Checkpoint, Job, JobEvent, JobMetric, utcnow
 from service.lifecycle import TERMINAL, JobState, check_transition
 from service.refusals import Conflict, OverQuota
 from workers.spec import JobSpec
@@ -40,128 +32,9 @@ QuotaExceeded = OverQuota
 IdempotencyConflict = Conflict
 
 
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_token() -> str:
-    return "ty_" + secrets.token_urlsafe(32)
-
-
-# --- tenants and tokens ----------------------------------------------------
-
-SCOPES = ("read", "submit", "admin")
-ADMIN_TENANT = "admin"  # the bootstrap admin token's tenant
-
-
-class NotFound(Exception):
-    pass
-
-
-def ensure_tenant(s: Session, name: str, **fields) -> Tenant:
-    tenant = s.scalar(select(Tenant).where(Tenant.name == name))
-    if tenant is None:
-        fields.setdefault("allow_user_code", name == ADMIN_TENANT)  # the operator's own tenant may run user code
-        tenant = Tenant(id=uuid.uuid4().hex[:16], name=name, **fields)
-        s.add(tenant)
-        s.flush()
-    return tenant
-
-
-def ensure_token(s: Session, tenant: Tenant, token: str, name: str, is_admin: bool) -> None:
-    digest = hash_token(token)
-    if s.scalar(select(ApiToken.id).where(ApiToken.token_sha256 == digest)) is None:
-        scopes = SCOPES if is_admin else ("read", "submit")
-        s.add(ApiToken(tenant_id=tenant.id, token_sha256=digest, name=name, is_admin=is_admin, scopes=",".join(scopes)))
-        s.flush()
-
-
-def create_tenant(s: Session, name: str, **fields) -> tuple[Tenant, str]:
-    """A new tenant with its first (read + submit) token; the token is returned once and stored hashed."""
-    if s.scalar(select(Tenant.id).where(Tenant.name == name)) is not None:
-        raise IdempotencyConflict(f"name: tenant {name!r} already exists")
-    tenant = ensure_tenant(s, name, **fields)
-    token = new_token()
-    ensure_token(s, tenant, token, "default", is_admin=False)
-    return tenant, token
-
-
-def find_tenant(s: Session, id_or_name: str) -> Tenant | None:
-    return s.scalar(select(Tenant).where((Tenant.id == id_or_name) | (Tenant.name == id_or_name)))
-
-
-def list_tenants(s: Session) -> list[Tenant]:
-    return list(s.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.id)))
-
-
-def create_token(s: Session, tenant_id: str, name: str, scopes: Iterable[str], expires_at) -> tuple[ApiToken, str]:
-    """A new token for the tenant; the secret is returned once, only its hash is stored."""
-    scopes = [x for x in SCOPES if x in set(scopes)]
-    secret = new_token()
-    row = ApiToken(tenant_id=tenant_id, token_sha256=hash_token(secret), name=name, is_admin="admin" in scopes,
-                   scopes=",".join(scopes), expires_at=expires_at)
-    s.add(row)
-    s.flush()
-    return row, secret
-
-
-def list_tokens(s: Session, tenant_id: str | None = None) -> list[ApiToken]:
-    q = select(ApiToken)
-    if tenant_id is not None:
-        q = q.where(ApiToken.tenant_id == tenant_id)
-    return list(s.scalars(q.order_by(ApiToken.id)))
-
-
-def revoke_token(s: Session, token_id: int) -> ApiToken:
-    row = s.get(ApiToken, token_id, with_for_update=True)
-    if row is None:
-        raise NotFound(f"token {token_id} not found")
-    if row.revoked_at is None:
-        row.revoked_at = utcnow()
-    return row
-
-
 def aware(ts: datetime | None) -> datetime | None:
     """SQLite hands back naive UTC; make it comparable with aware times."""
     return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts
-
-
-def token_usable(row: ApiToken, now: datetime | None = None) -> bool:
-    expires = aware(row.expires_at)
-    return row.revoked_at is None and (expires is None or expires > (now or utcnow()))
-
-
-def token_row(s: Session, token: str) -> ApiToken | None:
-    """The token row of a presented secret, live or not."""
-    return s.scalar(select(ApiToken).where(ApiToken.token_sha256 == hash_token(token)))
-
-
-def find_token(s: Session, token: str) -> ApiToken | None:
-    """The live (not revoked, not expired) token row for a presented secret."""
-    row = token_row(s, token)
-    return row if row is not None and token_usable(row) else None
-
-
-def lookup_token(s: Session, token: str) -> tuple[str, bool] | None:
-    row = find_token(s, token)
-    return (row.tenant_id, bool(row.is_admin)) if row else None
-
-
-# --- audit -----------------------------------------------------------------
-
-
-def add_audit(s: Session, **fields) -> None:
-    s.add(AuditRecord(**fields))
-
-
-def list_audit(s: Session, tenant_id: str | None, action: str | None, after_id: int, limit: int) -> list[AuditRecord]:
-    """Oldest first; a tenant filter matches the caller's tenant or the tenant acted upon."""
-    q = select(AuditRecord).where(AuditRecord.id > after_id)
-    if tenant_id is not None:
-        q = q.where((AuditRecord.tenant_id == tenant_id) | (AuditRecord.target_tenant_id == tenant_id))
-    if action is not None:
-        q = q.where(AuditRecord.action == action)
-    return list(s.scalars(q.order_by(AuditRecord.id).limit(limit)))
 
 
 # --- jobs ------------------------------------------------------------------
@@ -204,61 +77,6 @@ def count_open_jobs(s: Session, tenant_id: str) -> int:
     open_states = [JobState.QUEUED, *ACTIVE]
     return s.scalar(select(func.count()).select_from(Job)
                     .where(Job.tenant_id == tenant_id, Job.state.in_(open_states))) or 0
-
-
-@dataclass
-class Usage:
-    """What one tenant holds now: its queued jobs and their workers, its running ones' workers."""
-
-    queued: int
-    active: int
-    queued_workers: int
-    active_workers: int
-
-    @property
-    def open_jobs(self) -> int:
-        return self.queued + self.active
-
-    def add_queued(self, workers: int) -> None:
-        self.queued += 1
-        self.queued_workers += workers
-
-
-def tenant_usage(s: Session, tenant_id: str) -> Usage:
-    return tenants_usage(s, [tenant_id])[tenant_id]
-
-
-def tenants_usage(s: Session, tenant_ids: list[str]) -> dict[str, Usage]:
-    rows = s.execute(select(Job.tenant_id, Job.state, func.count(), func.coalesce(func.sum(Job.world_size), 0))
-                     .where(Job.tenant_id.in_(tenant_ids), Job.state.in_([JobState.QUEUED, *ACTIVE]))
-                     .group_by(Job.tenant_id, Job.state)).all()
-    usage = {tenant_id: Usage(0, 0, 0, 0) for tenant_id in tenant_ids}
-    for tenant_id, state, n, workers in rows:
-        if state == JobState.QUEUED:
-            usage[tenant_id].queued, usage[tenant_id].queued_workers = n, int(workers)
-        else:
-            usage[tenant_id].active += n
-            usage[tenant_id].active_workers += int(workers)
-    return usage
-
-
-def active_workers_by_tenant(s: Session) -> dict[str, int]:
-    rows = s.execute(select(Job.tenant_id, func.sum(Job.world_size))
-                     .where(Job.state.in_(ACTIVE)).group_by(Job.tenant_id))
-    return {tenant_id: int(n or 0) for tenant_id, n in rows}
-
-
-def lock_tenant(s: Session, tenant_id: str) -> Tenant | None:
-    """Serialises a tenant's submits (row lock on PostgreSQL; SQLite has one writer anyway).
-    FOR NO KEY UPDATE: other transactions' foreign-key checks on the tenant (their job and audit
-    inserts) do not wait for it."""
-    return s.get(Tenant, tenant_id, with_for_update={"key_share": True})
-
-
-def lock_tenants(s: Session, tenant_ids: list[str]) -> list[Tenant]:
-    """lock_tenant for several tenants in one statement, locked in id order."""
-    return list(s.scalars(select(Tenant).where(Tenant.id.in_(tenant_ids)).order_by(Tenant.id)
-                          .with_for_update(key_share=True)))
 
 
 def quota_message(limit: int) -> str:
@@ -358,13 +176,6 @@ def ended_since(s: Session, since: datetime) -> list[str]:
     return list(s.scalars(select(Job.id).where(Job.finished_at >= since)))
 
 
-def holdings_by_tenant(s: Session) -> dict[str, tuple[float, float, int]]:
-    """Tenant id -> the CPUs, GPUs and workers its admitted (starting or running) jobs hold."""
-    rows = s.execute(select(Job.tenant_id, func.sum(Job.cpus), func.sum(Job.gpus), func.sum(Job.world_size))
-                     .where(Job.state.in_(ACTIVE)).group_by(Job.tenant_id))
-    return {tenant_id: (float(c or 0), float(g or 0), int(w or 0)) for tenant_id, c, g, w in rows}
-
-
 def forming_jobs(s: Session) -> list:
     """STARTING and RECOVERING jobs (id, state, supervisor_epoch, cpus, gpus): those whose placement
     group may not hold its resources yet."""
@@ -430,15 +241,3 @@ def record_checkpoint(s: Session, job_id: str, step: int, path: str) -> None:
 
 def list_checkpoints(s: Session, job_id: str) -> list[Checkpoint]:
     return list(s.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step)))
-
-
-# --- reporting -------------------------------------------------------------
-
-
-def jobs_by_state(s: Session) -> dict[str, int]:
-    return {state: n for state, n in s.execute(select(Job.state, func.count()).group_by(Job.state))}
-
-
-def row_counts(s: Session) -> dict[str, int]:
-    return {m.__tablename__: s.scalar(select(func.count()).select_from(m)) or 0
-            for m in (Tenant, ApiToken, Job, JobEvent, JobMetric, Checkpoint)}

@@ -18,6 +18,7 @@ from api.http.job_read_fast_path import JobReadFastPath
 from api.http.ratelimit import TokenBuckets
 from api.http.schemas import job_out
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.db.engine import make_engine
 from service.db.job_reader import JobReader
 from service.db.models import utcnow
@@ -56,8 +57,8 @@ def call(middleware, app_state, path: str, token: str | None, method: str = "GET
 def world(sessions):
     """Two tenants, a job of each, and a cached read token for the first."""
     with sessions.begin() as s:
-        acme, _ = repo.create_tenant(s, f"acme-{uuid.uuid4().hex[:6]}")
-        other, _ = repo.create_tenant(s, f"other-{uuid.uuid4().hex[:6]}")
+        acme, _ = tenant_repo.create_tenant(s, f"acme-{uuid.uuid4().hex[:6]}")
+        other, _ = tenant_repo.create_tenant(s, f"other-{uuid.uuid4().hex[:6]}")
         spec = parse_spec(tiny_spec())
         mine = repo.create_job(s, acme.id, spec, 3, "sha", "key-1", max_open_jobs=None).id
         theirs = repo.create_job(s, other.id, spec, 0, "sha", None, max_open_jobs=None).id
@@ -66,7 +67,7 @@ def world(sessions):
         job.started_at, job.step, job.loss, job.step_time_s = utcnow(), 7, 1.25, 0.5
         job.layout, job.summary, job.cancel_requested = {"dp": 2, "stages": [[0, 1]]}, {"final_loss": 1.0}, True
     token = uuid.uuid4().hex
-    token_cache.put(repo.hash_token(token), Principal(acme.id, 1, "t", frozenset({"read"})), 60)
+    token_cache.put(tenant_repo.hash_token(token), Principal(acme.id, 1, "t", frozenset({"read"})), 60)
     reader = JobReader(sessions.engine)
     state = SimpleNamespace(plane=SimpleNamespace(job_reader=reader))
     yield SimpleNamespace(sessions=sessions, mine=mine, theirs=theirs, token=token, state=state, acme=acme.id)
@@ -101,7 +102,7 @@ def test_everything_but_the_plain_success_goes_to_the_full_app(world, case, tmp_
     elif case in ("no read scope", "expired"):
         token = uuid.uuid4().hex
         scopes, expires = ({"submit"}, None) if case == "no read scope" else ({"read"}, utcnow() - timedelta(seconds=1))
-        token_cache.put(repo.hash_token(token), Principal(world.acme, 2, "t", frozenset(scopes), expires), 60)
+        token_cache.put(tenant_repo.hash_token(token), Principal(world.acme, 2, "t", frozenset(scopes), expires), 60)
     elif case == "other tenant":
         path = f"/v1/jobs/{world.theirs}"
     elif case == "missing job":

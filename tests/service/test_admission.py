@@ -10,9 +10,10 @@ import pytest
 from sqlalchemy import func, select
 
 from service.admission.submit import Admission, Submission
-from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.db.group_commit import GroupCommit
 from service.db.models import AuditRecord
+from service.db.row_counts import row_counts
 from service.quotas import NeverWithinQuota, prepare_submits
 from service.records import JobRecord, Principal
 from service.refusals import Conflict, InvalidRequest, NeverFits, NotAllowed, OverQuota
@@ -24,7 +25,7 @@ from tests.helpers import tiny_spec
 def admit(sessions, tmp_path):
     """submit(body, key=None, scopes=(...), capacity=None) -> Admitted, as the tenant `acme`."""
     with sessions.begin() as s:
-        tenant, _ = repo.create_tenant(s, "acme", max_workers=2)
+        tenant, _ = tenant_repo.create_tenant(s, "acme", max_workers=2)
     writes = GroupCommit(sessions, prepare=prepare_submits)
     settings = Settings(home=tmp_path, max_active_jobs_per_tenant=2)
     wake = threading.Event()
@@ -81,7 +82,7 @@ def test_gates_and_the_cluster_refuse_before_anything_is_written(admit, sessions
         admit(tiny_spec(**{"train.init_from": "/etc/passwd"}))
     assert refused.value.field == "train.init_from"
     with sessions() as s:
-        assert repo.row_counts(s)["jobs"] == 0
+        assert row_counts(s)["jobs"] == 0
 
 
 def test_a_program_needs_user_code_and_stored_code_or_a_confined_path(admit, sessions, tmp_path):
@@ -94,7 +95,7 @@ def test_a_program_needs_user_code_and_stored_code_or_a_confined_path(admit, ses
         admit(program)
     assert refused.value.field == "program"
     with sessions.begin() as s:
-        repo.find_tenant(s, "acme").allow_user_code = True
+        tenant_repo.find_tenant(s, "acme").allow_user_code = True
     sha = "c" * 64
     with pytest.raises(InvalidRequest, match="is not uploaded code") as refused:
         admit(with_dir(f"code:{sha}"))
@@ -105,7 +106,7 @@ def test_a_program_needs_user_code_and_stored_code_or_a_confined_path(admit, ses
         admit(with_dir("/etc"))
     assert refused.value.field == "program.working_dir"
     with sessions() as s:
-        assert repo.row_counts(s)["jobs"] == 0
+        assert row_counts(s)["jobs"] == 0
     (tmp_path / "storage" / "code").mkdir(parents=True)
     (tmp_path / "storage" / "code" / f"{sha}.zip").write_bytes(b"")  # stored (the store checked it at upload)
     assert admit(with_dir(f"code:{sha}")).job.spec["program"]["working_dir"] == f"code:{sha}"

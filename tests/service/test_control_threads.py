@@ -13,6 +13,7 @@ from sqlalchemy import select, update
 from bench.control_pass import FakeCluster, running_jobs
 from service.control import ControlPlane
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.db.models import Job, LeaseRow
 from service.settings import Settings
 from tests.helpers import spec_of
@@ -54,7 +55,7 @@ def plane(db_url, tmp_path):
 def _submit(plane) -> str:
     spec = spec_of(**{"train.steps": 10})  # (not inside the transaction: its first call imports a lot)
     with plane.sessions.begin() as s:
-        tenant = repo.ensure_tenant(s, "acme")
+        tenant = tenant_repo.ensure_tenant(s, "acme")
         job = repo.create_job(s, tenant.id, spec, 0, "sha", None, max_open_jobs=None)
         job_id = job.id
     plane.wake.set()

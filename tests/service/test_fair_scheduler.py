@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import update
 
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.db.models import Job
 from service.lifecycle import JobState
 from service.scheduler import Scheduler
@@ -63,8 +64,8 @@ def state_of(sessions, job_id: str) -> str:
 
 def test_a_quota_blocked_backlog_of_1500_does_not_hold_back_another_tenant(sessions, tmp_path):
     with sessions.begin() as s:
-        a = repo.ensure_tenant(s, "a", max_workers=4, quota_mode="queue")
-        b = repo.ensure_tenant(s, "b")
+        a = tenant_repo.ensure_tenant(s, "a", max_workers=4, quota_mode="queue")
+        b = tenant_repo.ensure_tenant(s, "b")
         running = repo.create_job(s, a.id, FOUR, 0, "sha", None, max_open_jobs=None)
         repo.transition(s, running, JobState.STARTING, "admitted")  # a holds its 4 workers
         blocked = [submit(s, a.id, priority=5) for _ in range(1500)]  # older and of higher priority
@@ -78,7 +79,7 @@ def test_a_quota_blocked_backlog_of_1500_does_not_hold_back_another_tenant(sessi
 
 def test_the_index_follows_submits_cancels_and_requeues_without_reloading(sessions, tmp_path):
     with sessions.begin() as s:
-        t = repo.ensure_tenant(s, "t")
+        t = tenant_repo.ensure_tenant(s, "t")
         first = submit(s, t.id, FOUR)
     cluster = FakeCluster(cpus=0.0)
     sched = scheduler(sessions, tmp_path, cluster)
@@ -106,7 +107,7 @@ def test_the_index_follows_submits_cancels_and_requeues_without_reloading(sessio
 
 def test_the_periodic_full_read_runs_beside_the_ticks_and_finds_what_a_window_missed(sessions, tmp_path):
     with sessions.begin() as s:
-        t = repo.ensure_tenant(s, "t")
+        t = tenant_repo.ensure_tenant(s, "t")
         first = submit(s, t.id)
     cluster = FakeCluster(cpus=0.0)
     sched = scheduler(sessions, tmp_path, cluster, resync_s=0.0)
@@ -127,7 +128,7 @@ def test_the_periodic_full_read_runs_beside_the_ticks_and_finds_what_a_window_mi
 
 def test_a_job_that_waited_reserve_after_s_is_not_overtaken_and_starts(sessions, tmp_path):
     with sessions.begin() as s:
-        a, b = repo.ensure_tenant(s, "a"), repo.ensure_tenant(s, "b")
+        a, b = tenant_repo.ensure_tenant(s, "a"), tenant_repo.ensure_tenant(s, "b")
         big = submit(s, a.id, FOUR)
         smalls = [submit(s, b.id) for _ in range(3)]
     offset = [0.0]

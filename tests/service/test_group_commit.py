@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 
 from service import quotas
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.db.group_commit import GroupCommit
 from service.db.models import Job, Tenant
 from tests.helpers import spec_of
@@ -20,7 +21,7 @@ from tests.helpers import spec_of
 @pytest.fixture
 def tenant_id(sessions):
     with sessions.begin() as s:
-        tenant, _ = repo.create_tenant(s, "acme")
+        tenant, _ = tenant_repo.create_tenant(s, "acme")
         return tenant.id
 
 
@@ -162,7 +163,7 @@ def test_a_batch_of_submits_is_prepared_in_a_few_statements(sessions):
     two per tenant plus one per key), and every write still gets its own answer: a replayed key
     its old job, a quota its refusal, counted against the batch's own earlier inserts."""
     with sessions.begin() as s:
-        tenants = [repo.create_tenant(s, f"t{i}")[0].id for i in range(4)]
+        tenants = [tenant_repo.create_tenant(s, f"t{i}")[0].id for i in range(4)]
         s.get(Tenant, tenants[3]).max_queued_jobs = 9  # its 10th queued job is refused
         old = {t: repo.create_job(s, t, spec_of(), 0, "sha", f"{t}-old", max_open_jobs=None).id for t in tenants}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from api.http.schemas import job_out
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.lifecycle import JobState
 from service.live_metrics import LiveMetrics
 from service.reconciler import Reconciler
@@ -17,7 +18,7 @@ LAYOUT_4 = {**LAYOUT_2, "dp": 4, "world_size": 4}
 
 def test_a_shrunk_job_shows_its_current_world_size_and_layout(sessions, tmp_path):
     with sessions.begin() as s:
-        tenant, _ = repo.create_tenant(s, "acme")
+        tenant, _ = tenant_repo.create_tenant(s, "acme")
         job = repo.create_job(s, tenant.id, spec_of(**{"resources.workers": 4, "resources.min_workers": 2}), 0,
                               "sha", None, max_open_jobs=10)
         repo.transition(s, job, JobState.STARTING, "admitted")

@@ -8,6 +8,7 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.leaked_groups import LeakedGroups
 from service.lifecycle import JobState
 from service.ray_client import NAMESPACE
@@ -32,7 +33,7 @@ def _live_groups() -> set[str]:
 
 def test_groups_no_supervisor_can_use_are_removed_after_the_grace_and_the_rest_are_kept(ray_cluster, sessions):
     with sessions.begin() as s:
-        tenant = repo.ensure_tenant(s, "t")
+        tenant = tenant_repo.ensure_tenant(s, "t")
         running = _job(s, tenant, JobState.STARTING, JobState.RUNNING)  # its supervisor is alive
         orphaned = _job(s, tenant, JobState.STARTING)  # its supervisor is gone
         ended = _job(s, tenant, JobState.CANCELLED)

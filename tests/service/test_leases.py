@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import func, select
 
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.db.models import JobEvent, LeaseRow
 from service.leases import FencedSessions, LeaderLease, LeaseLost
 from tests.helpers import spec_of
@@ -31,7 +32,7 @@ def test_a_replica_that_lost_the_lease_writes_nothing(sessions):
     a = LeaderLease(sessions, ttl_s=1.0, holder="host-a:1:a")
     b = LeaderLease(sessions, ttl_s=1.0, holder="host-b:2:b")
     with sessions.begin() as s:
-        tenant = repo.ensure_tenant(s, "t")
+        tenant = tenant_repo.ensure_tenant(s, "t")
         job = repo.create_job(s, tenant.id, spec_of(), 0, "sha", None, max_open_jobs=None)
     assert a.try_acquire()
     fenced = FencedSessions(sessions, a)
@@ -62,7 +63,7 @@ def test_a_queued_row_locked_elsewhere_is_skipped_not_waited_for(sessions):
     from service.scheduler import Scheduler
 
     with sessions.begin() as s:
-        tenant = repo.ensure_tenant(s, "t")
+        tenant = tenant_repo.ensure_tenant(s, "t")
         job_id = repo.create_job(s, tenant.id, spec_of(), 0, "sha", None, max_open_jobs=None).id
     with sessions.begin() as holder:  # e.g. another scheduler's transaction mid-admission
         assert Scheduler._claim(holder, job_id) is not None

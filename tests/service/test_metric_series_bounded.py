@@ -13,7 +13,6 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.live_metrics import LiveMetrics
-from service.supervisor.record_buffer import RecordBuffer
 from service.metric_catalogue import (
     RANK_QUANTITIES,
     RUNNING_JOB_SERIES_BUDGET,
@@ -24,6 +23,7 @@ from service.metric_catalogue import (
     update,
 )
 from service.metrics import job_families
+from service.supervisor.record_buffer import RecordBuffer
 
 SPEC = {"supervisor": {"straggler": {"policy": "report", "threshold": 0.6}}}
 
@@ -254,8 +254,9 @@ def test_every_ranks_numbers_stay_in_the_rest_api_while_metrics_carry_at_most_8(
     from api.http.app import create_app
     from service.control import ControlPlane
     from service.db import repository as repo
+    from service.db import tenants as tenant_repo
     from service.db.engine import migrate
-    from service.db.repository import ADMIN_TENANT
+    from service.db.tenants import ADMIN_TENANT
     from service.settings import Settings
     from tests.helpers import spec_of
     from tests.live import ADMIN_TOKEN
@@ -270,7 +271,7 @@ def test_every_ranks_numbers_stay_in_the_rest_api_while_metrics_carry_at_most_8(
         records = [{**step(n, 64, {9: 2.0}), "peak_memory_bytes_per_rank": [5000 + r for r in range(64)]}
                    for n in (1, 2)]
         with plane.sessions.begin() as s:
-            tenant = repo.ensure_tenant(s, ADMIN_TENANT).id  # the admin token's own tenant
+            tenant = tenant_repo.ensure_tenant(s, ADMIN_TENANT).id  # the admin token's own tenant
             job = repo.create_job(s, tenant, spec_of(**{"train.steps": 2}), 0, "sha", None, max_open_jobs=10)
             repo.record_steps(s, job, records, max_points=1000)
             job_id = job.id

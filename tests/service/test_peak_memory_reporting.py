@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.supervisor.aggregate import StepAggregator
 from service.supervisor.step_history import StepHistory
 from service.supervisor.summary import steady_steps
@@ -11,7 +12,7 @@ from tests.helpers import spec_of
 
 
 def _job(s, steps: int):
-    tenant = repo.ensure_tenant(s, "t").id
+    tenant = tenant_repo.ensure_tenant(s, "t").id
     return repo.create_job(s, tenant, spec_of(**{"train.steps": steps}), 0, "sha", None, max_open_jobs=100)
 
 

@@ -7,6 +7,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.lifecycle import JobState
 from service.live_metrics import LiveMetrics
 from service.reconciler import Reconciler
@@ -32,7 +33,7 @@ def step(seq: int, n: int) -> dict:
 
 def test_redrained_records_count_once(sessions, tmp_path):
     with sessions.begin() as s:
-        tenant, _ = repo.create_tenant(s, "acme")
+        tenant, _ = tenant_repo.create_tenant(s, "acme")
         job = repo.create_job(s, tenant.id, spec_of(**{"train.steps": 10}), 0, "sha", None, max_open_jobs=10)
         repo.transition(s, job, JobState.STARTING, "admitted")
         repo.transition(s, job, JobState.RUNNING, "running")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.lifecycle import JobState
 from service.live_metrics import LiveMetrics
 from service.reconciler import Reconciler
@@ -42,7 +43,7 @@ def _program_checkpoints(settings: Settings, job_id: str) -> None:
 def test_a_replacement_resumes_from_the_newest_complete_checkpoint(sessions, tmp_path, spec, write):
     settings = Settings(home=tmp_path)
     with sessions.begin() as s:
-        tenant, _ = repo.create_tenant(s, "acme")
+        tenant, _ = tenant_repo.create_tenant(s, "acme")
         job = repo.create_job(s, tenant.id, spec, 0, "sha", None, max_open_jobs=10)
         repo.transition(s, job, JobState.STARTING, "admitted")
         repo.transition(s, job, JobState.RUNNING, "running")

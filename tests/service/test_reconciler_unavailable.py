@@ -10,6 +10,7 @@ import ray
 from service import ray_cluster
 from service.cluster_port import ReplyKind
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.lifecycle import JobState
 from service.live_metrics import LiveMetrics
 from service.reconciler import Reconciler
@@ -60,7 +61,7 @@ def _reply_to(error: Exception):
 def test_unavailable_is_asked_again_and_dead_is_recovered(sessions, tmp_path, monkeypatch, error, kind, recovered):
     assert _reply_to(error).kind == kind  # how Ray's exception reads at the port
     with sessions.begin() as s:
-        tenant, _ = repo.create_tenant(s, "acme")
+        tenant, _ = tenant_repo.create_tenant(s, "acme")
         job = repo.create_job(s, tenant.id, spec_of(**{"train.steps": 10}), 0, "sha", None, max_open_jobs=10)
         repo.transition(s, job, JobState.STARTING, "admitted")
         repo.transition(s, job, JobState.RUNNING, "running")

@@ -8,8 +8,10 @@ from alembic.migration import MigrationContext
 from sqlalchemy.exc import IntegrityError
 
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.db.engine import migrate
 from service.db.models import Base
+from service.db.row_counts import row_counts
 from service.lifecycle import IllegalTransition, JobState
 from tests.helpers import spec_of
 
@@ -27,24 +29,24 @@ def test_migrations_match_the_models_and_rerun_cleanly(sessions):
 
 def test_tokens_are_stored_hashed_and_resolve_to_their_tenant(sessions):
     with sessions.begin() as s:
-        tenant, token = repo.create_tenant(s, "acme")
+        tenant, token = tenant_repo.create_tenant(s, "acme")
     with sessions() as s:
-        assert repo.lookup_token(s, token) == (tenant.id, False)
-        assert repo.lookup_token(s, token + "x") is None
-        assert token not in str(repo.row_counts(s))
+        assert tenant_repo.lookup_token(s, token) == (tenant.id, False)
+        assert tenant_repo.lookup_token(s, token + "x") is None
+        assert token not in str(row_counts(s))
         from sqlalchemy import select
 
         from service.db.models import ApiToken
         stored = s.scalars(select(ApiToken.token_sha256)).all()
-        assert token not in stored and repo.hash_token(token) in stored
+        assert token not in stored and tenant_repo.hash_token(token) in stored
     with sessions.begin() as s, pytest.raises(repo.IdempotencyConflict, match="already exists"):
-        repo.create_tenant(s, "acme")
+        tenant_repo.create_tenant(s, "acme")
 
 
 def test_job_is_created_queued_with_an_event_and_scoped_to_its_tenant(sessions):
     with sessions.begin() as s:
-        a = repo.ensure_tenant(s, "a")
-        b = repo.ensure_tenant(s, "b")
+        a = tenant_repo.ensure_tenant(s, "a")
+        b = tenant_repo.ensure_tenant(s, "b")
         job = _job(s, a.id)
     with sessions() as s:
         assert repo.get_job(s, job.id, a.id).state == JobState.QUEUED
@@ -55,19 +57,19 @@ def test_job_is_created_queued_with_an_event_and_scoped_to_its_tenant(sessions):
 
 def test_idempotency_key_is_unique_per_tenant(sessions):
     with sessions.begin() as s:
-        a, b = repo.ensure_tenant(s, "a"), repo.ensure_tenant(s, "b")
+        a, b = tenant_repo.ensure_tenant(s, "a"), tenant_repo.ensure_tenant(s, "b")
         _job(s, a.id, key="k1")
         _job(s, b.id, key="k1")  # another tenant may reuse a key
     with pytest.raises(IntegrityError):
         with sessions.begin() as s:
             _job(s, a.id, key="k1")
     with sessions() as s:
-        assert repo.row_counts(s)["jobs"] == 2
+        assert row_counts(s)["jobs"] == 2
 
 
 def test_queue_order_is_priority_then_fifo(sessions):
     with sessions.begin() as s:
-        t = repo.ensure_tenant(s, "t")
+        t = tenant_repo.ensure_tenant(s, "t")
         first, low, high, second = _job(s, t.id), _job(s, t.id, -5), _job(s, t.id, 10), _job(s, t.id)
     with sessions() as s:
         assert [j.id for j in repo.queued_jobs(s)] == [high.id, first.id, second.id, low.id]
@@ -75,7 +77,7 @@ def test_queue_order_is_priority_then_fifo(sessions):
 
 def test_transitions_follow_the_table_and_are_recorded(sessions):
     with sessions.begin() as s:
-        job = _job(s, repo.ensure_tenant(s, "t").id)
+        job = _job(s, tenant_repo.ensure_tenant(s, "t").id)
         repo.transition(s, job, JobState.STARTING, "admitted")
         repo.transition(s, job, JobState.RUNNING, "training")
         with pytest.raises(IllegalTransition, match="RUNNING to STARTING"):  # (-> QUEUED is a preemption)
@@ -91,7 +93,7 @@ def test_transitions_follow_the_table_and_are_recorded(sessions):
 
 def test_cancel_queued_is_immediate_running_is_flagged_terminal_is_illegal(sessions):
     with sessions.begin() as s:
-        t = repo.ensure_tenant(s, "t")
+        t = tenant_repo.ensure_tenant(s, "t")
         queued, running = _job(s, t.id), _job(s, t.id)
         repo.transition(s, running, JobState.STARTING, "admitted")
         repo.request_cancel(s, queued)
@@ -105,7 +107,7 @@ def test_cancel_queued_is_immediate_running_is_flagged_terminal_is_illegal(sessi
 def test_quota_counts_open_jobs_only(sessions):
     spec = spec_of()
     with sessions.begin() as s:
-        t = repo.ensure_tenant(s, "t")
+        t = tenant_repo.ensure_tenant(s, "t")
         jobs = [repo.create_job(s, t.id, spec, 0, "x", None, max_open_jobs=2) for _ in range(2)]
         with pytest.raises(repo.QuotaExceeded, match="limit"):
             repo.create_job(s, t.id, spec, 0, "x", None, max_open_jobs=2)
@@ -119,7 +121,7 @@ def _step(step, loss=1.0):
 
 def test_replayed_steps_replace_their_rows(sessions):
     with sessions.begin() as s:
-        job = _job(s, repo.ensure_tenant(s, "t").id, steps=10)
+        job = _job(s, tenant_repo.ensure_tenant(s, "t").id, steps=10)
         repo.record_steps(s, job, [_step(i, 5.0) for i in range(1, 8)], max_points=1000)
     with sessions.begin() as s:  # restarted from the checkpoint at step 5: steps 6.. come again
         job = repo.get_job(s, job.id)
@@ -134,7 +136,7 @@ def test_a_step_and_its_replay_in_one_batch_leave_one_row_the_replays(sessions):
     """Steps 6-7 ran, the group crashed and resumed from step 5, and both runs' records of 6-7 reached
     the database in one batch: once a UNIQUE violation that failed every later write of the job."""
     with sessions.begin() as s:
-        job = _job(s, repo.ensure_tenant(s, "t").id, steps=10)
+        job = _job(s, tenant_repo.ensure_tenant(s, "t").id, steps=10)
         batch = [_step(i, 5.0) for i in range(1, 8)] + [_step(i, 4.0) for i in range(6, 11)]
         repo.record_steps(s, job, batch, max_points=1000)
     with sessions() as s:
@@ -145,7 +147,7 @@ def test_a_step_and_its_replay_in_one_batch_leave_one_row_the_replays(sessions):
 
 def test_long_jobs_are_downsampled_not_truncated(sessions):
     with sessions.begin() as s:
-        job = _job(s, repo.ensure_tenant(s, "t").id, steps=1000)
+        job = _job(s, tenant_repo.ensure_tenant(s, "t").id, steps=1000)
         repo.record_steps(s, job, [_step(i) for i in range(1, 1001)], max_points=100)
     with sessions() as s:
         steps = [r.step for r in repo.list_metrics(s, job.id, 0, 10_000)]

@@ -5,6 +5,7 @@ the replacement (the soak saw a job RECOVERING after 7 restarts with `max_restar
 from __future__ import annotations
 
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.lifecycle import JobState
 from service.live_metrics import LiveMetrics
 from service.reconciler import Reconciler
@@ -33,7 +34,7 @@ class RecordingLauncher:
 
 def running_job(sessions, causes: list[RestartCause], **spec) -> str:
     with sessions.begin() as s:
-        tenant, _ = repo.create_tenant(s, "acme")
+        tenant, _ = tenant_repo.create_tenant(s, "acme")
         job = repo.create_job(s, tenant.id, spec_of(**{"train.steps": 10, **spec}), 0, "sha", None, max_open_jobs=10)
         repo.transition(s, job, JobState.STARTING, "admitted")
         repo.transition(s, job, JobState.RUNNING, "running")

@@ -8,6 +8,7 @@ import pytest
 import ray
 
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.leaked_groups import LeakedGroups
 from service.lifecycle import JobState
 from service.ray_cluster import RayCluster
@@ -30,7 +31,7 @@ def test_never_fits_names_the_resource_and_the_numbers():
 def test_a_queued_job_that_can_never_fit_fails_instead_of_blocking_the_queue(ray_cluster, sessions, tmp_path):
     # e.g. accepted while Ray was still connecting, so the submit-time check could not run
     with sessions.begin() as s:
-        t = repo.ensure_tenant(s, "t")
+        t = tenant_repo.ensure_tenant(s, "t")
         huge = repo.create_job(s, t.id, spec_of(**{"resources.workers": 4, "resources.cpus_per_worker": 16.0}),
                                0, "a", None, 100)
     assert Scheduler(sessions, Settings(home=tmp_path)).tick() == []
@@ -53,7 +54,7 @@ def test_a_job_that_needs_a_lost_node_waits_for_the_grace_then_fails(ray_cluster
     view.observe([big])
     lost = [{**big, "Alive": False, "Resources": {}}]
     with sessions.begin() as s:
-        t = repo.ensure_tenant(s, "t")
+        t = tenant_repo.ensure_tenant(s, "t")
         job = repo.create_job(s, t.id, spec_of(**{"resources.workers": 4, "resources.cpus_per_worker": 16.0}),
                               0, "a", None, 100)
     scheduler = Scheduler(sessions, Settings(home=tmp_path), capacity=lambda: view.observe(lost))
@@ -74,7 +75,7 @@ def test_admits_by_priority_and_never_over_commits(ray_cluster, sessions, tmp_pa
     assert free >= 8, f"the test needs an idle 8-CPU Ray, {free} CPUs free"
     big = {"resources.cpus_per_worker": 4.0, "train.steps": 100_000}  # 4 CPUs each; two fit in 8
     with sessions.begin() as s:
-        t = repo.ensure_tenant(s, "t")
+        t = tenant_repo.ensure_tenant(s, "t")
         first = repo.create_job(s, t.id, spec_of(**big), 0, "a", None, 100)
         second = repo.create_job(s, t.id, spec_of(**big), 0, "b", None, 100)
         urgent = repo.create_job(s, t.id, spec_of(**big), 5, "c", None, 100)

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from api.http.app import create_app
 from service.db import repository as repo
+from service.db import tenants as tenant_repo
 from service.lifecycle import JobState
 from service.ray_client import NAMESPACE
 from service.settings import Settings
@@ -40,7 +41,7 @@ def test_readyz_and_the_jobs_events_say_why_no_supervisor_starts(ray_address, li
         plane = client.app.state.plane
         try:
             with plane.sessions.begin() as s:
-                job_id = repo.create_job(s, repo.ensure_tenant(s, "acme").id, spec, 0, "sha", None, None).id
+                job_id = repo.create_job(s, tenant_repo.ensure_tenant(s, "acme").id, spec, 0, "sha", None, None).id
             plane.wake.set()
             deadline, waiting = time.monotonic() + 30, []
             while not waiting and time.monotonic() < deadline:

@@ -13,7 +13,7 @@ from api.http.errors import ApiError
 from api.http.routers.tenants import tenant_or_404
 from api.http.schemas import token_out
 from service import tenancy
-from service.db.repository import NotFound
+from service.db.tenants import NotFound
 
 router = APIRouter(prefix="/v1/tokens", tags=["admin"])
 Scope = Literal["read", "submit", "admin"]
