@@ -134,6 +134,16 @@ def control_passes(stats: Path, since: float, parallel_answers: bool = True
     return (max(worst) if worst else None), by_loop
 
 
+def growth_per_step(states: list[dict]) -> float | None:
+    """The supervisor's growth in bytes per step from its deep sizes sampled every 10 s after warm-up:
+    the median of the slopes between every two samples (Theil-Sen), so a transient (a 4,096-rank step
+    half joined when one sample is taken: about 1 MiB) does not pass for growth, as it did between two
+    samples only."""
+    slopes = [(b["bytes"] - a["bytes"]) / (b["step"] - a["step"])
+              for i, a in enumerate(states) for b in states[i + 1:] if b["step"] > a["step"]]
+    return statistics.median(slopes) if slopes else None
+
+
 def run(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="fleet-"))
     schema = create_pg_schema()
@@ -188,6 +198,7 @@ def run(args) -> dict:
                 losses = [window_start + (i + 0.5) * (end - window_start) / max(1, args.node_losses)
                           for i in range(args.node_losses)]
                 next_scrape = window_start + 5
+                next_state = window_start  # the big job's supervisor's deep size: every 10 s once warm
                 while time.monotonic() < end:
                     now = time.monotonic()
                     if losses and now >= losses[0]:
@@ -199,8 +210,11 @@ def run(args) -> dict:
                         samples["series"].append(n)
                         samples["scrape_s"].append(s)
                         next_scrape = now + 20
-                    if not big_warm and (step := link("supervisor_step", big)) is not None and step >= 10:
-                        big_warm.append(link("supervisor_state", big))
+                    if now >= next_state and (big_warm or ((step := link("supervisor_step", big)) is not None
+                                                            and step >= 10)):
+                        if (state := link("supervisor_state", big)) is not None:
+                            big_warm.append(state)
+                        next_state = now + (10 if big_warm else 0)
                     time.sleep(2)
 
             timings, _, _ = asyncio.run(window())
@@ -220,10 +234,8 @@ def run(args) -> dict:
             fits = [(job_id, at) for job_id, at in timings.submitted if fitted(samples["free"], at, reservations)]
             fitting = [inf if (lat := latencies.get(job_id)) is None else lat for job_id, _ in fits]
             slowest = sorted(fits, key=lambda f: -(latencies.get(f[0]) or inf))[:3]
-            bytes_per_step = None
             last = link("supervisor_state", big)
-            if big_warm and last is not None and last["step"] > big_warm[0]["step"]:
-                bytes_per_step = (last["bytes"] - big_warm[0]["bytes"]) / (last["step"] - big_warm[0]["step"])
+            bytes_per_step = growth_per_step(big_warm + ([last] if last is not None else []))
             result = {
                 "nodes": args.nodes, "gpus": args.nodes * args.gpus_per_node, "tenants": args.tenants,
                 "queued": states.get("QUEUED", 0), "running": round(statistics.fmean(samples["running"]))
