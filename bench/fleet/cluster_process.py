@@ -55,14 +55,13 @@ class SimulatedCluster:
         return list(self.supervisors)
 
     def kill(self, name: str) -> None:
-        """As Ray kills an actor: its run stops, its workers and placement group go with it."""
+        """As Ray kills an actor: the name is gone at once; its run stops and its workers and placement
+        group go with it after the call returned (`ray.kill` asks the GCS and returns: the caller never
+        waits for the teardown)."""
         with self.lock:
             sup = self.supervisors.pop(name, None)
         if sup is not None and sup._run is not None:
-            sup._run.cancel()
-            live = sup._run._live
-            if live is not None:
-                live.group.shutdown()
+            threading.Thread(target=_tear_down, args=(sup._run,), name="kill", daemon=True).start()
 
     def call(self, name: str, method: str, args: tuple) -> Any:
         sup = self.supervisors.get(name)
@@ -118,6 +117,13 @@ class SimulatedCluster:
         return {"calls_per_poll": per_poll, "nodes_per_job": nodes, "poll_calls_total": self.polls.total,
                 "lost_nodes": self.fleet.lost_nodes, "free": self.fleet.available(),
                 "supervisors": len(self.supervisors)}
+
+
+def _tear_down(run: JobRun) -> None:
+    run.cancel()
+    live = run._live
+    if live is not None:
+        live.group.shutdown()
 
 
 def _last_step(run: JobRun) -> int:
