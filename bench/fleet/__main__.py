@@ -135,10 +135,11 @@ def control_passes(stats: Path, since: float, parallel_answers: bool = True
 
 
 def growth_per_step(states: list[dict]) -> float | None:
-    """The supervisor's growth in bytes per step from its deep sizes sampled every 10 s after warm-up:
-    the median of the slopes between every two samples (Theil-Sen), so a transient (a 4,096-rank step
-    half joined when one sample is taken: about 1 MiB) does not pass for growth, as it did between two
-    samples only."""
+    """The supervisor's growth in bytes per step from its deep sizes, sampled every 30 s after warm-up
+    (a deep size of a 4,096-rank supervisor holds the cluster process a second or more: every 10 s, it
+    slowed every pass): the median of the slopes between every two samples (Theil-Sen), so a transient
+    (a 4,096-rank step half joined when one sample is taken: about 1 MiB) does not pass for growth, as
+    it did between two samples only."""
     slopes = [(b["bytes"] - a["bytes"]) / (b["step"] - a["step"])
               for i, a in enumerate(states) for b in states[i + 1:] if b["step"] > a["step"]]
     return statistics.median(slopes) if slopes else None
@@ -198,7 +199,7 @@ def run(args) -> dict:
                 losses = [window_start + (i + 0.5) * (end - window_start) / max(1, args.node_losses)
                           for i in range(args.node_losses)]
                 next_scrape = window_start + 5
-                next_state = window_start  # the big job's supervisor's deep size: every 10 s once warm
+                next_state = window_start  # the big job's supervisor's deep size: every 30 s once warm
                 while time.monotonic() < end:
                     now = time.monotonic()
                     if losses and now >= losses[0]:
@@ -214,7 +215,7 @@ def run(args) -> dict:
                                                             and step >= 10)):
                         if (state := link("supervisor_state", big)) is not None:
                             big_warm.append(state)
-                        next_state = now + (10 if big_warm else 0)
+                        next_state = now + (30 if big_warm else 0)
                     time.sleep(2)
 
             timings, _, _ = asyncio.run(window())

@@ -28,14 +28,16 @@ LAYOUTS = {
     "fsdp_dp2": {"resources.workers": 2, "parallel.zero": 3},  # FSDP, every expert sharded by FSDP (ep1)
     # attention over tp2, experts over ep2 (borrowed from dp2): tp ranks route the same tokens
     "dp2xtp2xep2": {"resources.workers": 4, "parallel.tp": 2, "parallel.ep": 2},
+    # all three: FSDP x TP over the 2-D (dp, tp) mesh, the experts over ep2 borrowed from dp2
+    "fsdp_dp2xtp2xep2": {"resources.workers": 4, "parallel.tp": 2, "parallel.ep": 2, "parallel.zero": 3},
     # mixed precision: 16-bit rows through the all-to-all
     "moe_reference_bf16": {"resources.workers": 1, "parallel.mixed_precision": "bf16"},
     "ep2_bf16": {"resources.workers": 2, "parallel.ep": 2, "parallel.mixed_precision": "bf16"},
     "fsdp_reference_bf16": {"resources.workers": 1, "parallel.zero": 3, "parallel.mixed_precision": "bf16"},
     "fsdp_ep2_bf16": {"resources.workers": 2, "parallel.ep": 2, "parallel.zero": 3, "parallel.mixed_precision": "bf16"},
 }
-EXHAUSTIVE = {"ep2_ac", "fsdp_dp4xep2", "dp2xtp2xep2"}
-STRATEGY = {"fsdp_ep2": "fsdp", "fsdp_dp4xep2": "fsdp", "dp2xtp2xep2": "tp"}
+EXHAUSTIVE = {"ep2_ac", "fsdp_dp4xep2", "dp2xtp2xep2", "fsdp_dp2xtp2xep2"}
+STRATEGY = {"fsdp_ep2": "fsdp", "fsdp_dp4xep2": "fsdp", "dp2xtp2xep2": "tp", "fsdp_dp2xtp2xep2": "fsdp"}
 # Routing is discrete: a near-tie between two experts' router scores can flip with the order of a sum.
 TOLERANCE = 1e-3
 
@@ -52,7 +54,7 @@ def runs(ray_cluster, tmp_path_factory):
 
 @pytest.mark.parametrize("name", [n if n not in EXHAUSTIVE else pytest.param(n, marks=pytest.mark.exhaustive)
                                   for n in ("ep2", "dp4xep2", "ep2_ac", "dp2", "fsdp_ep2", "fsdp_dp4xep2",
-                                            "dp2xtp2xep2")])
+                                            "dp2xtp2xep2", "fsdp_dp2xtp2xep2")])
 def test_expert_parallel_follows_one_process_with_every_expert(runs, name):
     _, ref = runs["moe_reference"]
     summary, steps = runs[name]
