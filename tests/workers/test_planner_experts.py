@@ -76,15 +76,18 @@ def test_trainyard_plan_lists_ep_layouts_and_chooses_one_where_nothing_else_fits
     result = CliRunner().invoke(app, ["plan", str(path), "--json", "--memory-gib", repr(budget_gib)])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
-    ep = {c["parallel"]["ep"]: c for c in out["candidates"] if "ep" in c["parallel"]}
-    assert set(ep) == {2, 4}  # every ep dividing dp x cp (4) and the 16 experts
-    for c in ep.values():
-        assert c["memory_bytes_per_rank"] > 0 and c["comm_bytes_per_step"] > 0 and c["strategy"] == "ddp"
+    with_ep = [c for c in out["candidates"] if "ep" in c["parallel"]]
+    assert {c["parallel"]["ep"] for c in with_ep} == {2, 4}  # every ep dividing dp x cp (4) and the 16 experts
+    for c in with_ep:  # ep joins DDP, FSDP and tp (the compatibility table)
+        assert c["memory_bytes_per_rank"] > 0 and c["comm_bytes_per_step"] > 0
+        assert c["strategy"] in ("ddp", "fsdp", "tp")
     assert out["chosen"]["parallel"]["ep"] == 4 and out["chosen"]["memory_bytes_per_rank"] <= budget_gib * GIB
     assert all(not c["fits"] for c in out["candidates"] if "ep" not in c["parallel"])
     # The table a user reads: an ep column, the chosen row marked, its predicted peak.
     table = CliRunner().invoke(app, ["plan", str(path), "--memory-gib", repr(budget_gib)], env={"COLUMNS": "240"})
-    assert table.exit_code == 0 and " ep " in table.output and "choice: dp=4 tp=1 zero=0 ep=4" in table.output
+    chosen = out["chosen"]["parallel"]
+    choice = f"choice: dp={chosen['dp']} tp={chosen['tp']} zero={chosen['zero']}"
+    assert table.exit_code == 0 and " ep " in table.output and choice in table.output and "ep=4" in table.output
 
 
 def test_parallel_auto_proposes_ep_under_a_budget_only_it_meets():
@@ -105,5 +108,6 @@ def test_a_dense_model_gets_no_ep_candidates():
 
     assert all("ep" not in c for c in candidate_layouts(4))
     with_experts = [c for c in candidate_layouts(4, experts=4) if "ep" in c]
-    # ep joins DDP only so far (the compatibility table): dp 4 x ep 2 and ep 4
-    assert with_experts == [{"dp": 4, "tp": 1, "zero": 0, "ep": 2}, {"dp": 4, "tp": 1, "zero": 0, "ep": 4}]
+    # ep joins DDP, FSDP and tp (the compatibility table), dividing dp and the experts; never ZeRO-1/2
+    assert {(c["dp"], c["tp"], c["zero"], c["ep"]) for c in with_experts} == {
+        (4, 1, 0, 2), (4, 1, 0, 4), (4, 1, 3, 2), (4, 1, 3, 4), (2, 2, 0, 2), (2, 2, 3, 2)}
