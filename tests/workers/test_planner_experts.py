@@ -13,7 +13,9 @@ from tests.workers.gloo_ranks import spawn_ranks
 
 # The GPT MoE tiny config of tests/workers/test_expert_parallel_jobs.py.
 BASE = {"model.n_layers": 2, "model.n_heads": 4, "model.d_model": 32, "model.moe": {"experts": 4, "top_k": 2}}
-LAYOUTS = {"ep2": {"resources.workers": 2, "parallel.ep": 2}, "dp4xep2": {"resources.workers": 4, "parallel.ep": 2}}
+LAYOUTS = {"ep2": {"resources.workers": 2, "parallel.ep": 2}, "dp4xep2": {"resources.workers": 4, "parallel.ep": 2},
+           # a recomputed forward sends its rows again, its backward only once: the meter and the prediction agree
+           "ep2_ac": {"resources.workers": 2, "parallel.ep": 2, "parallel.activation_checkpointing": True}}
 STEPS = 3
 
 
