@@ -138,27 +138,19 @@ def test_a_hugging_face_mixtral_under_ep2_follows_one_process(mixtral_reference,
     assert sum(steps[0]["expert_tokens"]) == 16 * 16 * 2 * 2  # 16 sequences of 16 tokens, top 2, 2 layers
 
 
-def test_an_ep2_checkpoint_resumes_without_expert_parallelism(runs, tmp_path):
-    """The step-10 checkpoint of ep2 (each rank saved its experts as shards of one tensor) under dp2 with every
-    expert on every rank: steps 11..20 continue as ep2 did."""
-    summary, steps = runs["ep2"]
-    src = Path(summary["job_dir"]) / "checkpoints" / "step-00000010"
-    job = tmp_path / "ep2-to-dp2"
-    shutil.copytree(src, job / "checkpoints" / "step-00000010")
-    _, resumed = train(spec_for("dp2"), job)
-    assert [s["step"] for s in resumed] == list(range(11, 21))
-    for s in resumed:
-        assert s["loss"] == pytest.approx(steps[s["step"] - 1]["loss"], rel=TOLERANCE), s["step"]
+# (trained under, resumed under): ep2's experts saved as shards of one tensor, resumed with every expert on
+# every rank (dp2); FSDP x ep2's (dense parameters sharded by FSDP over dp, experts over ep) under FSDP alone.
+RESUMES = [("ep2", "dp2"), ("fsdp_ep2", "fsdp_dp2")]
 
 
-def test_an_fsdp_ep2_checkpoint_resumes_under_fsdp_without_expert_parallelism(runs, tmp_path):
-    """FSDP x ep2's step-10 checkpoint (dense parameters FSDP shards over dp, experts shards over ep) under
-    FSDP alone (ep1: FSDP shards the experts too): steps 11..20 continue as FSDP x ep2 did."""
-    summary, steps = runs["fsdp_ep2"]
+@pytest.mark.parametrize(("trained", "resumed_as"), RESUMES, ids=[f"{a}-to-{b}" for a, b in RESUMES])
+def test_an_ep2_checkpoint_resumes_without_expert_parallelism(runs, tmp_path, trained, resumed_as):
+    """The step-10 checkpoint under ep1: steps 11..20 continue as the ep2 run did."""
+    summary, steps = runs[trained]
     src = Path(summary["job_dir"]) / "checkpoints" / "step-00000010"
-    job = tmp_path / "fsdp-ep2-to-fsdp"
+    job = tmp_path / f"{trained}-to-{resumed_as}"
     shutil.copytree(src, job / "checkpoints" / "step-00000010")
-    _, resumed = train(spec_for("fsdp_dp2"), job)
+    _, resumed = train(spec_for(resumed_as), job)
     assert [s["step"] for s in resumed] == list(range(11, 21))
     for s in resumed:
         assert s["loss"] == pytest.approx(steps[s["step"] - 1]["loss"], rel=TOLERANCE), s["step"]
