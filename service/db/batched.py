@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from sqlalchemy import Table, bindparam, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from service.db.models import Checkpoint, Job, JobEvent, JobMetric
 from service.db.repository import ACTIVE, METRIC_FIELDS, _extra_of, metric_stride
-
-if TYPE_CHECKING:
-    from service.db.progress_rows import JobProgress
 
 # What a pass reads of every active job: never the spec's JSON (the locked rows carry it).
 ACTIVE_COLUMNS = (Job.id, Job.state, Job.drained_seq, Job.cancel_requested, Job.supervisor_name, Job.supervisor_epoch,
@@ -34,7 +31,17 @@ def specs(s: Session, job_ids: list[str]) -> dict[str, dict]:
     return {job_id: spec for job_id, spec in s.execute(select(Job.id, Job.spec).where(Job.id.in_(job_ids)))}
 
 
-def metric_rows(job: Job | JobProgress, records: list[dict], max_points: int) -> list[dict]:
+class _StepsOf(Protocol):
+    """What metric_rows reads of a job: a Job, or a pass's plain row (service/db/progress_rows.py)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def total_steps(self) -> int: ...
+
+
+def metric_rows(job: _StepsOf, records: list[dict], max_points: int) -> list[dict]:
     """The job_metrics rows of these step records, as repository.record_steps keeps them: every
     stride-th step and the last; a step reported twice (replayed after a restart) keeps its later record."""
     stride = metric_stride(job.total_steps, max_points)
