@@ -79,7 +79,8 @@ STRATEGY = {"ddp4": "ddp", "zero1": "zero", "zero2": "zero", "zero2_offload": "z
 
 # Trained in make test-all only: make test has TP with sequence parallelism on Llama
 # (test_user_model_strategies) and 16-bit training under FSDP (fsdp2_bf16, fsdp2_amp16).
-EXHAUSTIVE_LAYOUTS = {"tp4_sp", "ddp2_bf16", "ddp2_amp16", "dp2xcp2", "tp2xcp2"}
+# Four-rank cp compositions run in test-all: cp2 and its resume keep the default run's cp coverage.
+EXHAUSTIVE_LAYOUTS = {"tp4_sp", "ddp2_bf16", "ddp2_amp16", "dp2xcp2", "tp2xcp2", "fsdp2xcp2", "pp2xcp2"}
 
 
 def layout_params(cases):
@@ -172,6 +173,7 @@ def test_comm_bytes_follow_ring_formulas(runs):
     assert local == [ddp if (i + 1) % 4 == 0 else 0 for i in range(20)]
 
 
+@pytest.mark.exhaustive
 def test_pipeline_x_cp_validates_like_the_reference(runs):
     """pp2 x cp2's final validation goes through the stages on each rank's sequence shard (the stages' receive
     buffers sized by a probe of a shard) and is summed over dp x cp: the reference's validation loss."""
@@ -186,7 +188,8 @@ RESHARD = [
     ("tp2", "dp2"),
     ("zero2", "fsdp2"),
     ("cp2", "dp2"),  # each sequence split over 2 ranks -> 2 ranks with whole sequences
-    ("fsdp2xcp2", "fsdp4"),  # FSDP sharded over dp x cp (4) -> over dp 4 with whole sequences
+    # FSDP sharded over dp x cp (4) -> over dp 4 with whole sequences
+    pytest.param("fsdp2xcp2", "fsdp4", marks=pytest.mark.exhaustive),
 ]
 TARGETS = {"ddp2": {"resources.workers": 2}, "dp2": {"resources.workers": 2},
            "fsdp2": {"resources.workers": 2, "parallel.zero": 3}, "fsdp4": {"resources.workers": 4, "parallel.zero": 3}}
