@@ -3,7 +3,7 @@ run as is and with extra gloo groups it creates and never uses, interleaved in p
 
     .venv/bin/python bench/gloo_groups.py [--extra 5] [--reps 6] [--steps 40]
 
-Why: a Trainyard rank held six gloo groups where the torchrun script holds one (docs/parallel.md,
+Why: a Trainyard rank held six gloo groups where the torchrun script holds one (bench/notes/2026-12-05-ratio-chase.md,
 "Its process"), and each group's transport runs a thread that wakes about 100 times a second even
 when the group is idle. This measures what such threads cost the loop on this host, with nothing
 else of Trainyard in the way. The ratio is taken within each pair (ABBA order).

@@ -18,7 +18,7 @@ listed; the loop is the one whose training thread is busy.
 
 The sampler is not neutral: it reads four files per rank thread, and a Trainyard rank has about 50
 threads to torchrun's 4, so it takes about 0.9% more of a 2-core host while Trainyard trains
-(docs/parallel.md, 2026-12-05 later). Use a sampled run for its counts, not for a throughput ratio.
+(bench/notes/2026-12-05-ratio-chase.md, 2026-12-05 later). Use a sampled run for its counts, not for a throughput ratio.
 """
 
 from __future__ import annotations

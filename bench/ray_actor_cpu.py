@@ -4,7 +4,7 @@
 
 Since 2026-12-04 a rank's loop trains in a child of its actor (workers/runtime/rank_process.py); the
 actor only relays events and answers the supervisor's polls. On a host whose cores the loops fill,
-whatever the actors spend comes out of the loops (docs/parallel.md). This bench starts a fresh local
+whatever the actors spend comes out of the loops (bench/notes/2026-12-05-ratio-chase.md). This bench starts a fresh local
 Ray per measurement, two actors that import torch as a rank actor does, and reads their threads'
 CPU time over a window: polled four times a second each (the supervisor's rate), not polled, and
 polled under Ray settings that stretch its periodic reports. Variants run in a rotated order;

@@ -4,7 +4,7 @@ The actor's Ray core worker keeps ~45 threads, some waking about 100 times a sec
 gRPC pollers, timers), and answers the supervisor's polls. On a node whose cores the ranks fill,
 each wakeup that lands on a loop's core preempts it, and a preempted rank stalls every collective
 of its group. At a higher niceness the actor's threads still get the little CPU they need (about
-1% of a core, docs/parallel.md), but in the gaps the loops leave (waiting on a collective), rather
+1% of a core, bench/notes/2026-12-05-ratio-chase.md), but in the gaps the loops leave (waiting on a collective), rather
 than by preempting them. The loop was forked at the actor's own niceness before this runs, and
 keeps it: a process may lower its priority, not raise it back, without privileges.
 """
