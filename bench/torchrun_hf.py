@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--mesh", choices=("world", "3d"), default="world",
                         help="FSDP's group: the default one, or the dp sub-mesh of a (pp, dp, tp) mesh as Trainyard")
     parser.add_argument("--idle-gloo-groups", type=int, default=0,
-                        help="extra gloo groups over the world, created and never used (bench/gloo_groups.py)")
+                        help="extra gloo groups over the world, created and never used (what idle groups cost a loop: bench/notes/2026-12-05-ratio-chase.md)")
     args = parser.parse_args()
     with open(args.spec_json) as f:
         spec_json = json.load(f)

@@ -1,7 +1,7 @@
 """The built-in training loop of one rank, in a child process of its rank actor.
 
 Why a child: the loop's process then holds only torch's and gloo's threads, not the ~27 of Ray's
-core worker, and the loop's CPU can be told from the actor's (bench/host_cpu.py). Measured on a
+core worker, and the loop's CPU can be told from the actor's (a per-process reading). Measured on a
 2-core host (bench/notes/2026-12-05-ratio-chase.md, 2026-12-04), the move is worth at most ~1% of throughput: the gap to
 torchrun there is the CPU the actors' core workers take (~1.2% of a core each), which a child does
 not remove; once its loop is forked, the actor lowers its own priority instead (step_aside.py).
