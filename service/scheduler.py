@@ -19,6 +19,9 @@ its writes fenced by the lease token; on top of that a job is claimed with
 `SELECT ... FOR UPDATE SKIP LOCKED` (PostgreSQL), so a row another transaction holds
 (a second scheduler, a cancel in flight) is passed over this tick, never admitted twice.
 
+A tick commits all its admissions before it starts any supervisor (service/scheduler_launches.py):
+a job's admission does not wait for the cluster calls that start the supervisors admitted before it.
+
 With TRAINYARD_PREEMPTION a tenant's job that waits (the first in fair order that does not fit, or
 one its tenant's max_workers quota holds back) asks the same tenant's lower-priority running jobs to
 checkpoint and requeue (service/preemption.py), once per head job and tick.
@@ -29,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 
 from sqlalchemy import select
 
@@ -47,6 +50,7 @@ from service.preemption import Shortfall, choose_victims, row_of
 from service.queue_feed import RESYNC_S, QueueFeed
 from service.queueing import Plan, QueuedJob, Reservation, Resources, TenantState, plan
 from service.restart_history import restarts_used
+from service.scheduler_launches import Launch, launch_all
 from service.settings import Settings
 from service.supervisor.launch import Launcher
 from workers.runtime.group_owner import GroupOwner
@@ -156,19 +160,26 @@ class Scheduler:
         return why
 
     def _admit_all(self, decision: Plan, free: Resources) -> list[str]:
+        """Commit every admission of the tick, then start their supervisors: a job's admission never
+        waits for the cluster calls that start the supervisors of the jobs admitted before it."""
         left = {"CPU": free.cpus, "GPU": free.gpus}
-        admitted = []
-        for job in decision.admit:
-            ahead_of = decision.head.job.id if decision.head and job.id in decision.backfilled else None
-            outcome = self._admit(job.id, left, ahead_of)
-            if outcome is None:
-                continue  # held by another transaction: still queued, tried again next tick
-            self.feed.drop(job.id)  # started, or no longer queued (cancelled, gone)
-            if outcome:
-                left["CPU"] -= job.cpus
-                left["GPU"] -= job.gpus
-                admitted.append(job.id)
-                self.metrics.decision("backfilled" if ahead_of else "admitted")
+        admitted: list[str] = []
+        launches: list[Launch] = []
+        try:
+            for job in decision.admit:
+                ahead_of = decision.head.job.id if decision.head and job.id in decision.backfilled else None
+                outcome = self._admit(job.id, left, ahead_of)
+                if outcome is None:
+                    continue  # held by another transaction: still queued, tried again next tick
+                self.feed.drop(job.id)  # started, or no longer queued (cancelled, gone)
+                if outcome:
+                    left["CPU"] -= job.cpus
+                    left["GPU"] -= job.gpus
+                    admitted.append(job.id)
+                    launches.append(outcome)
+                    self.metrics.decision("backfilled" if ahead_of else "admitted")
+        finally:  # what was committed gets its supervisor, even if a later admission raised
+            launch_all(self.launcher, self.sessions, self.handles, launches)
         return admitted
 
     def _hold_for(self, reservation: Reservation | None) -> None:
@@ -247,8 +258,10 @@ class Scheduler:
             repo.transition(s, job, JobState.FAILED, job.error)
             return True
 
-    def _admit(self, job_id: str, free: dict[str, float], ahead_of: str | None = None) -> bool | None:
-        """True: admitted. False: no longer admissible (cancelled, gone). None: locked elsewhere.
+    def _admit(self, job_id: str, free: dict[str, float],
+               ahead_of: str | None = None) -> Launch | Literal[False] | None:
+        """Commit the job STARTING; its supervisor is started later (launch_all). A Launch: admitted.
+        False: no longer admissible (cancelled, gone). None: locked elsewhere.
         `ahead_of`: the job that does not fit and that this one starts ahead of (backfill)."""
         reservation = self.launcher.reserve()
         try:
@@ -266,23 +279,12 @@ class Scheduler:
                 job.supervisor_epoch += 1
                 job.drained_seq = 0
                 job.supervisor_name = self.launcher.name(reservation, job.id, job.supervisor_epoch)
-                spec, epoch, total_steps = job.spec, job.supervisor_epoch, job.total_steps
-                used = restarts_used(s, job.id)  # a preempted job's earlier restarts count
+                launch = Launch(job_id, reservation, job.spec, job.supervisor_epoch, job.total_steps,
+                                restarts_used(s, job.id))  # a preempted job's earlier restarts count
         except Exception:
             self.launcher.release(reservation)
             raise
-        # Committed first: if this process dies right here the reconciler starts the supervisor. A
-        # replica that lost the lease since leaves that to the new leader (never two supervisors).
-        if not getattr(self.sessions, "still_leading", lambda: True)():
-            return True
-        try:
-            self.handles[job_id] = self.launcher.launch(reservation, job_id, spec, epoch, total_steps, used)
-        except Exception as exc:  # retried by the reconciler
-            log.warning("starting the supervisor of %s failed: %s", job_id, exc)
-        if why := self.launcher.placement():  # Ray holds the supervisor until a node can take it
-            with self.sessions.begin() as s:
-                repo.add_event(s, job_id, "supervisor_waiting", f"waiting for a supervisor: {why}")
-        return True
+        return launch
 
     def _still_queued(self, job_id: str) -> bool:
         with self.sessions() as s:
