@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from service import preemption
 from service.cluster_port import Cluster
@@ -107,6 +107,7 @@ class Scheduler:
         self.clock = clock  # "now" for how long a job has waited
         self.feed = QueueFeed(resync_s=resync_s, sessions=sessions)
         self.reserved_for: str | None = None  # the job capacity is held for (sticky across ticks)
+        self._marks_checked = False  # a former leader's reserved_at marks cleared (at the first tick)
 
     def tick(self) -> list[str]:
         """Admit what fits now; returns the admitted job ids."""
@@ -114,11 +115,12 @@ class Scheduler:
         with self.sessions() as s:
             self.feed.refresh(s)
             queue = self.feed.index
-            if not len(queue):
-                self.reserved_for = None
-                return []
-            tenants = self._tenants(s)
-            reserved = self._reserved_not_held(repo.forming_jobs(s))
+            if len(queue):
+                tenants = self._tenants(s)
+                reserved = self._reserved_not_held(repo.forming_jobs(s))
+        if not len(queue):
+            self._hold_for(None)
+            return []
         available = self.cluster.available_resources()
         free = Resources(max(0.0, available.get("CPU", 0.0) - reserved.get("CPU", 0.0)),
                         max(0.0, available.get("GPU", 0.0) - reserved.get("GPU", 0.0)))
@@ -183,19 +185,26 @@ class Scheduler:
         return admitted
 
     def _hold_for(self, reservation: Reservation | None) -> None:
-        """Remember the reservation for the next tick; a new one is recorded on its job's events."""
-        if reservation is None or reservation.job.id == self.reserved_for:
-            self.reserved_for = reservation.job.id if reservation else None
+        """Remember the reservation for the next tick. A change is written once: the job's `reserved_at`
+        mark (GET /v1/queue) and a `reserved` event for a new one; every other mark is cleared, the last
+        reservation's and, at this scheduler's first tick, any a former leader left."""
+        new = reservation.job.id if reservation else None
+        if new == self.reserved_for and self._marks_checked:
             return
-        job = reservation.job
         with self.sessions.begin() as s:  # fenced: a replica that lost the lease records nothing
-            repo.add_event(s, job.id, "reserved",
-                           f"capacity held for this job: it waited {reservation.waited_s:.0f}s (reserve_after_s "
-                           f"{reservation.reserve_after_s:g}); jobs behind it use only what lies beyond "
-                           f"{job.cpus:g} CPU / {job.gpus:g} GPU",
-                           data={"waited_s": round(reservation.waited_s, 3), "cpus": job.cpus, "gpus": job.gpus})
-        self.reserved_for = job.id
-        self.metrics.decision("reserved")
+            stale = update(Job).where(Job.reserved_at.is_not(None))
+            s.execute((stale.where(Job.id != new) if new else stale).values(reserved_at=None))
+            if reservation is not None and new != self.reserved_for:
+                job = reservation.job
+                s.execute(update(Job).where(Job.id == job.id).values(reserved_at=utcnow()))
+                repo.add_event(s, job.id, "reserved",
+                               f"capacity held for this job: it waited {reservation.waited_s:.0f}s (reserve_after_s "
+                               f"{reservation.reserve_after_s:g}); jobs behind it use only what lies beyond "
+                               f"{job.cpus:g} CPU / {job.gpus:g} GPU",
+                               data={"waited_s": round(reservation.waited_s, 3), "cpus": job.cpus, "gpus": job.gpus})
+        if reservation is not None and new != self.reserved_for:
+            self.metrics.decision("reserved")
+        self.reserved_for, self._marks_checked = new, True
 
     def _quota_blocked(self, decision: Plan) -> list[tuple]:
         """Each head job the preemption may make room for, as (Row, Shortfall): each tenant's job its

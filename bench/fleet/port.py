@@ -120,6 +120,9 @@ class SimulatedClusterPort:
     def available_resources(self) -> dict[str, float]:
         return self.rpc("available")
 
+    def available_per_node(self) -> dict[str, dict[str, float]]:
+        return self.rpc("available_per_node")
+
     def created_group_owners(self) -> set[GroupOwner]:
         return {owner for g in self.rpc("groups").values() if g["state"] == "CREATED"
                 if (owner := GroupOwner.of_group(g["name"])) is not None}
