@@ -130,6 +130,9 @@ class FakeCluster:
     def available_resources(self) -> dict[str, float]:
         return {"CPU": self.cpus, "GPU": 0.0}
 
+    def available_per_node(self) -> dict[str, dict[str, float]]:
+        return {"n0": self.available_resources()}
+
     def created_group_owners(self) -> set:
         return set()
 

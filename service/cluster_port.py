@@ -48,6 +48,9 @@ class Cluster(Protocol):
     def available_resources(self) -> dict[str, float]:
         """Resources free now, summed over the live nodes (CPU, GPU, ...)."""
 
+    def available_per_node(self) -> dict[str, dict[str, float]]:
+        """Resources free now on each live node, by NodeID (GET /v1/cluster)."""
+
     def created_group_owners(self) -> set[GroupOwner]:
         """Owners of the placement groups that are created (hold their resources) now."""
 

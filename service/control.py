@@ -21,13 +21,14 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from service import quotas
 from service.admission.submit import Admission
 from service.cluster_port import Cluster
 from service.cluster_view import ClusterView
-from service.db import repository as repo
 from service.db import tenants as tenant_repo
 from service.db.engine import Sessions, make_engine, make_sessionmaker, migrate
 from service.db.group_commit import GroupCommit
@@ -277,25 +278,13 @@ class ControlPlane:
             loops.close()
         self.pool = None
 
-    def sweep_orphans(self) -> None:
+    def sweep_orphans(self, actors: Iterable[str] | None = None,
+                      lock: AbstractContextManager = nullcontext()) -> None:
         """Kill supervisors nobody needs: those of ended jobs, and this plane's stale standbys
-        (e.g. a control plane died before it could). Other planes' actors are left alone."""
-        from service.lifecycle import TERMINAL
-        from service.supervisor.actor import SUPERVISOR_PREFIX
+        (e.g. a control plane died before it could). Other planes' actors are left alone.
+        `actors`: the named actors listed before; `lock`: held while deciding (service/sweeps.py)."""
+        from service.sweeps import sweep_orphans
 
         pool = self.pool
         assert pool is not None, "called by the leader's LeaderLoops, which set the pool"
-        with self.sessions() as s:
-            in_use = {j.supervisor_name for j in repo.active_jobs(s)} | pool.names()
-            for name in self.cluster.named_actors():
-                if name in in_use:
-                    continue
-                if pool.owns(name):
-                    stale = True
-                elif name.startswith(SUPERVISOR_PREFIX):
-                    job = repo.get_job(s, name.removeprefix(SUPERVISOR_PREFIX).rsplit("-", 1)[0])
-                    stale = job is not None and (job.state in TERMINAL or job.supervisor_name != name)
-                else:
-                    stale = False
-                if stale and (handle := self.cluster.find_supervisor(name)) is not None:
-                    self.cluster.kill(handle)
+        sweep_orphans(self.sessions, self.cluster, pool, actors, lock)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.orm import Session
@@ -52,7 +52,8 @@ class Plane(Protocol):
     @property
     def supervisor_placement(self) -> str | None: ...
 
-    def sweep_orphans(self) -> None: ...
+    def sweep_orphans(self, actors: Iterable[str] | None = None,
+                      lock: AbstractContextManager = ...) -> None: ...
 
 log = logging.getLogger("trainyard.control")
 WAKE_GAP_S = 0.02
@@ -144,9 +145,18 @@ class LeaderLoops:
         with self.reconciler.launch_lock:  # the pool and the supervisors are the scheduler's too
             self.pool.refill()
             self.count += 1
-            if self.count % 20 == 0 and self.leading():
-                self.plane.sweep_orphans()
-                self.leaked_groups.sweep()
+        if self.count % 20 == 0 and self.leading():
+            self.sweep()
+
+    def sweep(self) -> None:
+        """The orphan and leaked-group sweeps: the cluster listed outside the launch lock (seconds at a
+        fleet's size, and every scheduler tick takes the lock), the decisions under it (service/sweeps.py)."""
+        from service.sweeps import list_cluster
+
+        listing = list_cluster(self.plane.cluster)
+        lock = self.reconciler.launch_lock
+        self.plane.sweep_orphans(listing.actors, lock)
+        self.leaked_groups.sweep(listing, lock)
 
     def _schedule_loop(self) -> None:
         settings, wake = self.plane.settings, self.plane.wake

@@ -34,6 +34,11 @@ class RayCluster:
     def available_resources(self) -> dict[str, float]:
         return ray.available_resources()
 
+    def available_per_node(self) -> dict[str, dict[str, float]]:
+        from ray._private.state import available_resources_per_node
+
+        return available_resources_per_node()
+
     def created_group_owners(self) -> set[GroupOwner]:
         return {owner for pg in ray.util.placement_group_table().values() if pg.get("state") == "CREATED"
                 if (owner := GroupOwner.of_group(pg.get("name", ""))) is not None}

@@ -19,6 +19,9 @@ its writes fenced by the lease token; on top of that a job is claimed with
 `SELECT ... FOR UPDATE SKIP LOCKED` (PostgreSQL), so a row another transaction holds
 (a second scheduler, a cancel in flight) is passed over this tick, never admitted twice.
 
+A tick commits all its admissions before it starts any supervisor (service/scheduler_launches.py):
+a job's admission does not wait for the cluster calls that start the supervisors admitted before it.
+
 With TRAINYARD_PREEMPTION a tenant's job that waits (the first in fair order that does not fit, or
 one its tenant's max_workers quota holds back) asks the same tenant's lower-priority running jobs to
 checkpoint and requeue (service/preemption.py), once per head job and tick.
@@ -29,9 +32,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from service import preemption
 from service.cluster_port import Cluster
@@ -47,6 +50,7 @@ from service.preemption import Shortfall, choose_victims, row_of
 from service.queue_feed import RESYNC_S, QueueFeed
 from service.queueing import Plan, QueuedJob, Reservation, Resources, TenantState, plan
 from service.restart_history import restarts_used
+from service.scheduler_launches import Launch, launch_all
 from service.settings import Settings
 from service.supervisor.launch import Launcher
 from workers.runtime.group_owner import GroupOwner
@@ -103,6 +107,7 @@ class Scheduler:
         self.clock = clock  # "now" for how long a job has waited
         self.feed = QueueFeed(resync_s=resync_s, sessions=sessions)
         self.reserved_for: str | None = None  # the job capacity is held for (sticky across ticks)
+        self._marks_checked = False  # a former leader's reserved_at marks cleared (at the first tick)
 
     def tick(self) -> list[str]:
         """Admit what fits now; returns the admitted job ids."""
@@ -110,11 +115,12 @@ class Scheduler:
         with self.sessions() as s:
             self.feed.refresh(s)
             queue = self.feed.index
-            if not len(queue):
-                self.reserved_for = None
-                return []
-            tenants = self._tenants(s)
-            reserved = self._reserved_not_held(repo.forming_jobs(s))
+            if len(queue):
+                tenants = self._tenants(s)
+                reserved = self._reserved_not_held(repo.forming_jobs(s))
+        if not len(queue):
+            self._hold_for(None)
+            return []
         available = self.cluster.available_resources()
         free = Resources(max(0.0, available.get("CPU", 0.0) - reserved.get("CPU", 0.0)),
                         max(0.0, available.get("GPU", 0.0) - reserved.get("GPU", 0.0)))
@@ -156,35 +162,49 @@ class Scheduler:
         return why
 
     def _admit_all(self, decision: Plan, free: Resources) -> list[str]:
+        """Commit every admission of the tick, then start their supervisors: a job's admission never
+        waits for the cluster calls that start the supervisors of the jobs admitted before it."""
         left = {"CPU": free.cpus, "GPU": free.gpus}
-        admitted = []
-        for job in decision.admit:
-            ahead_of = decision.head.job.id if decision.head and job.id in decision.backfilled else None
-            outcome = self._admit(job.id, left, ahead_of)
-            if outcome is None:
-                continue  # held by another transaction: still queued, tried again next tick
-            self.feed.drop(job.id)  # started, or no longer queued (cancelled, gone)
-            if outcome:
-                left["CPU"] -= job.cpus
-                left["GPU"] -= job.gpus
-                admitted.append(job.id)
-                self.metrics.decision("backfilled" if ahead_of else "admitted")
+        admitted: list[str] = []
+        launches: list[Launch] = []
+        try:
+            for job in decision.admit:
+                ahead_of = decision.head.job.id if decision.head and job.id in decision.backfilled else None
+                outcome = self._admit(job.id, left, ahead_of)
+                if outcome is None:
+                    continue  # held by another transaction: still queued, tried again next tick
+                self.feed.drop(job.id)  # started, or no longer queued (cancelled, gone)
+                if outcome:
+                    left["CPU"] -= job.cpus
+                    left["GPU"] -= job.gpus
+                    admitted.append(job.id)
+                    launches.append(outcome)
+                    self.metrics.decision("backfilled" if ahead_of else "admitted")
+        finally:  # what was committed gets its supervisor, even if a later admission raised
+            launch_all(self.launcher, self.sessions, self.handles, launches)
         return admitted
 
     def _hold_for(self, reservation: Reservation | None) -> None:
-        """Remember the reservation for the next tick; a new one is recorded on its job's events."""
-        if reservation is None or reservation.job.id == self.reserved_for:
-            self.reserved_for = reservation.job.id if reservation else None
+        """Remember the reservation for the next tick. A change is written once: the job's `reserved_at`
+        mark (GET /v1/queue) and a `reserved` event for a new one; every other mark is cleared, the last
+        reservation's and, at this scheduler's first tick, any a former leader left."""
+        new = reservation.job.id if reservation else None
+        if new == self.reserved_for and self._marks_checked:
             return
-        job = reservation.job
         with self.sessions.begin() as s:  # fenced: a replica that lost the lease records nothing
-            repo.add_event(s, job.id, "reserved",
-                           f"capacity held for this job: it waited {reservation.waited_s:.0f}s (reserve_after_s "
-                           f"{reservation.reserve_after_s:g}); jobs behind it use only what lies beyond "
-                           f"{job.cpus:g} CPU / {job.gpus:g} GPU",
-                           data={"waited_s": round(reservation.waited_s, 3), "cpus": job.cpus, "gpus": job.gpus})
-        self.reserved_for = job.id
-        self.metrics.decision("reserved")
+            stale = update(Job).where(Job.reserved_at.is_not(None))
+            s.execute((stale.where(Job.id != new) if new else stale).values(reserved_at=None))
+            if reservation is not None and new != self.reserved_for:
+                job = reservation.job
+                s.execute(update(Job).where(Job.id == job.id).values(reserved_at=utcnow()))
+                repo.add_event(s, job.id, "reserved",
+                               f"capacity held for this job: it waited {reservation.waited_s:.0f}s (reserve_after_s "
+                               f"{reservation.reserve_after_s:g}); jobs behind it use only what lies beyond "
+                               f"{job.cpus:g} CPU / {job.gpus:g} GPU",
+                               data={"waited_s": round(reservation.waited_s, 3), "cpus": job.cpus, "gpus": job.gpus})
+        if reservation is not None and new != self.reserved_for:
+            self.metrics.decision("reserved")
+        self.reserved_for, self._marks_checked = new, True
 
     def _quota_blocked(self, decision: Plan) -> list[tuple]:
         """Each head job the preemption may make room for, as (Row, Shortfall): each tenant's job its
@@ -247,8 +267,10 @@ class Scheduler:
             repo.transition(s, job, JobState.FAILED, job.error)
             return True
 
-    def _admit(self, job_id: str, free: dict[str, float], ahead_of: str | None = None) -> bool | None:
-        """True: admitted. False: no longer admissible (cancelled, gone). None: locked elsewhere.
+    def _admit(self, job_id: str, free: dict[str, float],
+               ahead_of: str | None = None) -> Launch | Literal[False] | None:
+        """Commit the job STARTING; its supervisor is started later (launch_all). A Launch: admitted.
+        False: no longer admissible (cancelled, gone). None: locked elsewhere.
         `ahead_of`: the job that does not fit and that this one starts ahead of (backfill)."""
         reservation = self.launcher.reserve()
         try:
@@ -266,23 +288,12 @@ class Scheduler:
                 job.supervisor_epoch += 1
                 job.drained_seq = 0
                 job.supervisor_name = self.launcher.name(reservation, job.id, job.supervisor_epoch)
-                spec, epoch, total_steps = job.spec, job.supervisor_epoch, job.total_steps
-                used = restarts_used(s, job.id)  # a preempted job's earlier restarts count
+                launch = Launch(job_id, reservation, job.spec, job.supervisor_epoch, job.total_steps,
+                                restarts_used(s, job.id))  # a preempted job's earlier restarts count
         except Exception:
             self.launcher.release(reservation)
             raise
-        # Committed first: if this process dies right here the reconciler starts the supervisor. A
-        # replica that lost the lease since leaves that to the new leader (never two supervisors).
-        if not getattr(self.sessions, "still_leading", lambda: True)():
-            return True
-        try:
-            self.handles[job_id] = self.launcher.launch(reservation, job_id, spec, epoch, total_steps, used)
-        except Exception as exc:  # retried by the reconciler
-            log.warning("starting the supervisor of %s failed: %s", job_id, exc)
-        if why := self.launcher.placement():  # Ray holds the supervisor until a node can take it
-            with self.sessions.begin() as s:
-                repo.add_event(s, job_id, "supervisor_waiting", f"waiting for a supervisor: {why}")
-        return True
+        return launch
 
     def _still_queued(self, job_id: str) -> bool:
         with self.sessions() as s:

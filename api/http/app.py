@@ -16,7 +16,7 @@ from api.http.json_depth import JsonDepthMiddleware
 from api.http.limits import BodyLimit, BodyLimitMiddleware
 from api.http.ratelimit import TokenBuckets
 from api.http.request_metrics import RequestMetricsMiddleware
-from api.http.routers import artifacts, audit, code, jobs, plans, system, tenants, tokens
+from api.http.routers import artifacts, audit, code, jobs, plans, queue, system, tenants, tokens
 from api.http.server_errors import UnexpectedErrorMiddleware
 from service.cluster_port import Cluster
 from service.control import ControlPlane
@@ -78,6 +78,7 @@ def create_app(settings: Settings | None = None, shared: SharedState | None = No
     app.include_router(code.router, dependencies=[Depends(require("submit"))])
     app.include_router(artifacts.router, dependencies=[Depends(require("read"))])
     app.include_router(plans.router, dependencies=[Depends(require("read"))])
+    app.include_router(queue.router, dependencies=[Depends(require("read"))])
     for admin_router in (tenants.router, tokens.router, audit.router):
         app.include_router(admin_router, dependencies=[Depends(require("admin"))])
     return app

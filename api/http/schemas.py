@@ -79,3 +79,29 @@ def audit_out(r: AuditEntry) -> dict:
     return {"id": r.id, "ts": iso(r.ts), "tenant_id": r.tenant_id, "token_id": r.token_id, "token_name": r.token_name,
             "action": r.action, "target": r.target, "target_tenant_id": r.target_tenant_id, "status": r.status,
             "outcome": r.outcome, "detail": r.detail}
+
+
+def queue_out(reserve_after_s: float, tenants: list[dict]) -> dict:
+    """GET /v1/queue; a tenant's reservation is {job, workers, since} or null."""
+    for t in tenants:
+        if t["reservation"] is not None:
+            t["reservation"] = {**t["reservation"], "since": iso(t["reservation"]["since"])}
+    return {"reserve_after_s": reserve_after_s, "tenants": tenants}
+
+
+def cluster_out(nodes: list[dict], free_by_node: dict[str, dict[str, float]]) -> dict:
+    """GET /v1/cluster: every node Ray lists (a dead one has nothing in all and nothing free), and the
+    sums over the live ones."""
+    listed = []
+    total: dict[str, float] = {}
+    free: dict[str, float] = {}
+    for n in nodes:
+        alive = bool(n.get("Alive"))
+        has = {k: float(v) for k, v in (n.get("Resources") or {}).items()} if alive else {}
+        left = {k: float(v) for k, v in free_by_node.get(n["NodeID"], {}).items()} if alive else {}
+        listed.append({"node": n["NodeID"], "alive": alive, "total": has, "free": left})
+        for k, v in has.items():
+            total[k] = total.get(k, 0.0) + v
+        for k, v in left.items():
+            free[k] = free.get(k, 0.0) + v
+    return {"nodes": listed, "total": total, "free": free}

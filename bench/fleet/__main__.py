@@ -32,6 +32,7 @@ from bench.api_load import _load, http_request
 from bench.fleet.admission import SAMPLE_S, fitted, spoken_for
 from bench.fleet.figures import FleetDatabase
 from bench.fleet.load import steady_load
+from bench.fleet.pass_time import pass_parts
 from bench.fleet.processes import fleet_service
 from bench.fleet.workload import JobPlan, queued_jobs, spec, tenants
 from tests.live import create_pg_schema, drop_pg_schema, pg_schema_url
@@ -224,6 +225,7 @@ def run(args) -> dict:
             cluster_stats = link("stats")
             passes_p99, by_loop = control_passes(service.stats, window_start)
             raw_p99, raw_by_loop = control_passes(service.stats, window_start, parallel_answers=False)
+            split = pass_parts(json.loads(service.stats.read_text())["passes"], window_start, p99)
             n_series, scrape_s = scrape(service.url)
             samples["series"].append(n_series)
             samples["scrape_s"].append(scrape_s)
@@ -263,6 +265,7 @@ def run(args) -> dict:
                 "big_job_started": big_running is not None, "big_job_state": big_state,
                 "big_job_wait_s": ((big_running or window_end_wall) - big_submitted).total_seconds(),
                 "node_losses": cluster_stats["lost_nodes"],
+                **split,  # where each loop's pass time went: cpu, cluster wait, database, other
             }
             link.conn.close()
             console.print("the big job's events:\n  " + "\n  ".join(db.events(big)[:12]))

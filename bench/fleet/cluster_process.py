@@ -135,6 +135,7 @@ def _last_step(run: JobRun) -> int:
 def serve(conn: Connection, cluster: SimulatedCluster) -> None:
     fleet = cluster.fleet
     handlers: dict[str, Any] = {"nodes": fleet.ray_nodes, "available": fleet.available, "groups": fleet.table,
+                "available_per_node": fleet.available_per_node,
                 "remove_group": fleet.remove, "create": cluster.create, "find": cluster.find,
                 "named": cluster.named, "kill": cluster.kill, "call": cluster.call, "gather": cluster.gather,
                 "lose_node": cluster.lose_node, "supervisor_state": cluster.supervisor_state,

@@ -66,6 +66,10 @@ class Fleet:
         with self.lock:
             return dict(self.free_total)
 
+    def available_per_node(self) -> dict[str, dict[str, float]]:
+        with self.lock:
+            return {n.node_id: dict(n.free) for n in self.nodes.values() if n.alive}
+
     def table(self) -> dict[str, dict]:
         with self.lock:
             return {g.group_id: {"name": g.name, "state": g.state} for g in self.groups.values()

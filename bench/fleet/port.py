@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
+from bench.fleet.pass_time import waiting_on
 from service.cluster_port import K, Reply, ReplyKind
 from workers.runtime.group_owner import GroupOwner
 
@@ -72,8 +73,9 @@ class SimulatedClusterPort:
 
     def rpc(self, op: str, *args) -> Any:
         conn = self._thread_conn()
-        conn.send((op, args))
-        ok, value = conn.recv()
+        with waiting_on("cluster_wait"):  # the calling pass's wait for the cluster process
+            conn.send((op, args))
+            ok, value = conn.recv()
         with self._lock:
             self.calls += 1
         if not ok:
@@ -117,6 +119,9 @@ class SimulatedClusterPort:
 
     def available_resources(self) -> dict[str, float]:
         return self.rpc("available")
+
+    def available_per_node(self) -> dict[str, dict[str, float]]:
+        return self.rpc("available_per_node")
 
     def created_group_owners(self) -> set[GroupOwner]:
         return {owner for g in self.rpc("groups").values() if g["state"] == "CREATED"

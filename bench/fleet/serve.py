@@ -5,10 +5,11 @@ with the cluster port pointed at the cluster process instead of Ray.
 
 TRAINYARD_* variables configure it as they configure `trainyard serve`. Each control-loop pass
 (the reconciler's and the scheduler's `tick`) is timed where it runs, and the durations, with the
-thread that ran them and the part the simulated cluster's one-after-another answering added, are
-written to FILE every second for the simulator to read. With
-TRAINYARD_API_WORKERS=N it runs N processes on the port as `trainyard serve` does (this one the
-primary: the control plane and the API; N - 1 API workers beside it).
+thread that ran them, the part the simulated cluster's one-after-another answering added, and the
+pass's CPU, cluster wait and database time (bench/fleet/pass_time.py), are written to FILE every
+second for the simulator to read. With TRAINYARD_API_WORKERS=N it runs N processes on the port as
+`trainyard serve` does (this one the primary: the control plane and the API; N - 1 API workers
+beside it).
 """
 
 from __future__ import annotations
@@ -24,30 +25,34 @@ from pathlib import Path
 
 from api.cli.processes import LOG_FORMAT, run_uvicorn, serve_processes, uvicorn_options
 from api.http.app import create_app
+from bench.fleet.pass_time import PassClock, install_database_timing
 from bench.fleet.port import SimulatedClusterPort
 from service.reconciler import Reconciler
 from service.scheduler import Scheduler
 from service.settings import get_settings
 
-PASSES: list[tuple[str, str, float, float, float]] = []  # (loop, thread, started, seconds, serial seconds)
+# (loop, thread, started, seconds, serial seconds, cpu, cluster wait, database: bench/fleet/pass_time.py)
+PASSES: list[tuple[str, str, float, float, float, float, float, float]] = []
 IN_FLIGHT: dict[str, tuple[str, float]] = {}  # thread -> (loop, started): a pass not over yet
 
 
 def timed(loop: str, tick, port: SimulatedClusterPort):
     """The pass's wall time, and how much of it the cluster process spent answering the pass's
     gathers one after another beyond the slowest answer of each (what Ray's actors, answering in
-    parallel, would not have cost it)."""
+    parallel, would not have cost it), and where its time went (bench/fleet/pass_time.py)."""
     @wraps(tick)
     def run(self, *args, **kwargs):
         started, thread = time.monotonic(), threading.current_thread().name
         serial_before = port.serial_s.get(thread, 0.0)
+        clock = PassClock()
         IN_FLIGHT[thread] = (loop, started)
         try:
             return tick(self, *args, **kwargs)
         finally:
+            parts = clock.parts()  # taken inside the wall time's bracket: cpu <= wall
             IN_FLIGHT.pop(thread, None)
             PASSES.append((loop, thread, started, time.monotonic() - started,
-                           port.serial_s.get(thread, 0.0) - serial_before))
+                           port.serial_s.get(thread, 0.0) - serial_before, *parts))
 
     return run
 
@@ -71,6 +76,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     host, port_s = a.cluster.rsplit(":", 1)
     port = SimulatedClusterPort((host, int(port_s)), bytes.fromhex(a.authkey_hex))
+    install_database_timing()  # before the service makes its engines
     Reconciler.tick = timed("reconcile", Reconciler.tick, port)  # type: ignore[method-assign]
     Scheduler.tick = timed("schedule", Scheduler.tick, port)  # type: ignore[method-assign]
     threading.Thread(target=write_stats, args=(a.stats, port), daemon=True).start()

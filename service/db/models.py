@@ -112,6 +112,9 @@ class Job(Base):
     # supervisor epoch (a later supervisor of the job is not asked): read with the job, no event scan
     preempt_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
     preempt_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # when the fair scheduler began holding capacity for this queued job (its reservation), else null;
+    # written when the reservation changes (service/scheduler.py), shown by GET /v1/queue
+    reserved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class JobEvent(Base):

@@ -48,6 +48,7 @@ ROUTES = {
     ("POST", "/v1/tenants"): "admin", ("GET", "/v1/tenants"): "admin", ("GET", "/v1/tenants/{tenant_id}"): "admin",
     ("PATCH", "/v1/tenants/{tenant_id}"): "admin", ("POST", "/v1/tokens"): "admin", ("GET", "/v1/tokens"): "admin",
     ("DELETE", "/v1/tokens/{token_id}"): "admin", ("GET", "/v1/audit"): "admin",
+    ("GET", "/v1/queue"): "read", ("GET", "/v1/cluster"): "read",
 }
 
 

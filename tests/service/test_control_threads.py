@@ -19,6 +19,7 @@ from service.settings import Settings
 from tests.helpers import spec_of
 
 GATHER_S = 3.0
+LISTING_S = 2.0
 LOOPS = {"trainyard-scheduler", "trainyard-reconciler"}
 
 
@@ -50,6 +51,23 @@ def plane(db_url, tmp_path):
         yield plane, cluster
     finally:
         plane.stop()
+
+
+class SlowListingCluster(FakeCluster):
+    """Once armed, listing the placement groups takes LISTING_S (a fleet's thousands of groups)."""
+
+    def __init__(self):
+        super().__init__()
+        self.armed = False
+        self.listing = threading.Event()
+        self.listing_started = 0.0
+
+    def placement_groups(self) -> dict[str, dict]:
+        if self.armed:
+            self.listing_started = time.monotonic()
+            self.listing.set()
+            time.sleep(LISTING_S)
+        return {}
 
 
 def _submit(plane) -> str:
@@ -87,6 +105,28 @@ def test_a_submit_is_admitted_while_the_reconciler_waits_on_its_drains(plane):
     schedules, _ = _passes(plane, "schedule")
     assert reconciles >= 1 and reconcile_s >= GATHER_S * 0.9 * reconciles, (reconciles, reconcile_s)
     assert schedules > reconciles  # the scheduler's passes are not held back by the reconciler's
+
+
+def test_a_submit_is_admitted_while_the_periodic_sweep_lists_the_cluster(db_url, tmp_path):
+    cluster = SlowListingCluster()
+    settings = Settings(home=tmp_path, database_url=db_url, loop_interval_s=0.1, standby_supervisors=0,
+                        warm_workers=0, lease_ttl_s=2.0)
+    plane = ControlPlane(settings, cluster=cluster)
+    plane.start()
+    try:
+        spec_of()
+        cluster.armed = True  # the sweep every 20 reconciler passes lists the groups from now on
+        assert cluster.listing.wait(15), "the leader never swept"
+        submitted = time.monotonic()
+        job_id = _submit(plane)
+        while _state(plane, job_id) == "QUEUED" and time.monotonic() - submitted < 5:
+            time.sleep(0.02)
+        admitted = time.monotonic()
+        assert _state(plane, job_id) == "STARTING"
+        assert admitted - submitted < 1.0, f"admitted after {admitted - submitted:.2f} s"
+        assert admitted < cluster.listing_started + LISTING_S  # the listing was still going on
+    finally:
+        plane.stop()
 
 
 def _passes(plane, loop: str) -> tuple[float, float]:

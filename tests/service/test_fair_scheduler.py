@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from service.db import repository as repo
 from service.db import tenants as tenant_repo
-from service.db.models import Job
+from service.db.models import Job, utcnow
 from service.lifecycle import JobState
 from service.scheduler import Scheduler
 from service.settings import Settings
@@ -151,6 +151,30 @@ def test_a_job_that_waited_reserve_after_s_is_not_overtaken_and_starts(sessions,
     with sessions() as s:
         admitted = [e for e in repo.list_events(s, smalls[0], 0, 10) if e.state == JobState.STARTING]
     assert admitted[0].data["backfilled_ahead_of"] == big
+
+
+def reserved_marks(sessions) -> dict[str, object]:
+    with sessions() as s:
+        return dict(s.execute(select(Job.id, Job.reserved_at).where(Job.reserved_at.is_not(None))).all())
+
+
+def test_the_reservation_is_marked_once_and_a_new_leader_clears_a_stale_mark(sessions, tmp_path):
+    with sessions.begin() as s:
+        a, b = tenant_repo.ensure_tenant(s, "a"), tenant_repo.ensure_tenant(s, "b")
+        big = submit(s, a.id, FOUR)
+        other_big = submit(s, b.id, FOUR)
+        s.execute(update(Job).where(Job.id == other_big).values(reserved_at=utcnow()))  # a former leader's
+    cluster = FakeCluster(cpus=2.0)
+    sched = scheduler(sessions, tmp_path, cluster, settings={"reserve_after_s": 0.0})
+    assert sched.tick() == [] and sched.reserved_for == big
+    marks = reserved_marks(sessions)
+    assert list(marks) == [big]  # the stale mark is gone, the new one written
+    sched.tick()
+    assert reserved_marks(sessions) == marks  # not rewritten while the reservation holds
+    cluster.cpus = 4.0
+    assert sched.tick() == [big]
+    sched.tick()  # the reservation moves to the next big job: the started one's mark is cleared
+    assert list(reserved_marks(sessions)) == [other_big] and sched.reserved_for == other_big
 
 
 def test_a_negative_reserve_after_s_is_refused_at_start(monkeypatch):

@@ -1,0 +1,110 @@
+"""Where a control pass's time goes, in the service process (serve.py) and in the figures (__main__.py).
+
+A pass's wall time is split four ways, all on the thread that runs it, so the parts add up to it:
+- cpu: the thread's own CPU time (`time.thread_time()` around the pass), the driver's and the
+  pickling's included;
+- cluster wait: the time inside calls to the cluster port (port.py `rpc`) the thread spent off CPU,
+  waiting for the simulated cluster process to answer;
+- database: the time inside SQL statements (SQLAlchemy's before/after_cursor_execute engine events)
+  and commits and rollbacks (the dialect's do_commit/do_rollback, which the engine calls for a
+  transaction's end and for a pooled connection's reset) the thread spent off CPU, waiting for
+  PostgreSQL;
+- other: the rest, wall less the three: waiting for the GIL (the API, the metrics feed and the
+  other loop run in the same interpreter), for a lock, or asleep.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+_local = threading.local()
+PARTS = ("cpu", "cluster_wait", "database")
+
+
+def spent() -> dict[str, float]:
+    """This thread's off-CPU seconds so far inside cluster calls and database calls."""
+    totals = getattr(_local, "totals", None)
+    if totals is None:
+        totals = _local.totals = {"cluster_wait": 0.0, "database": 0.0}
+    return totals
+
+
+@contextmanager
+def waiting_on(part: str) -> Iterator[None]:
+    """Adds the off-CPU time of the block to this thread's `part`."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    try:
+        yield
+    finally:
+        spent()[part] += max(0.0, (time.perf_counter() - wall) - (time.thread_time() - cpu))
+
+
+def _open_statement(*_args: Any) -> None:
+    _local.statement = (time.perf_counter(), time.thread_time())
+
+
+def _close_statement(*_args: Any) -> None:
+    started = getattr(_local, "statement", None)
+    if started is not None:
+        _local.statement = None
+        spent()["database"] += max(0.0, (time.perf_counter() - started[0]) - (time.thread_time() - started[1]))
+
+
+def _timed(method: Callable) -> Callable:
+    def run(self, *args, **kwargs):
+        with waiting_on("database"):
+            return method(self, *args, **kwargs)
+
+    return run
+
+
+def install_database_timing() -> None:
+    """Time every engine's statements, commits and rollbacks in this process (once)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.engine.default import DefaultDialect
+
+    if getattr(install_database_timing, "done", False):
+        return
+    event.listen(Engine, "before_cursor_execute", _open_statement)
+    event.listen(Engine, "after_cursor_execute", _close_statement)
+    event.listen(Engine, "handle_error", _close_statement)
+    DefaultDialect.do_commit = _timed(DefaultDialect.do_commit)  # type: ignore[method-assign]
+    DefaultDialect.do_rollback = _timed(DefaultDialect.do_rollback)  # type: ignore[method-assign]
+    install_database_timing.done = True  # type: ignore[attr-defined]
+
+
+class PassClock:
+    """Started at a pass's beginning on its thread; `parts()` at its end: cpu, cluster_wait, database."""
+
+    def __init__(self):
+        self.cpu = time.thread_time()
+        self.before = dict(spent())
+
+    def parts(self) -> tuple[float, float, float]:
+        now = spent()
+        return (time.thread_time() - self.cpu, now["cluster_wait"] - self.before["cluster_wait"],
+                now["database"] - self.before["database"])
+
+
+def pass_parts(passes: list[list], since: float, p99: Callable[[list[float]], float | None]) -> dict[str, Any]:
+    """The figures of each loop's passes that ended after `since` (serve.py's records: loop, thread,
+    started, seconds, serial seconds, cpu, cluster wait, database): the pass's CPU p50 and p99, the
+    p99 of each wait, and the p99 of the wall time of the same passes (as timed)."""
+    out: dict[str, Any] = {}
+    for loop in ("reconcile", "schedule"):
+        rows = [p for p in passes if p[0] == loop and len(p) >= 8 and p[2] + p[3] >= since]
+        wall = [p[3] for p in rows]
+        cpu = [p[5] for p in rows]
+        cluster = [p[6] for p in rows]
+        database = [p[7] for p in rows]
+        other = [max(0.0, p[3] - p[5] - p[6] - p[7]) for p in rows]
+        out.update({f"{loop}_pass_cpu_p50_s": sorted(cpu)[len(cpu) // 2] if cpu else None,
+                    f"{loop}_pass_cpu_p99_s": p99(cpu), f"{loop}_cluster_wait_p99_s": p99(cluster),
+                    f"{loop}_database_p99_s": p99(database), f"{loop}_other_wait_p99_s": p99(other),
+                    f"{loop}_pass_timed_p99_s": p99(wall), f"{loop}_passes_split": len(rows)})
+    return out

@@ -1,0 +1,72 @@
+"""A scheduler tick commits every admission before it starts any supervisor (service/scheduler.py,
+service/scheduler_launches.py): while the first job's supervisor start waits on the cluster, the
+second job admitted in the same tick is already STARTING for any other database connection."""
+
+from __future__ import annotations
+
+import threading
+
+from service.db import repository as repo
+from service.db import tenants as tenant_repo
+from service.db.engine import make_engine, make_sessionmaker
+from service.lifecycle import JobState
+from service.scheduler import Scheduler
+from service.settings import Settings
+from tests.helpers import spec_of
+
+
+class _Supervisor:
+    class start:  # noqa: N801 - shaped like an actor method
+        @staticmethod
+        def remote(*args):
+            return None
+
+
+class BlockingCluster:
+    """The cluster port with room for both jobs; creating the first supervisor waits on `release`."""
+
+    def __init__(self):
+        self.launching = threading.Event()  # the first supervisor start has begun
+        self.release = threading.Event()
+        self.supervisors: list[str] = []
+
+    def available_resources(self) -> dict[str, float]:
+        return {"CPU": 8.0, "GPU": 0.0}
+
+    def created_group_owners(self) -> set:
+        return set()
+
+    def create_supervisor(self, name: str):
+        if not self.supervisors:
+            self.launching.set()
+            assert self.release.wait(20), "the test never let the first start finish"
+        self.supervisors.append(name)
+        return _Supervisor()
+
+
+def test_the_second_admission_is_committed_while_the_first_supervisor_start_waits(db_url, sessions, tmp_path):
+    spec = spec_of()  # 1 worker, 1 CPU
+    with sessions.begin() as s:
+        tenant = tenant_repo.ensure_tenant(s, "acme")
+        first = repo.create_job(s, tenant.id, spec, 0, "sha", None, max_open_jobs=None).id
+        second = repo.create_job(s, tenant.id, spec, 0, "sha", None, max_open_jobs=None).id
+    cluster = BlockingCluster()
+    size = {"CPU": 8.0, "GPU": 0.0}
+    scheduler = Scheduler(sessions, Settings(home=tmp_path, standby_supervisors=0), cluster=cluster,
+                          capacity=lambda: (size, size))
+    admitted: list[list[str]] = []
+    tick = threading.Thread(target=lambda: admitted.append(scheduler.tick()), daemon=True)
+    tick.start()
+    other = make_engine(db_url)  # another connection: sees only what the tick has committed
+    try:
+        assert cluster.launching.wait(20), "the tick never started a supervisor"
+        with make_sessionmaker(other)() as s:
+            states = {job_id: repo.get_job(s, job_id).state for job_id in (first, second)}
+        assert states == {first: JobState.STARTING, second: JobState.STARTING}
+    finally:
+        cluster.release.set()
+        tick.join(20)
+        other.dispose()
+    assert admitted == [[first, second]]
+    assert len(cluster.supervisors) == 2  # both supervisors were started once the start went on
+    assert set(scheduler.handles) == {first, second}
