@@ -7,7 +7,6 @@ actor), else the rank's actor over a local socket (`TRAINYARD_SESSION_SOCKET`, a
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,7 +16,7 @@ from trainyard.checkpoints import latest_checkpoint_in
 SOCKET_ENV = "TRAINYARD_SESSION_SOCKET"
 REPORT_EVERY_ENV = "TRAINYARD_REPORT_EVERY_S"  # seconds between a command rank's report batches (trainyard/channel.py)
 CHECKPOINT_DIR_ENV = "TRAINYARD_CHECKPOINT_DIR"
-MESH_ENV = "TRAINYARD_MESH"  # JSON {"dp": 2, "tp": 2}: the degrees of program.function's parallel
+MESH_ENV = "TRAINYARD_MESH"  # JSON MeshLayout (trainyard/device_mesh.py): the job's mesh, as the trainer's
 
 
 class Session(Protocol):
@@ -104,15 +103,17 @@ def world_size() -> int:
 
 
 def mesh() -> Any:
-    """The DeviceMesh of the job's `parallel` degrees (dims named dp, tp), over the default process
-    group (initialised for a program.function; a command initialises it itself first)."""
+    """The job's DeviceMesh over the default process group (initialised for a program.function; a command
+    initialises it itself first): the trainer's own mesh of the job's `parallel` degrees, dims pp, dp and
+    tp at least (size 1 included), built by trainyard/device_mesh.py. Outside Trainyard: a 1-D `dp` mesh."""
     global _mesh
     if _mesh is None:
-        from torch.distributed.device_mesh import init_device_mesh
+        from trainyard.device_mesh import MeshLayout, build_device_mesh
 
-        degrees = json.loads(os.environ.get(MESH_ENV) or "{}") or {"dp": world_size()}
+        text = os.environ.get(MESH_ENV)
+        layout = MeshLayout.from_json(text) if text else MeshLayout((("dp", world_size()),))
         device = "cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") and _cuda() else "cpu"
-        _mesh = init_device_mesh(device, tuple(degrees.values()), mesh_dim_names=tuple(degrees))
+        _mesh = build_device_mesh(layout, device)
     return _mesh
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workers.parallel.layouts import layout_errors
+from workers.parallel.layouts import layout_errors, step_need_violations
 from workers.spec import JobSpec, SpecError, Violation, rule_violations
 from workers.spec.messages import field_violations
 from workers.spec_repair import spec_without, unaffected
@@ -18,7 +18,8 @@ from workers.spec_repair import spec_without, unaffected
 def spec_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None) -> list[Violation]:
     rules = list(rule_violations(spec, allow_fault_injection=allow_fault_injection))
     if spec.program is not None:
-        return rules  # a program's layout is only the mesh it is handed; the strategies' rules are about our loop
+        # a program's layout is only the mesh it is handed; the strategies' rules are about our loop
+        return [*rules, *step_need_violations(spec)]
     return [*rules, *layout_errors(spec)]
 
 

@@ -3,10 +3,10 @@ runs, plus Trainyard's own (the job, its checkpoint directory, the attempt, the 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
+from trainyard.device_mesh import MeshLayout
 from trainyard.session import CHECKPOINT_DIR_ENV, MESH_ENV, REPORT_EVERY_ENV, SOCKET_ENV
 from workers.spec import JobSpec
 from workers.storage import Storage
@@ -50,10 +50,10 @@ def checkpoint_dir(job: Storage | str | os.PathLike) -> Storage:
     return Storage.of(job) / "checkpoints"
 
 
-def mesh_degrees(spec: JobSpec) -> dict[str, int]:
-    """The program's DeviceMesh (trainyard.session.mesh builds it in the program, which imports nothing of
-    Trainyard's): the job's mesh dimensions (workers/spec/dims.py) that exceed 1, and always dp."""
-    return {name: size for name, size in spec.dims.mesh_dims if size > 1 or name == "dp"}
+def mesh_layout(spec: JobSpec) -> MeshLayout:
+    """The program's DeviceMesh: the trainer's (ParallelDims.mesh_layout), which trainyard.session.mesh
+    builds in the program with the same function as the trainer (trainyard/device_mesh.py)."""
+    return spec.dims.mesh_layout
 
 
 def rank_environment(spec: JobSpec, job: Storage | str | os.PathLike, place: RankPlace, master: Rendezvous,
@@ -68,7 +68,7 @@ def rank_environment(spec: JobSpec, job: Storage | str | os.PathLike, place: Ran
         "TORCHELASTIC_RUN_ID": job.name,
         # a path on local storage, else the URI: user code writes it with fsspec or DCP
         "TRAINYARD_JOB_ID": job.name, CHECKPOINT_DIR_ENV: checkpoint_dir(job).uri, "TRAINYARD_TRIAL": attempt,
-        MESH_ENV: json.dumps(mesh_degrees(spec)),
+        MESH_ENV: mesh_layout(spec).to_json(),
         "PYTHONUNBUFFERED": "1",  # the rank's log follows the program as it runs
     }
     if master.agent_store:

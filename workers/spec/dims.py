@@ -7,9 +7,10 @@ is dp_replicate x dp_shard: FSDP shards parameters over dp_shard and replicates 
 micro-batch's sequence; expert parallelism (ep) borrows its ranks from the data-parallel ones (dp x cp
 must be a multiple of ep), so it adds no ranks of its own.
 
-`mesh_dims` names the one DeviceMesh's dimensions (workers/parallel/mesh.py builds it; a program's
-session gets the same degrees): pp, dp and tp always (a strategy may ask any of them for its group),
-dp_replicate and dp_shard only when both exceed 1 (then dp is their flattening), dp split into
+`mesh_dims` names the one DeviceMesh's dimensions (`mesh_layout`, which trainyard/device_mesh.py builds
+for the trainer and for a program's `trainyard.mesh()` alike): pp, dp and tp always (a strategy may ask
+any of them for its group), dp_replicate and dp_shard only when both exceed 1 (then dp is their
+flattening), dp split into
 dp_mod_ep x ep under expert parallelism (dp their flattening too), cp only when it exceeds 1. Every
 other question (a rank's coordinates, the ranks of a group, elastic candidates) is answered here without
 torch, so the API, the supervisor and the planner ask the same arithmetic.
@@ -20,6 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+
+from trainyard.device_mesh import MeshLayout
 
 MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 # Groups made of several mesh axes (ranks that differ only along those axes).
@@ -101,6 +104,11 @@ class ParallelDims:
             if flat not in names and len(axes) > 1 and axes not in out.values():
                 out[flat] = axes
         return out
+
+    @property
+    def mesh_layout(self) -> MeshLayout:
+        """The mesh as names and sizes: what trainyard/device_mesh.py builds, for the trainer and a program."""
+        return MeshLayout(self.mesh_dims, tuple(self.mesh_flattened.items()))
 
     def mesh_key(self, dim: str) -> str | None:
         """The name to index the mesh by for `dim`'s group; None where the group is every rank alone."""

@@ -158,6 +158,12 @@ class StragglerSpec(Strict):
     cooldown: int | None = Field(None, ge=1, description="replace: steps after a replacement before the next "
                                                          "one may start; default 2 x window")
 
+    @property
+    def needs_uneven_shares(self) -> bool:
+        """Whether the policy re-splits the global batch unevenly between data-parallel ranks: the spec rules
+        ask the data-parallel step's typed capability (workers/parallel/layouts/), not this name."""
+        return self.policy == "rebalance"
+
 
 class SupervisorSpec(Strict):
     straggler: StragglerSpec = Field(default_factory=StragglerSpec, description="how the job's supervisor finds "

@@ -42,10 +42,6 @@ def program_violations(spec: JobSpec) -> Iterator[Violation]:
     if spec.parallel.pp > 1 or spec.parallel.zero or spec.parallel.sdp is not None:
         yield Violation("parallel", "parallel: a program's mesh takes dp and tp only (pp, zero and sdp are "
                                     "strategies of Trainyard's own loop)")
-    if spec.supervisor.straggler.policy == "rebalance":
-        yield Violation("supervisor.straggler.policy",
-                        "supervisor.straggler.policy 'rebalance' is refused for programs: Trainyard cannot "
-                        "re-split a program's data; use 'report' or 'replace'")
     for i, fault in enumerate(spec.fault_injection):
         if fault.kind not in PROGRAM_FAULTS:
             yield Violation(f"fault_injection[{i}].kind",

@@ -43,7 +43,7 @@ def degree_violations(spec: JobSpec) -> Iterator[Violation]:
 
 
 def _size_and_policy_errors(spec: JobSpec) -> Iterator[Violation]:
-    p, r, t = spec.parallel, spec.resources, spec.train
+    r, t = spec.resources, spec.train
     yield from degree_violations(spec)
     low, high = r.elastic_range
     if not low <= r.workers <= high:
@@ -59,12 +59,6 @@ def _size_and_policy_errors(spec: JobSpec) -> Iterator[Violation]:
         yield Violation("supervisor.straggler.policy",
             "supervisor.straggler.policy 'replace' needs checkpoint.every_steps > 0: the moved rank resumes "
             "from the next checkpoint (every_steps=0)")
-    if straggler.policy == "rebalance" and (p.tp > 1 or p.local_sgd is not None):
-        # Shares are per data-parallel rank and weight each rank's gradient in the all-reduced mean.
-        yield Violation("supervisor.straggler.policy",
-            "supervisor.straggler.policy 'rebalance' needs pure data parallelism that averages gradients "
-            f"(tp 1, no local_sgd); use 'report' or 'replace' (tp={p.tp}, "
-            f"local_sgd={'set' if p.local_sgd is not None else 'none'})")
     check, save = spec.fault_tolerance.integrity_check_every, spec.checkpoint.every_steps
     if check and save and save % check and spec.program is None:
         # Chosen over a check before every save: the schedules stay the user's, and each periodic

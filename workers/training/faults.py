@@ -6,8 +6,8 @@ spike may last `steps` consecutive steps, each step firing once).
 
 A slow fault models a degraded node: from its step on, rank `rank` is slow while it
 runs on the node where the fault first struck (recorded in its marker). A rank restarted
-on the same node stays slow (a rebalance does not cure the node); a rank moved to another
-node (the `replace` straggler policy) is not. Each attempt of a slow rank records where it ran
+on the same node stays slow (a smaller share of the batch does not cure the node); a rank moved
+to another node is not. Each attempt of a slow rank records where it ran
 (`SlowRun`), so a verdict on its detection can tell a rank that stayed on the node from one that left.
 """
 

@@ -32,13 +32,30 @@ def strategy_name(spec: JobSpec) -> str:
 def step_capabilities(spec: JobSpec) -> StepCapabilities:
     """What the spec's data-parallel step can take. Uneven shares also need every other axis at 1: tp, cp
     and ep ranks of one dp index must see the same samples, and a program's data is its own."""
-    axes = spec.parallel.tp == spec.parallel.cp == spec.parallel.ep == 1
-    return StepCapabilities(uneven_shares=axes and spec.program is None and layout_of(spec).uneven_shares(spec))
+    p = spec.parallel
+    if spec.program is not None:
+        return StepCapabilities(why_not_uneven="a program's data is its own: Trainyard cannot re-split it")
+    if not p.tp == p.cp == p.ep == 1:
+        return StepCapabilities(why_not_uneven=f"the tp, cp and ep ranks of one data-parallel index must see the "
+                                               f"same samples (tp={p.tp}, cp={p.cp}, ep={p.ep})")
+    return layout_of(spec).step(spec)
+
+
+def step_need_violations(spec: JobSpec) -> Iterator[Violation]:
+    """A straggler policy that needs uneven shares (StragglerSpec.needs_uneven_shares) on a step that cannot
+    take them: refused, with the step's own reason. The only place a spec's straggler policy meets its layout."""
+    straggler = spec.supervisor.straggler
+    capabilities = step_capabilities(spec)
+    if straggler.needs_uneven_shares and not capabilities.uneven_shares:
+        yield Violation("supervisor.straggler.policy",
+            f"supervisor.straggler.policy {straggler.policy!r} needs a data-parallel step that takes uneven shares "
+            f"of the global batch, but {capabilities.why_not_uneven}; use 'report' or 'replace'")
 
 
 def layout_errors(spec: JobSpec) -> Iterator[Violation]:
     for layout in LAYOUTS:
         yield from layout.rules(spec)
+    yield from step_need_violations(spec)
     yield from context_rules(spec)  # the axes of every layout, not layouts
     yield from expert_rules(spec)
     yield from compatibility_violations(spec)

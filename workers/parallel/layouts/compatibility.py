@@ -27,7 +27,8 @@ FEATURES: dict[str, tuple[str, Callable[[JobSpec], bool]]] = {
     "sdp": ("parallel.sdp", lambda s: s.parallel.sdp is not None),
     "activation_checkpointing": ("parallel.activation_checkpointing", lambda s: s.parallel.activation_checkpointing),
     "mixed_precision": ("parallel.mixed_precision", lambda s: s.parallel.mixed_precision != "fp32"),
-    "rebalance": ("supervisor.straggler.policy", lambda s: s.supervisor.straggler.policy == "rebalance"),
+    # the straggler policy that re-splits the batch: it needs a step that takes uneven shares
+    "rebalance": ("supervisor.straggler.policy", lambda s: s.supervisor.straggler.needs_uneven_shares),
 }
 
 _DDP_HOOK = "compression is a DDP communication hook: plain data parallelism only"
@@ -62,10 +63,11 @@ EXCLUSIVE: tuple[frozenset[str], ...] = (frozenset({"zero1", "zero2", "fsdp", "h
 # Features that need another to mean anything: a pair is refused when what either needs is refused.
 REQUIRES: dict[str, tuple[str, ...]] = {"sequence_parallel": ("tp",)}
 
-# Pairs whose refusal comes from this table (the others are refused by the layouts' own rules), and the
+# Pairs whose refusal comes from this table (the others are refused by the layouts' own rules, and
+# rebalance's by the data-parallel step's capabilities: layouts/__init__.step_need_violations), and the
 # feature whose field it names.
 NEW_AXES = ("ep", "cp")
-REFUSED_HERE = frozenset(pair for pair in UNSUPPORTED if pair & set(NEW_AXES))
+REFUSED_HERE = frozenset(pair for pair in UNSUPPORTED if pair & set(NEW_AXES) and "rebalance" not in pair)
 
 
 def features_of(spec: JobSpec) -> list[str]:

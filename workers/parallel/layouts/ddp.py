@@ -12,7 +12,7 @@ from workers.parallel.layouts.accounting import (
     params_per_rank,
     ring,
 )
-from workers.parallel.layouts.layout import Layout
+from workers.parallel.layouts.layout import UNEVEN_SHARES, Layout
 from workers.spec import JobSpec, Violation
 
 
@@ -46,4 +46,5 @@ def cost(spec: JobSpec, facts) -> LayoutCost:
 
 
 # the last resort
-LAYOUT = Layout("ddp", lambda spec: True, compression_rules, cost, uneven_shares=lambda spec: True)
+# one gradient all-reduce per step, each rank's gradient weighted by its samples: shares may be uneven
+LAYOUT = Layout("ddp", lambda spec: True, compression_rules, cost, lambda spec: UNEVEN_SHARES)

@@ -13,7 +13,7 @@ from workers.parallel.layouts.accounting import (
     params_per_rank,
     ring,
 )
-from workers.parallel.layouts.layout import Layout
+from workers.parallel.layouts.layout import Layout, even_shares_only
 from workers.spec import JobSpec, Violation
 
 
@@ -33,13 +33,6 @@ def fsdp_rules(spec: JobSpec) -> Iterator[Violation]:
     if not p.reshard_after_forward and p.zero != 3:
         yield Violation("parallel.reshard_after_forward",
             f"parallel.reshard_after_forward applies to zero 3 only (zero={p.zero})")
-    if p.zero == 3 and p.sdp is None and spec.supervisor.straggler.policy == "rebalance":
-        # FSDP all-gathers parameters for every micro-batch: a rank with fewer micro-batches would
-        # reach the gradient reduce-scatter while its peers still gather (mismatched collectives).
-        yield Violation("supervisor.straggler.policy",
-            f"supervisor.straggler.policy 'rebalance' is not available with parallel.zero 3 (FSDP): uneven "
-            f"micro-batch counts per rank would desynchronise its per-micro-batch all-gathers; use 'report' "
-            f"or 'replace', or zero 0 or 1 (zero={p.zero})")
 
 
 def cost(spec: JobSpec, facts) -> LayoutCost:
@@ -64,4 +57,8 @@ def cost(spec: JobSpec, facts) -> LayoutCost:
 
 
 # zero 3, FSDP x TP, HSDP
-LAYOUT = Layout("fsdp", lambda spec: spec.parallel.zero == 3, fsdp_rules, cost)
+# FSDP all-gathers parameters for every micro-batch: a rank with fewer micro-batches would reach the
+# gradient reduce-scatter while its peers still gather (mismatched collectives).
+LAYOUT = Layout("fsdp", lambda spec: spec.parallel.zero == 3, fsdp_rules, cost, even_shares_only(
+    "parallel.zero 3 (FSDP) all-gathers parameters for every micro-batch, so uneven micro-batch counts per rank "
+    "would desynchronise its collectives; zero 0 or 1 takes them (zero={p.zero})"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from workers.parallel.layouts.accounting import LayoutCost, ring
-from workers.parallel.layouts.layout import Layout
+from workers.parallel.layouts.layout import Layout, even_shares_only
 from workers.parallel.pipeline.memory import p2p_bytes, peak_rank, pipeline_peak, stage_params
 from workers.spec import (
     SINGLE_STAGE_SCHEDULES,
@@ -45,10 +45,6 @@ def pipeline_errors(spec: JobSpec) -> Iterator[Violation]:
         yield Violation("train.loss",
             f"train.loss 'model' is not available with parallel.pp > 1: only the last stage sees the outputs "
             f"and the labels stay with the first; use 'cross_entropy' (pp={p.pp})")
-    if spec.supervisor.straggler.policy == "rebalance":  # uneven dp shares would break the flush size
-        yield Violation("supervisor.straggler.policy",
-            f"supervisor.straggler.policy 'rebalance' is not available with pipeline parallelism; use 'report' "
-            f"(pp={p.pp}); parallel.pipeline.rebalance_threshold balances the stages")
     for name, on in (("sequence_parallel", p.sequence_parallel),
                      ("activation_checkpointing", p.activation_checkpointing),
                      ("mixed_precision", p.mixed_precision != "fp32")):
@@ -112,4 +108,6 @@ def cost(spec: JobSpec, facts) -> LayoutCost:  # replicated stages; the planner 
 
 
 # pp > 1 (x dp, x tp, x cp)
-LAYOUT = Layout("pipeline", lambda spec: spec.parallel.pp > 1, pipeline_errors, cost)
+LAYOUT = Layout("pipeline", lambda spec: spec.parallel.pp > 1, pipeline_errors, cost, even_shares_only(
+    "parallel.pp > 1 flushes the same micro-batch count through every stage; "
+    "parallel.pipeline.rebalance_threshold balances the stages (pp={p.pp})"))

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from workers.parallel.layouts.accounting import (
     LayoutCost,
 )
-from workers.parallel.layouts.layout import Layout
+from workers.parallel.layouts.layout import Layout, even_shares_only
 from workers.parallel.sdp.feasibility import feasibility_error
 from workers.spec import (
     GPTModelSpec,
@@ -64,10 +64,6 @@ def sdp_errors(spec: JobSpec) -> Iterator[Violation]:
             f"parallel.sdp needs a fixed world size (resources.min_workers = max_workers = workers): the masks "
             f"and checkpoints are per worker (min_workers={r.min_workers}, workers={r.workers}, "
             f"max_workers={r.max_workers})")
-    if spec.supervisor.straggler.policy == "rebalance":
-        yield Violation("supervisor.straggler.policy",
-            "supervisor.straggler.policy 'rebalance' is not available with parallel.sdp, use 'report' "
-            "(gradients are averaged per holder set, not weighted by data shares)")
     every = spec.fault_tolerance.integrity_check_every
     if isinstance(sdp.sync, SDPPeriodSpec) and every % sdp.sync.period:
         yield Violation("fault_tolerance.integrity_check_every",
@@ -92,4 +88,5 @@ def cost(spec: JobSpec, facts) -> LayoutCost:  # subnetworks: bytes from the mas
 
 
 # parallel.sdp, also with zero 3 per subnetwork
-LAYOUT = Layout("sdp", lambda spec: spec.parallel.sdp is not None, sdp_errors, cost)
+LAYOUT = Layout("sdp", lambda spec: spec.parallel.sdp is not None, sdp_errors, cost, even_shares_only(
+    "parallel.sdp averages gradients per holder set, not weighted by data shares"))

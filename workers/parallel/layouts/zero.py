@@ -11,7 +11,7 @@ from workers.parallel.layouts.accounting import (
     params_per_rank,
     ring,
 )
-from workers.parallel.layouts.layout import Layout
+from workers.parallel.layouts.layout import UNEVEN_SHARES, Layout, StepCapabilities
 from workers.spec import JobSpec, Violation
 
 
@@ -20,12 +20,6 @@ def zero_rules(spec: JobSpec) -> Iterator[Violation]:
     if p.zero in (1, 2) and p.tp > 1:
         yield Violation("parallel.zero",
             f"parallel.zero 1/2 shard over dp only: use zero 3 (FSDP x TP) with tp > 1 (zero={p.zero}, tp={p.tp})")
-    if p.zero == 2 and spec.supervisor.straggler.policy == "rebalance":
-        # Buckets are reduce-scattered in every micro-batch: uneven micro-batch counts mismatch collectives.
-        yield Violation("supervisor.straggler.policy",
-            f"supervisor.straggler.policy 'rebalance' is not available with parallel.zero 2: it reduce-scatters "
-            f"gradients in every micro-batch, so uneven micro-batch counts per rank would desynchronise its "
-            f"collectives; use 'report' or 'replace', or zero 0 or 1 (zero={p.zero})")
     if p.offload_optimizer and p.zero not in (1, 2):
         yield Violation("parallel.offload_optimizer",
             f"parallel.offload_optimizer needs parallel.zero 1 or 2 (zero={p.zero})")
@@ -44,6 +38,13 @@ def cost(spec: JobSpec, facts) -> LayoutCost:
 
 
 # zero 1/2 over dp
-# ZeRO-1 reduces once per step; ZeRO-2 reduce-scatters every micro-batch (counts must match)
-LAYOUT = Layout("zero", lambda spec: spec.parallel.zero in (1, 2), zero_rules, cost,
-                uneven_shares=lambda spec: spec.parallel.zero == 1)
+def step(spec: JobSpec) -> StepCapabilities:
+    """ZeRO-1 reduces once per step; ZeRO-2 reduce-scatters buckets in every micro-batch (counts must match)."""
+    if spec.parallel.zero == 1:
+        return UNEVEN_SHARES
+    return StepCapabilities(why_not_uneven="parallel.zero 2 reduce-scatters gradients in every micro-batch, so "
+                                           "uneven micro-batch counts per rank would desynchronise its collectives; "
+                                           "zero 0 or 1 takes them (zero=2)")
+
+
+LAYOUT = Layout("zero", lambda spec: spec.parallel.zero in (1, 2), zero_rules, cost, step)
