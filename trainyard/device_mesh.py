@@ -39,6 +39,13 @@ class MeshLayout:
         return cls(tuple((str(name), int(size)) for name, size in raw["dims"]),
                    tuple((str(flat), tuple(axes)) for flat, axes in raw.get("flattened", {}).items()))
 
+    def without_unit_dims(self, keep: tuple[str, ...] = ("dp",)) -> MeshLayout:
+        """The same mesh less its dimensions of size 1 (but those in `keep`), as a program sees it: the
+        same groups and ranks in each, and `mesh.get_group()` still works on a 1-D data-parallel job."""
+        dims = tuple((name, size) for name, size in self.dims if size > 1 or name in keep)
+        kept = {name for name, _ in dims}
+        return MeshLayout(dims, tuple((flat, axes) for flat, axes in self.flattened if set(axes) <= kept))
+
     @property
     def world_size(self) -> int:
         size = 1

@@ -104,8 +104,8 @@ def world_size() -> int:
 
 def mesh() -> Any:
     """The job's DeviceMesh over the default process group (initialised for a program.function; a command
-    initialises it itself first): the trainer's own mesh of the job's `parallel` degrees, dims pp, dp and
-    tp at least (size 1 included), built by trainyard/device_mesh.py. Outside Trainyard: a 1-D `dp` mesh."""
+    initialises it itself first): the trainer's own mesh of the job's `parallel` degrees less its dimensions of
+    size 1 (dp always), built by trainyard/device_mesh.py. Outside Trainyard: a 1-D `dp` mesh."""
     global _mesh
     if _mesh is None:
         from trainyard.device_mesh import MeshLayout, build_device_mesh

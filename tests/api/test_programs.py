@@ -136,8 +136,7 @@ def test_function_gets_its_mesh_reports_metrics_and_stops_on_cancel(server):
             assert time.monotonic() < deadline, c.get(f"/v1/jobs/{job['id']}").json()
             time.sleep(0.3)
         mesh = json.loads((job_dir(server, job["id"]) / "checkpoints" / "mesh-trial0.json").read_text())
-        assert mesh == {"shape": [1, 2, 2], "names": ["pp", "dp", "tp"], "world_size": 4,
-                        "trial": 0}  # the trainer's mesh
+        assert mesh == {"shape": [2, 2], "names": ["dp", "tp"], "world_size": 4, "trial": 0}
         assert points[0]["accuracy"] == pytest.approx(points[0]["step"] / 100_000)  # a key of the program's own
         assert points[0]["loss"] is not None
         wait_until(lambda: f'trainyard_job_loss{{job="{job["id"]}"' in server.client().get("/metrics").text, 30)

@@ -51,9 +51,9 @@ def checkpoint_dir(job: Storage | str | os.PathLike) -> Storage:
 
 
 def mesh_layout(spec: JobSpec) -> MeshLayout:
-    """The program's DeviceMesh: the trainer's (ParallelDims.mesh_layout), which trainyard.session.mesh
-    builds in the program with the same function as the trainer (trainyard/device_mesh.py)."""
-    return spec.dims.mesh_layout
+    """The program's DeviceMesh: the trainer's (ParallelDims.mesh_layout, built by trainyard/device_mesh.py in
+    the program) less its dimensions of size 1 but dp, so that a program sees the degrees it asked for."""
+    return spec.dims.mesh_layout.without_unit_dims()
 
 
 def rank_environment(spec: JobSpec, job: Storage | str | os.PathLike, place: RankPlace, master: Rendezvous,
