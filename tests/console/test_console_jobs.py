@@ -1,0 +1,91 @@
+"""A finished pipeline job as a user finds it: in the jobs list, then on its page with the charts, the
+pipeline timeline (one element per stage, both bubbles), the rank heatmap, the events, the logs and the spec;
+a read-only token's cancel is refused with the 403's message; text from a URL stays text."""
+
+from __future__ import annotations
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from tests.console.browsing import no_alert, open_logged_in, page_errors, wait_css, wait_text
+
+pytestmark = pytest.mark.slow
+
+
+def test_jobs_list_shows_state_progress_and_filters(page, console_server, tenant_tokens, pipeline_job):
+    open_logged_in(page, console_server.url, "/ui", tenant_tokens[0])
+    row = wait_css(page, f'tr[data-job="{pipeline_job["id"]}"]')[0]
+    assert pipeline_job["name"] in row.text and "SUCCEEDED" in row.text and "6/6" in row.text
+    bar = row.find_element(By.TAG_NAME, "progress")
+    assert bar.get_attribute("value") == bar.get_attribute("max") == "6"
+    # The name filter hides it; the state filter keeps it only among SUCCEEDED jobs.
+    page.find_element(By.ID, "name-filter").send_keys("no-such-name")
+    assert not page.find_elements(By.CSS_SELECTOR, f'tr[data-job="{pipeline_job["id"]}"]')
+    page.find_element(By.ID, "name-filter").clear()
+    page.find_element(By.CSS_SELECTOR, '#state-filter option[value="FAILED"]').click()
+    wait_text(page, "#jobs-status", lambda t: "No jobs" in t)
+    page.find_element(By.CSS_SELECTOR, '#state-filter option[value="SUCCEEDED"]').click()
+    wait_css(page, f'tr[data-job="{pipeline_job["id"]}"]')
+    assert page_errors(page) == []
+
+
+def test_pipeline_job_page(page, console_server, tenant_tokens, pipeline_job):
+    job_id = pipeline_job["id"]
+    open_logged_in(page, console_server.url, f"/ui/jobs/{job_id}", tenant_tokens[0])
+    assert wait_text(page, "#job-name", bool) == pipeline_job["name"]
+    # Charts: loss, samples/s and step time, each a path through the stored points.
+    lines = wait_css(page, "#charts path.line", count=3)
+    series = {p.get_attribute("data-series"): int(p.get_attribute("data-points")) for p in lines}
+    assert series["loss"] >= 2 and series["samples/s"] >= 2 and series["step time"] >= 2
+    assert all(p.get_attribute("d").count("L") >= 1 for p in lines)
+    # The timeline: one element per stage, each with forward and backward blocks, and both bubbles.
+    stages = wait_css(page, "#timeline [data-stage]", count=2)
+    assert sorted(s.get_attribute("data-stage") for s in stages) == ["0", "1"]
+    for stage in stages:
+        kinds = {b.get_attribute("data-kind") for b in stage.find_elements(By.CSS_SELECTOR, "rect.block")}
+        assert {"forward", "backward"} <= kinds, kinds
+    measured = page.find_element(By.ID, "bubble-measured").text
+    theoretical = page.find_element(By.ID, "bubble-theoretical").text
+    # 1F1B over 2 stages, 4 micro-batches: (p-1)/(m+p-1) = 1/5; the measured one is the job summary's.
+    assert theoretical == "20.0%"
+    assert measured == f"{pipeline_job['summary']['pipeline']['bubble_fraction'] * 100:.1f}%"
+    # The heatmap: a cell per rank and step.
+    cells = wait_css(page, "#heatmap rect.cell", count=2 * 6)
+    assert {c.get_attribute("data-rank") for c in cells} == {"0", "1"}
+    # Events, the spec as YAML, the logs of rank 0, the checkpoints and the exported model.
+    events = page.find_element(By.ID, "events").text
+    assert "SUCCEEDED" in events
+    spec = page.find_element(By.ID, "spec").text
+    assert "schedule: \"1f1b\"" in spec and "pp: 2" in spec
+    wait_text(page, "#log-text", lambda t: len(t) > 0)
+    assert page.find_element(By.ID, "download-model").is_enabled()
+    assert page_errors(page) == []
+
+
+def test_read_only_token_cannot_cancel_and_is_told(page, console_server, tenant_tokens):
+    with console_server.client(tenant_tokens[0]) as client:
+        job = client.post("/v1/jobs", json={**_queued_spec(), "name": "console-cancel"}).json()
+    try:
+        open_logged_in(page, console_server.url, f"/ui/jobs/{job['id']}", tenant_tokens[1])
+        wait_css(page, "#cancel")[0].click()
+        message = wait_text(page, "#cancel-message", lambda t: "403" in t)
+        assert "may not" in message
+        assert wait_css(page, "#job-name")  # still on the job page: a 403 does not log out
+    finally:
+        with console_server.client(tenant_tokens[0]) as client:
+            client.post(f"/v1/jobs/{job['id']}/cancel")
+
+
+def test_text_from_the_url_is_shown_as_text(page, console_server, tenant_tokens):
+    evil = "<img src=x onerror=alert(1)>"
+    open_logged_in(page, console_server.url, "/ui/jobs/" + evil, tenant_tokens[0])
+    notice = wait_text(page, "#notice", lambda t: "not found" in t.lower() or "404" in t)
+    assert evil in notice
+    assert page.find_elements(By.TAG_NAME, "img") == [] and no_alert(page)
+
+
+def _queued_spec() -> dict:
+    """A long job: it is still there to cancel when the page opens (the test cancels it with the owner's token)."""
+    from tests.helpers import tiny_spec
+
+    return tiny_spec(**{"train.steps": 2000, "resources.workers": 1})
