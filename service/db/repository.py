@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from service.db.models import Checkpoint, Job, JobEvent, JobMetric, utcnow
 from service.lifecycle import TERMINAL, JobState, check_transition
+from service.rank_times import rank_times
 from service.refusals import Conflict, OverQuota
 from workers.spec import JobSpec
 
@@ -220,10 +221,10 @@ def _extra_of(record: dict) -> dict | None:
     """The point's JSON beyond the columns: a program's own metrics and, on a step whose memory was measured,
     each rank's peak and its breakdown (workers/step_memory.py)."""
     extra = dict(record.get("metrics") or {})
-    # MoE jobs; validation; per-rank times of jobs up to aggregate.MAX_RANKS_IN_POINTS ranks (the console's heatmap)
-    for key in ("expert_tokens", "expert_load_imbalance", "val_loss", "rank_step_time_s", "rank_compute_time_s"):
+    for key in ("expert_tokens", "expert_load_imbalance", "val_loss"):  # MoE jobs; validation
         if record.get(key) is not None:
             extra[key] = record[key]
+    extra.update(rank_times(record))  # each rank's step and compute time, jobs up to 256 ranks (the console)
     if record.get("stages"):  # pipeline jobs: each stage's blocks of the step (the console's timeline)
         extra["stages"] = [{k: st.get(k) for k in STAGE_POINT_FIELDS} for st in record["stages"]]
     if record.get("peak_memory_bytes_per_rank"):

@@ -6,10 +6,6 @@ import statistics
 
 from workers.parallel.pipeline.bubble import join_stage_reports
 
-# Up to this many ranks a step record also carries each rank's step and compute time as two plain lists
-# (the console's rank heatmap reads them from the stored metric points); beyond, the per-rank entries only.
-MAX_RANKS_IN_POINTS = 256
-
 
 class StepAggregator:
     def __init__(self, world_size: int, global_batch_size: int):
@@ -77,9 +73,6 @@ class StepAggregator:
             joined["expert_tokens"] = [sum(col) for col in zip(*routed)]
             mean = statistics.fmean(joined["expert_tokens"])
             joined["expert_load_imbalance"] = max(joined["expert_tokens"]) / mean if mean else None
-        if len(ranks) <= MAX_RANKS_IN_POINTS:
-            joined["rank_step_time_s"] = [r["step_time_s"] for r in ranks]
-            joined["rank_compute_time_s"] = [r["compute_time_s"] for r in ranks]
         if stages:  # pipeline jobs: busy/comm/idle, bubble and activations in flight per stage
             joined["stages"] = stages
         val = [r["val_loss"] for r in ranks if r.get("val_loss") is not None]

@@ -64,7 +64,7 @@ function walk(v, s, path, errors, resolve) {
       errors.push({path, message: `${label(path)}: must be > ${s.exclusiveMinimum}`});
   }
   if (typeof v === "string" && s.pattern && !new RegExp(s.pattern, "u").test(v))
-    errors.push({path, message: `${label(path)}: must match ${s.pattern}`});
+    errors.push({path, message: `${label(path)}: must match ${s.pattern} (got ${JSON.stringify(v)})`});
   if (TYPES.array(v) && s.items) v.forEach((item, i) => walk(item, s.items, `${path}.${i}`, errors, resolve));
   if (TYPES.object(v) && (s.properties || s.required || s.additionalProperties !== undefined)) {
     const props = s.properties || {};
