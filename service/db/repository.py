@@ -28,8 +28,8 @@ METRIC_FIELDS = ("loss", "step_time_s", "samples_per_s", "tokens_per_s", "grad_n
                  "bubble_fraction")
 
 # What a pipeline step's metric point keeps of each stage's report (workers/parallel/pipeline/stage_meter.py).
-STAGE_POINT_FIELDS = ("stage", "forward_s", "backward_s", "weight_grad_s", "comm_s", "idle_s", "wall_s",
-                      "bubble_fraction")
+STAGE_POINT_FIELDS = ("stage", "forward_s", "backward_s", "weight_grad_s", "comm_s", "other_s", "idle_s",
+                      "wall_s", "bubble_fraction")
 
 # The refusals this module raises, under the names its callers know them by.
 QuotaExceeded = OverQuota

@@ -3,7 +3,7 @@
 
 import {el, fmt, svg} from "./dom.js";
 
-const W = 640, LABEL = 56, MAX_COLUMNS = 120, MAX_ROW_H = 16;
+const W = 1100, LABEL = 56, MAX_COLUMNS = 120, MAX_ROW_H = 16;
 
 export function rankHeatmap(points, events, field = "rank_step_time_s") {
   let rows = points.filter((p) => Array.isArray(p[field]) && p[field].length);

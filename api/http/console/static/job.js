@@ -20,7 +20,7 @@ function facts(job) {
     ["Loss", fmt(job.loss)], ["Restarts", String(job.restarts ?? 0)], ["World size", String(job.world_size)],
     ["Last checkpoint", job.last_checkpoint_step ?? "–"]];
   if (job.error) rows.push(["Error", job.error]);
-  return el("dl", {class: "facts"}, rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+  return el("dl", {class: "facts"}, rows.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v))));
 }
 
 function eventMarks(events) {

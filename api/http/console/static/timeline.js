@@ -5,9 +5,9 @@
 import {el, fmt, svg} from "./dom.js";
 
 const KINDS = [["forward_s", "forward"], ["backward_s", "backward"], ["weight_grad_s", "weight-grad"],
-               ["comm_s", "comm"], ["idle_s", "idle"]];
+               ["comm_s", "comm"], ["other_s", "other"], ["idle_s", "idle"]];
 const RECENT_STEPS = 6;
-const ROW = 26, LABEL = 90, W = 640;
+const ROW = 26, LABEL = 70, W = 1100;
 
 function pct(v) {
   return typeof v === "number" ? `${(v * 100).toFixed(1)}%` : "–";
@@ -51,7 +51,7 @@ export function pipelineTimeline(points, measured, theoretical) {
   });
   let x = LABEL;
   recent.forEach((point, i) => {
-    root.append(svg("text", {x: x + 2, y: height - 4, class: "tick"}, `step ${point.step}`));
+    if (stepWall[i] * scale > 48) root.append(svg("text", {x: x + 2, y: height - 4, class: "tick"}, `step ${point.step}`));
     x += stepWall[i] * scale;
   });
   const legend = el("p", {class: "legend-row"}, KINDS.map(([, kind]) =>
