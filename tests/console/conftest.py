@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -75,6 +76,11 @@ def browser(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def screenshot_dir(tmp_path_factory):
+    """pytest's temporary folder, or TRAINYARD_CONSOLE_SCREENSHOTS (outside the checkout) to keep them."""
+    kept = os.environ.get("TRAINYARD_CONSOLE_SCREENSHOTS")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return Path(kept)
     return tmp_path_factory.mktemp("console-screenshots")
 
 

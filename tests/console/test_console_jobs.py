@@ -8,6 +8,8 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from tests.console.browsing import no_alert, open_logged_in, page_errors, wait_css, wait_text
+from tests.helpers import tiny_spec
+from tests.live import TERMINAL, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -62,18 +64,37 @@ def test_pipeline_job_page(page, console_server, tenant_tokens, pipeline_job):
     assert page_errors(page) == []
 
 
-def test_read_only_token_cannot_cancel_and_is_told(page, console_server, tenant_tokens):
+@pytest.fixture(scope="module")
+def running_job(console_server, tenant_tokens, pipeline_job):
+    """A job that runs until a test cancels it (after the pipeline job, so they do not share the cores)."""
     with console_server.client(tenant_tokens[0]) as client:
-        job = client.post("/v1/jobs", json={**_queued_spec(), "name": "console-cancel"}).json()
-    try:
-        open_logged_in(page, console_server.url, f"/ui/jobs/{job['id']}", tenant_tokens[1])
-        wait_css(page, "#cancel")[0].click()
-        message = wait_text(page, "#cancel-message", lambda t: "403" in t)
-        assert "may not" in message
-        assert wait_css(page, "#job-name")  # still on the job page: a 403 does not log out
-    finally:
-        with console_server.client(tenant_tokens[0]) as client:
-            client.post(f"/v1/jobs/{job['id']}/cancel")
+        job = client.post("/v1/jobs", json=tiny_spec(**{"name": "console-long", "train.steps": 1_000_000})).json()
+        wait_for(client, job["id"], {"RUNNING"} | TERMINAL, timeout=120)
+        yield job
+        client.post(f"/v1/jobs/{job['id']}/cancel")  # when the follow test did not get that far
+
+
+def test_read_only_token_cannot_cancel_and_is_told(page, console_server, tenant_tokens, running_job):
+    open_logged_in(page, console_server.url, f"/ui/jobs/{running_job['id']}", tenant_tokens[1])
+    wait_css(page, "#cancel")[0].click()
+    message = wait_text(page, "#cancel-message", lambda t: "403" in t)
+    assert "may not" in message
+    assert wait_css(page, "#job-name")  # still on the job page: a 403 does not log out
+    with console_server.client(tenant_tokens[0]) as client:
+        assert client.get(f"/v1/jobs/{running_job['id']}").json()["cancel_requested"] is False
+
+
+def test_follow_a_running_jobs_log_until_it_ends(page, console_server, tenant_tokens, running_job):
+    open_logged_in(page, console_server.url, f"/ui/jobs/{running_job['id']}", tenant_tokens[0])
+    wait_css(page, "#log-follow")[0].click()
+    wait_text(page, "#log-status", lambda t: "following" in t)
+    wait_text(page, "#log-text", lambda t: len(t) > 0, timeout=60)
+    # The stream stays open while the job runs and ends with it: cancel, and the page says the log is complete.
+    with console_server.client(tenant_tokens[0]) as client:
+        assert client.post(f"/v1/jobs/{running_job['id']}/cancel").status_code == 202
+    wait_text(page, "#log-status", lambda t: "the job ended" in t, timeout=90)
+    wait_text(page, "#job-state", lambda t: t == "CANCELLED")
+    assert page_errors(page) == []
 
 
 def test_text_from_the_url_is_shown_as_text(page, console_server, tenant_tokens):
@@ -82,10 +103,3 @@ def test_text_from_the_url_is_shown_as_text(page, console_server, tenant_tokens)
     notice = wait_text(page, "#notice", lambda t: "not found" in t.lower() or "404" in t)
     assert evil in notice
     assert page.find_elements(By.TAG_NAME, "img") == [] and no_alert(page)
-
-
-def _queued_spec() -> dict:
-    """A long job: it is still there to cancel when the page opens (the test cancels it with the owner's token)."""
-    from tests.helpers import tiny_spec
-
-    return tiny_spec(**{"train.steps": 2000, "resources.workers": 1})

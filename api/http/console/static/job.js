@@ -81,16 +81,16 @@ function checkpointsView(job, answer) {
     button);
 }
 
-function cancelButton(job, onAuthError, refresh) {
+// Built once (a refresh would wipe its message); update(job) keeps it enabled only while the job can stop.
+function cancelControl(jobId, onAuthError) {
   const message = el("span", {id: "cancel-message", role: "status"});
-  const button = el("button", {type: "button", id: "cancel", class: "danger",
-                               disabled: TERMINAL.has(job.state) || job.cancel_requested}, "Cancel job");
+  const button = el("button", {type: "button", id: "cancel", class: "danger"}, "Cancel job");
   button.addEventListener("click", async () => {
     button.disabled = true;
     try {
-      await api.post(`/v1/jobs/${encodeURIComponent(job.id)}/cancel`);
+      await api.post(`/v1/jobs/${encodeURIComponent(jobId)}/cancel`);
       message.textContent = "Cancel requested.";
-      refresh();
+      message.className = "";
     } catch (err) {
       if (err instanceof AuthError && err.status === 401) return onAuthError(err);
       message.textContent = err.message;  // a 403 (read-only token) or a 409 (already ended) is said here
@@ -98,14 +98,20 @@ function cancelButton(job, onAuthError, refresh) {
       button.disabled = false;
     }
   });
-  return el("span", {}, button, " ", message);
+  return {
+    node: el("p", {}, button, " ", message),
+    update: (job) => { button.disabled = TERMINAL.has(job.state) || job.cancel_requested; },
+  };
 }
 
 export async function jobPage(app, jobId, onAuthError) {
   const id = encodeURIComponent(jobId);
   let job = await api.get(`/v1/jobs/${id}`);
   const pipelined = job.spec && job.spec.parallel && job.spec.parallel.pp > 1;
-  const head = el("div", {class: "job-head"});
+  const title = el("h1", {id: "job-name"}, job.name);
+  const factsBox = el("div", {});
+  const cancel = cancelControl(job.id, onAuthError);
+  const head = el("div", {class: "job-head"}, title, el("p", {class: "muted"}, `job ${job.id}`), factsBox, cancel.node);
   const chartsBox = el("div", {});
   const timelineBox = el("div", {id: "timeline"});
   const heatField = el("select", {id: "heat-field", "aria-label": "per-rank time"},
@@ -114,12 +120,12 @@ export async function jobPage(app, jobId, onAuthError) {
   const eventsBox = el("div", {});
   const checkpointsBox = el("div", {});
   const logs = logsPanel(job, onAuthError);
-  app.append(el("p", {}, el("a", {href: "/ui"}, "← Jobs")), head,
+  app.append(...[el("p", {}, el("a", {href: "/ui"}, "← Jobs")), head,
     section("Charts", chartsBox),
     pipelined ? section("Pipeline timeline", timelineBox) : null,
     section("Step time per rank", el("div", {class: "filters"}, heatField), heatBox),
     section("Events", eventsBox), section("Logs", logs.node), section("Checkpoints and model", checkpointsBox),
-    section("Spec", el("pre", {id: "spec", class: "spec"}, dump(job.spec || {}))));
+    section("Spec", el("pre", {id: "spec", class: "spec"}, dump(job.spec || {})))].filter(Boolean));
 
   let points = [], events = [], metrics = {};
   const drawHeat = () => clear(heatBox).append(rankHeatmap(points, events, heatField.value));
@@ -131,8 +137,8 @@ export async function jobPage(app, jobId, onAuthError) {
     points = points.concat(metrics.points);
     const lastEvent = events.length ? events[events.length - 1].id : 0;
     events = events.concat((await api.get(`/v1/jobs/${id}/events?after=${lastEvent}`)).events);
-    clear(head).append(el("h1", {id: "job-name"}, job.name), el("p", {class: "muted"}, `job ${job.id}`), facts(job),
-                       cancelButton(job, onAuthError, () => poller.resume()));
+    clear(factsBox).append(facts(job));
+    cancel.update(job);
     clear(chartsBox).append(charts(points, events));
     if (pipelined) {
       const summary = (job.summary && job.summary.pipeline) || {};

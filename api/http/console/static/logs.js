@@ -36,6 +36,7 @@ export function logsPanel(job, onAuthError) {
       for (;;) {
         const {value, done} = await reader.read();
         if (done) break;
+        if (!pre.isConnected) return mine.abort();  // the page was redrawn without this panel: stop reading
         const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
         pre.textContent = (pre.textContent + decoder.decode(value, {stream: true})).slice(-MAX_CHARS);
         if (atBottom || follow.checked) pre.scrollTop = pre.scrollHeight;

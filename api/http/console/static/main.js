@@ -81,5 +81,13 @@ logout.addEventListener("click", () => {
   showLogin();
 });
 
+// A new #token=... on the same page (no reload happens for a fragment) logs in with it too.
+window.addEventListener("hashchange", () => {
+  if (/(?:^#|&)token=/.test(location.hash)) {
+    takeFragmentToken();
+    route();
+  }
+});
+
 takeFragmentToken();
 route();

@@ -96,6 +96,7 @@ export async function submitPage(app, onAuthError) {
   let timer = null;
   editor.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(checked, 250); });
   planButton.addEventListener("click", async () => {
+    clearTimeout(timer);  // a pending check of the same text would hide the service's answer
     const doc = checked();
     if (!doc) return;
     status.textContent = "Planning…";
@@ -105,6 +106,7 @@ export async function submitPage(app, onAuthError) {
     } catch (err) { serverProblems(err, doc); }
   });
   submitButton.addEventListener("click", async () => {
+    clearTimeout(timer);
     const doc = checked();
     if (!doc) return;
     submitButton.disabled = true;
