@@ -90,5 +90,8 @@ def page(browser, screenshot_dir, request):
     browser.get_log("browser")
     yield browser
     name = re.sub(r"[^\w.-]+", "_", request.node.name)
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(1280, min(max(height, 1000), 4000))  # the whole page, not just the first screen
     browser.save_screenshot(str(screenshot_dir / f"{name}.png"))
+    browser.set_window_size(1280, 1000)
     print(f"screenshot: {screenshot_dir / name}.png")

@@ -36,9 +36,9 @@ def test_pipeline_job_page(page, console_server, tenant_tokens, pipeline_job):
     open_logged_in(page, console_server.url, f"/ui/jobs/{job_id}", tenant_tokens[0])
     assert wait_text(page, "#job-name", bool) == pipeline_job["name"]
     # Charts: loss, samples/s and step time, each a path through the stored points.
-    lines = wait_css(page, "#charts path.line", count=3)
+    lines = wait_css(page, "#charts path.line", count=4)
     series = {p.get_attribute("data-series"): int(p.get_attribute("data-points")) for p in lines}
-    assert series["loss"] >= 2 and series["samples/s"] >= 2 and series["step time"] >= 2
+    assert min(series["loss"], series["samples/s"], series["tokens/s"], series["step time"]) >= 2, series
     assert all(p.get_attribute("d").count("L") >= 1 for p in lines)
     # The timeline: one element per stage, each with forward and backward blocks, and both bubbles.
     stages = wait_css(page, "#timeline [data-stage]", count=2)
@@ -54,6 +54,10 @@ def test_pipeline_job_page(page, console_server, tenant_tokens, pipeline_job):
     # The heatmap: a cell per rank and step.
     cells = wait_css(page, "#heatmap rect.cell", count=2 * 6)
     assert {c.get_attribute("data-rank") for c in cells} == {"0", "1"}
+    # Peak memory per rank against the planner's prediction for this layout (pp=2).
+    assert "MiB per rank" in wait_text(page, "#memory-prediction", lambda t: "prediction" in t, timeout=60)
+    measured = (pipeline_job["summary"] or {}).get("peak_memory_bytes_per_rank") or []
+    assert len(page.find_elements(By.CSS_SELECTOR, "#memory rect.mem-bar")) == sum(v is not None for v in measured)
     # Events, the spec as YAML, the logs of rank 0, the checkpoints and the exported model.
     events = page.find_element(By.ID, "events").text
     assert "SUCCEEDED" in events

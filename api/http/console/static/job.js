@@ -6,6 +6,7 @@ import {clear, duration, el, fmt, section} from "./dom.js";
 import {lineChart, seriesOf} from "./chart.js";
 import {rankHeatmap} from "./heatmap.js";
 import {logsPanel} from "./logs.js";
+import {measuredPeaks, memoryBars, predictedPeak} from "./memory.js";
 import {Poller} from "./poller.js";
 import {pipelineTimeline} from "./timeline.js";
 import {dump} from "./yaml.js";
@@ -46,6 +47,8 @@ function charts(points, events) {
     el("figure", {}, el("figcaption", {}, "Loss"), lineChart("loss", loss, marks)),
     el("figure", {}, el("figcaption", {}, "Samples/s"),
        lineChart("samples per second", [{name: "samples/s", points: seriesOf(points, "samples_per_s")}], marks)),
+    el("figure", {}, el("figcaption", {}, "Tokens/s"),
+       lineChart("tokens per second", [{name: "tokens/s", points: seriesOf(points, "tokens_per_s")}], marks)),
     el("figure", {}, el("figcaption", {}, "Step time (s)"),
        lineChart("step time", [{name: "step time", points: seriesOf(points, "step_time_s")}], marks)));
 }
@@ -118,12 +121,15 @@ export async function jobPage(app, jobId, onAuthError) {
     el("option", {value: "rank_step_time_s"}, "step time"), el("option", {value: "rank_compute_time_s"}, "compute time"));
   const heatBox = el("div", {id: "heatmap"});
   const eventsBox = el("div", {});
+  const memoryBox = el("div", {id: "memory"});
+  const prediction = predictedPeak(job);  // asked once: the layout's prediction does not change
   const checkpointsBox = el("div", {});
   const logs = logsPanel(job, onAuthError);
   app.append(...[el("p", {}, el("a", {href: "/ui"}, "← Jobs")), head,
     section("Charts", chartsBox),
     pipelined ? section("Pipeline timeline", timelineBox) : null,
     section("Step time per rank", el("div", {class: "filters"}, heatField), heatBox),
+    section("Peak memory per rank", memoryBox),
     section("Events", eventsBox), section("Logs", logs.node), section("Checkpoints and model", checkpointsBox),
     section("Spec", el("pre", {id: "spec", class: "spec"}, dump(job.spec || {})))].filter(Boolean));
 
@@ -147,6 +153,7 @@ export async function jobPage(app, jobId, onAuthError) {
       clear(timelineBox).append(pipelineTimeline(points, measured, theoretical));
     }
     drawHeat();
+    clear(memoryBox).append(memoryBars(measuredPeaks(job, points), await prediction));
     clear(eventsBox).append(eventList(events));
     clear(checkpointsBox).append(checkpointsView(job, await api.get(`/v1/jobs/${id}/checkpoints`)));
     if (TERMINAL.has(job.state)) poller.stop();
