@@ -122,7 +122,10 @@ export async function jobPage(app, jobId, onAuthError) {
   const heatBox = el("div", {id: "heatmap"});
   const eventsBox = el("div", {});
   const memoryBox = el("div", {id: "memory"});
-  const prediction = predictedPeak(job);  // asked once: the layout's prediction does not change
+  // Asked once (the layout's prediction does not change) and drawn when it comes: the planner may take a
+  // few seconds on a service's first plan, and the rest of the page does not wait for it.
+  let predicted;
+  const drawMemory = () => clear(memoryBox).append(memoryBars(measuredPeaks(job, points), predicted));
   const checkpointsBox = el("div", {});
   const logs = logsPanel(job, onAuthError);
   app.append(...[el("p", {}, el("a", {href: "/ui"}, "← Jobs")), head,
@@ -153,12 +156,13 @@ export async function jobPage(app, jobId, onAuthError) {
       clear(timelineBox).append(pipelineTimeline(points, measured, theoretical));
     }
     drawHeat();
-    clear(memoryBox).append(memoryBars(measuredPeaks(job, points), await prediction));
+    drawMemory();
     clear(eventsBox).append(eventList(events));
     clear(checkpointsBox).append(checkpointsView(job, await api.get(`/v1/jobs/${id}/checkpoints`)));
     if (TERMINAL.has(job.state)) poller.stop();
   }, onAuthError);
   poller.start();
+  predictedPeak(job).then((bytes) => { predicted = bytes; drawMemory(); });
 }
 
 function meanOf(points, field) {

@@ -36,11 +36,12 @@ export function measuredPeaks(job, points) {
   return last ? last.peak_memory_bytes_per_rank : [];
 }
 
+// predicted: bytes, null (the planner has none) or undefined (still asking it).
 export function memoryBars(measured, predicted) {
   const known = measured.filter((v) => typeof v === "number");
   const note = el("p", {class: "muted", id: "memory-prediction"},
     predicted ? `Planner's prediction for this layout: ${mib(predicted)} per rank (dashed line).`
-              : "No prediction from the planner for this layout.");
+      : predicted === undefined ? "Asking the planner…" : "No prediction from the planner for this layout.");
   if (!known.length) return el("div", {}, el("p", {class: "muted"}, "No measured peak yet."), note);
   const top = Math.max(...known, predicted || 0) * 1.1;
   const x = (v) => LABEL + (v / top) * (W - LABEL - 90);
