@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 
@@ -54,3 +54,15 @@ def no_alert(driver) -> bool:
     except NoAlertPresentException:
         return True
     return False
+
+
+def click_css(driver, selector: str, timeout: float = 20) -> None:
+    """Click the element, again if a refresh redrew it between finding and clicking (lists redraw every ~3 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            wait_css(driver, selector, timeout)[0].click()
+            return
+        except StaleElementReferenceException:
+            if time.monotonic() > deadline:
+                raise

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from selenium.webdriver.common.by import By
 
-from tests.console.browsing import no_alert, open_logged_in, page_errors, wait_css, wait_text
+from tests.console.browsing import click_css, no_alert, open_logged_in, page_errors, wait_css, wait_text
 from tests.helpers import tiny_spec
-from tests.live import TERMINAL, wait_for
+from tests.live import wait_step
 
 pytestmark = pytest.mark.slow
 
@@ -72,8 +72,9 @@ def test_pipeline_job_page(page, console_server, tenant_tokens, pipeline_job):
 def running_job(console_server, tenant_tokens, pipeline_job):
     """A job that runs until a test cancels it (after the pipeline job, so they do not share the cores)."""
     with console_server.client(tenant_tokens[0]) as client:
-        job = client.post("/v1/jobs", json=tiny_spec(**{"name": "console-long", "train.steps": 1_000_000})).json()
-        wait_for(client, job["id"], {"RUNNING"} | TERMINAL, timeout=120)
+        job = client.post("/v1/jobs", json=tiny_spec(**{"name": "console-long", "train.steps": 20_000})).json()
+        # Running, with a few metric points stored (20,000 steps keep every 10th: settings.metrics_max_points).
+        wait_step(client, job["id"], 35, timeout=180)
         yield job
         client.post(f"/v1/jobs/{job['id']}/cancel")  # when the follow test did not get that far
 
@@ -98,6 +99,18 @@ def test_follow_a_running_jobs_log_until_it_ends(page, console_server, tenant_to
         assert client.post(f"/v1/jobs/{running_job['id']}/cancel").status_code == 202
     wait_text(page, "#log-status", lambda t: "the job ended" in t, timeout=90)
     wait_text(page, "#job-state", lambda t: t == "CANCELLED")
+    assert page_errors(page) == []
+
+
+def test_compare_two_jobs_loss_curves(page, console_server, tenant_tokens, pipeline_job, running_job):
+    open_logged_in(page, console_server.url, "/ui", tenant_tokens[0])
+    for job in (pipeline_job, running_job):
+        click_css(page, f'tr[data-job="{job["id"]}"] input.pick')
+    page.find_element(By.ID, "compare-button").click()
+    lines = wait_css(page, "#compare path.line", count=2)
+    names = sorted(p.get_attribute("data-series") for p in lines)
+    assert names == sorted(f"{j['name']} ({j['id']})" for j in (pipeline_job, running_job))
+    assert all(int(p.get_attribute("data-points")) >= 2 for p in lines)
     assert page_errors(page) == []
 
 

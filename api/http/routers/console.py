@@ -32,6 +32,7 @@ def _shell() -> Response:
 @router.get("/ui/")
 @router.get("/ui/submit")
 @router.get("/ui/queue")
+@router.get("/ui/compare")
 def console_page() -> Response:
     return _shell()
 

@@ -7,6 +7,7 @@ import {jobsPage} from "./jobs.js";
 import {jobPage} from "./job.js";
 import {submitPage} from "./submit.js";
 import {queuePage} from "./queue.js";
+import {comparePage} from "./compare.js";
 
 const app = document.getElementById("app");
 const notice = document.getElementById("notice");
@@ -68,6 +69,7 @@ async function route() {
     if (job) await jobPage(app, decodeURIComponent(job[1]), onAuthError);
     else if (path === "/ui/submit") await submitPage(app, onAuthError);
     else if (path === "/ui/queue") await queuePage(app, onAuthError);
+    else if (path === "/ui/compare") await comparePage(app);
     else await jobsPage(app, onAuthError);
   } catch (err) {
     if (err instanceof AuthError) onAuthError(err);
