@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint test test-all test-fast bench clean prometheus netns-tools
+.PHONY: install lint test test-all test-fast bench clean prometheus netns-tools browser
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -22,6 +22,12 @@ prometheus:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus; }
 
+# Debian's chromium and its chromedriver for the web console's browser tests (tests/console/, selenium).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
+
 # iproute2 (`ip netns`) and util-linux (`unshare`, `nsenter`) for the share-nothing test bed (tests/sharenothing/, as root).
 netns-tools:
 	@command -v ip >/dev/null && command -v unshare >/dev/null && command -v nsenter >/dev/null || { \
@@ -37,7 +43,7 @@ lint: install
 # The full layout matrices (marker `exhaustive`) run in test-all, before an issue is resolved.
 # The 25 slowest tests are listed at the end, so that every CI log says where the time goes.
 # A run that failed also names the test it was in (one that died gives no summary: tests/died_during.py).
-test: lint install prometheus netns-tools
+test: lint install prometheus netns-tools browser
 	export TRAINYARD_TEST_PROGRESS=$(CURDIR)/.pytest-progress; \
 	$(VENV)/bin/pytest -q -m timing; timing=$$?; \
 	[ $$timing -eq 0 ] || $(VENV)/bin/python -m tests.died_during .pytest-progress $$timing; \
@@ -45,7 +51,7 @@ test: lint install prometheus netns-tools
 	[ $$rest -eq 0 ] || $(VENV)/bin/python -m tests.died_during .pytest-progress $$rest; \
 	exit $$(( timing || rest ))
 
-test-all: lint install prometheus netns-tools
+test-all: lint install prometheus netns-tools browser
 	export TRAINYARD_TEST_PROGRESS=$(CURDIR)/.pytest-progress; \
 	$(VENV)/bin/pytest -q -m timing; timing=$$?; \
 	[ $$timing -eq 0 ] || $(VENV)/bin/python -m tests.died_during .pytest-progress $$timing; \

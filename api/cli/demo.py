@@ -119,8 +119,11 @@ def main() -> int:
     port = _pick_port()
     proc, log = start_service(home, port)
     try:
-        client = Client(url=f"http://127.0.0.1:{port}", token=(home / "admin-token").read_text().strip())
+        token = (home / "admin-token").read_text().strip()
+        client = Client(url=f"http://127.0.0.1:{port}", token=token)
         console.print(f"[green]service ready[/green] at {client.url} (log: {log})")
+        # The web console while the demo runs (the token is in the URL fragment, never sent to the server).
+        console.print(f"web console: {client.url}/ui#token={token}")
         ids = []
         for spec in demo_specs():
             if (local := local_working_dir(spec, ROOT)) is not None:  # a program: ship its code first

@@ -16,7 +16,7 @@ from api.http.json_depth import JsonDepthMiddleware
 from api.http.limits import BodyLimit, BodyLimitMiddleware
 from api.http.ratelimit import TokenBuckets
 from api.http.request_metrics import RequestMetricsMiddleware
-from api.http.routers import artifacts, audit, code, jobs, plans, queue, system, tenants, tokens
+from api.http.routers import artifacts, audit, code, console, jobs, plans, queue, system, tenants, tokens
 from api.http.server_errors import UnexpectedErrorMiddleware
 from service.cluster_port import Cluster
 from service.control import ControlPlane
@@ -74,6 +74,7 @@ def create_app(settings: Settings | None = None, shared: SharedState | None = No
     # administration needs admin (tests/api/test_tenancy.py::test_every_route_checks_its_scope
     # checks every route).
     app.include_router(system.router)
+    app.include_router(console.router)  # the web console's shell and files; its data comes from /v1
     app.include_router(jobs.router, dependencies=[Depends(require_by_method)])
     app.include_router(code.router, dependencies=[Depends(require("submit"))])
     app.include_router(artifacts.router, dependencies=[Depends(require("read"))])

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from service.db.models import Checkpoint, Job, JobEvent, JobMetric, utcnow
 from service.lifecycle import TERMINAL, JobState, check_transition
+from service.rank_times import rank_times
 from service.refusals import Conflict, OverQuota
 from workers.spec import JobSpec
 
@@ -26,6 +27,9 @@ ACTIVE = (JobState.STARTING, JobState.RUNNING, JobState.RECOVERING)
 METRIC_FIELDS = ("loss", "step_time_s", "samples_per_s", "tokens_per_s", "grad_norm", "lr", "comm_bytes",
                  "bubble_fraction")
 
+# What a pipeline step's metric point keeps of each stage's report (workers/parallel/pipeline/stage_meter.py).
+STAGE_POINT_FIELDS = ("stage", "forward_s", "backward_s", "weight_grad_s", "comm_s", "other_s", "idle_s",
+                      "wall_s", "bubble_fraction")
 
 # The refusals this module raises, under the names its callers know them by.
 QuotaExceeded = OverQuota
@@ -217,9 +221,12 @@ def _extra_of(record: dict) -> dict | None:
     """The point's JSON beyond the columns: a program's own metrics and, on a step whose memory was measured,
     each rank's peak and its breakdown (workers/step_memory.py)."""
     extra = dict(record.get("metrics") or {})
-    for key in ("expert_tokens", "expert_load_imbalance"):  # MoE jobs
+    for key in ("expert_tokens", "expert_load_imbalance", "val_loss"):  # MoE jobs; validation
         if record.get(key) is not None:
             extra[key] = record[key]
+    extra.update(rank_times(record))  # each rank's step and compute time, jobs up to 256 ranks (the console)
+    if record.get("stages"):  # pipeline jobs: each stage's blocks of the step (the console's timeline)
+        extra["stages"] = [{k: st.get(k) for k in STAGE_POINT_FIELDS} for st in record["stages"]]
     if record.get("peak_memory_bytes_per_rank"):
         extra["peak_memory_bytes_per_rank"] = record["peak_memory_bytes_per_rank"]
         # a step the supervisor's buffer thinned carries the breakdowns alone (record_buffer.py)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 import time
 
+from service.rank_times import compact_rank_times
+
 MAX_BUFFERED_STEPS = 5000  # a control plane away for long: older steps are thinned, never the newest
 
 
@@ -50,5 +52,6 @@ def _drop_ranks(record: dict) -> None:
     only the newest step's ranks; what the database keeps of them (a measured step's per-rank memory
     breakdown) stays, under its own key."""
     ranks = record.pop("ranks", None)
+    record.update(compact_rank_times(ranks or []))  # the console's rank heatmap, for jobs up to 256 ranks
     if ranks and record.get("peak_memory_bytes_per_rank"):
         record["peak_memory_breakdown_per_rank"] = [r.get("peak_memory_breakdown") for r in ranks]
