@@ -1,6 +1,5 @@
 // The queue and cluster page: each tenant's fair share, running workers, queued jobs and reservation
-// (GET /v1/queue), and the nodes with their free resources (GET /v1/cluster). Either may be missing on
-// an older service (404): the page says so.
+// (GET /v1/queue), and the nodes with their free resources (GET /v1/cluster).
 
 import {api, ApiError} from "./api.js";
 import {el, fmt, section} from "./dom.js";
@@ -32,14 +31,13 @@ function clusterView(c) {
         el("td", {}, resources(n.total)), el("td", {}, resources(n.free)))))));
 }
 
-// One endpoint's panel: its view, or a plain message when this service does not offer it.
+// One endpoint's panel: its view, or the refusal's message in its place.
 async function fill(box, path, view) {
   try {
     box.replaceChildren(view(await api.get(path)));
   } catch (err) {
     if (!(err instanceof ApiError)) throw err;
-    const why = err.status === 404 ? `This service does not offer ${path} (404).` : `${path}: ${err.message}`;
-    box.replaceChildren(el("p", {class: "muted missing"}, why));
+    box.replaceChildren(el("p", {class: "muted missing"}, `${path}: ${err.message}`));
   }
 }
 
