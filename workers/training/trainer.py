@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict
 from typing import Callable
 
 import torch
@@ -391,7 +390,7 @@ class Trainer:
             self.reporter.note(Progress(Phase.TRAINING, self.step, spec.train.steps))
             if spec.train.eval_every and self.step % spec.train.eval_every == 0:
                 validation = self.evaluate()
-                record["val_loss"], record["validation"] = validation.loss, asdict(validation)
+                record["val_loss"], record["validation"] = validation.loss, validation.as_record()
             checkpointed = bool(every) and self.step % every == 0 and self.step < spec.train.steps
             if checkpointed:
                 self._report_durable(emit, self._wait_for_save())  # at most one save in flight
@@ -443,7 +442,7 @@ class Trainer:
             done.record("model_state_bytes", self.model_state_bytes, writer)
         validation = done.get("validation")
         if validation is None:
-            validation = asdict(self.evaluate("final validation"))
+            validation = self.evaluate("final validation").as_record()
             done.record("validation", validation, writer)
         result: dict[str, object] = {"step": self.step, "model_state_bytes": done.get("model_state_bytes"),
                                      "val_loss": validation["loss"], "validation": validation}

@@ -1,0 +1,69 @@
+"""`parallel.parameter_server`: embedding tables row-sharded over parameter-server actors, and its rules.
+
+Torch-free: the section and the rules a submitted spec is checked by (workers/spec/rules.py calls them).
+The server itself is workers/parallel/parameter_server/."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from workers.spec.base import Strict
+from workers.spec.errors import Violation
+from workers.spec.model import DLRMModelSpec
+
+if TYPE_CHECKING:
+    from workers.spec.job import JobSpec
+
+FIELD = "parallel.parameter_server"
+# Set once the trainer drives the shards (workers/parallel/parameter_server/); until then a spec that asks
+# for them is refused rather than trained as plain DDP behind the user's back.
+WIRED_INTO_TRAINER = False
+
+
+class ParameterServerSpec(Strict):
+    """Embedding rows live on `shards` actors; each trainer pulls the rows its batch touches and pushes their
+    gradients (docs/parallel.md, "The parameter server"). Dense parameters stay all-reduced among trainers."""
+    shards: int = Field(ge=1, le=1024, description="parameter-server actors; table rows are dealt to them "
+                                                   "round-robin (row r of every table on shard r % shards)")
+    mode: Literal["sync", "bounded", "async"] = Field(
+        "sync", description="sync: every trainer's push of step t is applied before any pull of step t + 1 (the "
+                            "same math as data parallelism); bounded: a trainer runs at most `staleness` steps "
+                            "ahead of the slowest; async: pushes and pulls never wait")
+    staleness: int | None = Field(None, ge=0, le=1_000_000, description="bounded: steps a trainer may run ahead "
+                                  "of the slowest (0 is sync); only with mode 'bounded', which requires it")
+    optimizer: Literal["adagrad", "sgd"] = Field(
+        "adagrad", description="the shards' sparse update of the rows a push touched, at train.lr (rows no batch "
+                               "touched keep their value and state, as a dense update would leave them)")
+
+
+def parameter_server_violations(spec: "JobSpec") -> Iterator[Violation]:
+    ps, p = spec.parallel.parameter_server, spec.parallel
+    if ps is None:
+        return
+    if ps.mode == "bounded" and ps.staleness is None:
+        yield Violation(f"{FIELD}.staleness",
+            f"{FIELD}.staleness is required with mode 'bounded': the steps a trainer may run ahead of the slowest")
+    if ps.mode != "bounded" and ps.staleness is not None:
+        yield Violation(f"{FIELD}.staleness",
+            f"{FIELD}.staleness applies to mode 'bounded' only (mode={ps.mode!r}, staleness={ps.staleness})")
+    if spec.program is not None:
+        yield Violation(FIELD, f"{FIELD} needs Trainyard's own loop, not a program (it drives the shards per step)")
+        return
+    if not isinstance(spec.model, DLRMModelSpec):
+        yield Violation(FIELD,
+            f"{FIELD} needs a model with embedding tables to shard (model 'dlrm'), not "
+            f"{getattr(spec.model, 'name', None) or 'a user model'!r}")
+    others = {"tp": p.tp > 1, "pp": p.pp > 1, "cp": p.cp > 1, "ep": p.ep > 1, "zero 3 (FSDP)": p.zero == 3,
+              "sdp": p.sdp is not None, "local_sgd": p.local_sgd is not None}
+    clash = [name for name, on in others.items() if on]
+    if clash:
+        yield Violation(FIELD,
+            f"{FIELD} combines only with data parallelism (dp, zero 0-2): the trainers all-reduce the dense "
+            f"parameters and hold the embedding rows the shards send them whole; not with {', '.join(clash)}")
+    if not WIRED_INTO_TRAINER:
+        yield Violation(FIELD,
+            f"{FIELD} is not yet wired into the training loop: the shards exist (workers/parallel/parameter_server/) "
+            f"but a job cannot train with them yet; leave it out to train model 'dlrm' with DDP")
