@@ -90,6 +90,11 @@ def run_summary(run: Any) -> dict[str, Any]:
         "tracking": run.tracking_info(),  # the MLflow run and TensorBoard directory, when the job tracks
         "error": run.error,
     }
+    stale = [s["ps_staleness"] for s in steps if s.get("ps_staleness") is not None]
+    if stale:  # parallel.parameter_server: how stale the rows trainers read were, and what travelled
+        rows = [s["ps_rows"] for s in steps if s.get("ps_rows") is not None]
+        summary["parameter_server"] = {"max_staleness": max(stale), "mean_staleness": statistics.fmean(stale),
+                                       "rows_per_step": statistics.median(rows) if rows else None}
     auc = (result.get("validation") or {}).get("auc")
     if auc is not None:  # a binary classifier (train.loss 'bce'): the final validation's AUC
         summary["final_val_auc"] = auc

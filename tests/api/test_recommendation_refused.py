@@ -11,8 +11,10 @@ from tests.workers.test_recommendation_spec import DLRM
 
 CASES = [
     ({"data": {"name": "text:pystdlib"}}, "data.name", ["model 'dlrm' needs click data"]),
-    ({"parallel": {"parameter_server": {"shards": 2, "mode": "async"}}}, "parallel.parameter_server",
-     ["not yet wired"]),
+    ({"parallel": {"parameter_server": {"shards": 2, "mode": "async", "staleness": 3}}},
+     "parallel.parameter_server.staleness", ["applies to mode 'bounded' only"]),
+    ({"parallel": {"parameter_server": {"shards": 2}}, "model": {"name": "gpt"}, "data": {"name": "text:pystdlib"},
+      "train": {"loss": "cross_entropy"}}, "parallel.parameter_server", ["needs a model with embedding tables"]),
 ]
 
 

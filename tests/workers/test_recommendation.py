@@ -5,22 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import train
 from workers.data.clicks import click_log, click_splits
 from workers.models.dlrm import DLRM
-from workers.spec_loading import parse_spec
 from workers.training.auc import roc_auc
 from workers.training.losses import LOSSES
 from workers.training.validation import Validation
-
-DLRM_SPEC = {
-    "name": "dlrm",
-    "model": {"name": "dlrm", "table_sizes": [200, 100, 50], "embedding_dim": 8},
-    "data": {"name": "synthetic:clicks", "n_samples": 4096},
-    "train": {"steps": 40, "global_batch_size": 64, "micro_batch_size": 16, "lr": 1e-2, "loss": "bce",
-              "grad_clip": None},
-    "resources": {"workers": 2},
-}
 
 
 def test_auc_of_a_hand_made_case():
@@ -67,14 +56,3 @@ def test_dlrm_outputs_one_logit_per_sample_from_its_interactions():
     rows = [t(torch.tensor([1] * 5)) for t in model.tables[:1]] + [model.tables[1](torch.tensor([2] * 5))]
     assert torch.allclose(model(torch.zeros(5, 4), torch.tensor([[1, 2]] * 5), rows=rows),
                           model(torch.zeros(5, 4), torch.tensor([[1, 2]] * 5)))
-
-
-def test_dlrm_trains_under_ddp_on_two_workers_and_beats_chance(ray_cluster, tmp_path):
-    spec = parse_spec(DLRM_SPEC)
-    summary, steps = train(spec, tmp_path / "dlrm")
-    assert summary["layout"]["strategy"] == "ddp" and summary["world_size"] == 2
-    first = sum(s["loss"] for s in steps[:5]) / 5
-    last = sum(s["loss"] for s in steps[-5:]) / 5
-    assert last < first, (first, last)
-    assert summary["final_val_auc"] > 0.6, summary["final_val_auc"]
-    assert summary["final_validation"]["auc"] == summary["final_val_auc"]

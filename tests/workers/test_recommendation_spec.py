@@ -44,6 +44,11 @@ def refusals(data) -> dict[str, str]:
     return found
 
 
+def test_a_parameter_server_spec_is_accepted_for_dlrm():
+    checked = checked_spec(spec(**{"parallel.parameter_server": {"shards": 3, "mode": "bounded", "staleness": 2}}))
+    assert checked.parallel.parameter_server.staleness == 2
+
+
 def test_dlrm_on_clicks_with_bce_is_accepted_and_the_data_takes_the_models_shape():
     from workers.spec import clicks_shape
 
@@ -74,8 +79,8 @@ CASES = [
       "parallel.parameter_server": {"shards": 2}}, "parallel.parameter_server", ["needs a model with embedding"]),
     ({"parallel.parameter_server": {"shards": 2}, "parallel.zero": 3}, "parallel.parameter_server",
      ["not with zero 3 (FSDP)"]),
-    ({"parallel.parameter_server": {"shards": 2, "mode": "async"}}, "parallel.parameter_server",
-     ["not yet wired"]),
+    ({"parallel.parameter_server": {"shards": 2}, "parallel.local_sgd": {"period": 2}}, "parallel.parameter_server",
+     ["combines only with data parallelism", "not with local_sgd"]),
 ]
 
 

@@ -18,9 +18,6 @@ if TYPE_CHECKING:
     from workers.spec.job import JobSpec
 
 FIELD = "parallel.parameter_server"
-# Set once the trainer drives the shards (workers/parallel/parameter_server/); until then a spec that asks
-# for them is refused rather than trained as plain DDP behind the user's back.
-WIRED_INTO_TRAINER = False
 
 
 class ParameterServerSpec(Strict):
@@ -34,9 +31,12 @@ class ParameterServerSpec(Strict):
                             "ahead of the slowest; async: pushes and pulls never wait")
     staleness: int | None = Field(None, ge=0, le=1_000_000, description="bounded: steps a trainer may run ahead "
                                   "of the slowest (0 is sync); only with mode 'bounded', which requires it")
-    optimizer: Literal["adagrad", "sgd"] = Field(
-        "adagrad", description="the shards' sparse update of the rows a push touched, at train.lr (rows no batch "
-                               "touched keep their value and state, as a dense update would leave them)")
+    optimizer: Literal["adagrad", "sgd", "adamw"] = Field(
+        "adagrad", description="the shards' update at the step's learning rate. adagrad, sgd: sparse, only the rows "
+                               "a push touched change (as a dense update with zero gradients elsewhere would leave "
+                               "them); adamw: the trainers' AdamW over every row of the shard each step (moments "
+                               "move rows no batch touched: the same math as data parallelism, a dense update on "
+                               "the shard while the wire stays sparse)")
 
 
 def parameter_server_violations(spec: "JobSpec") -> Iterator[Violation]:
@@ -63,7 +63,3 @@ def parameter_server_violations(spec: "JobSpec") -> Iterator[Violation]:
         yield Violation(FIELD,
             f"{FIELD} combines only with data parallelism (dp, zero 0-2): the trainers all-reduce the dense "
             f"parameters and hold the embedding rows the shards send them whole; not with {', '.join(clash)}")
-    if not WIRED_INTO_TRAINER:
-        yield Violation(FIELD,
-            f"{FIELD} is not yet wired into the training loop: the shards exist (workers/parallel/parameter_server/) "
-            f"but a job cannot train with them yet; leave it out to train model 'dlrm' with DDP")

@@ -26,7 +26,7 @@ class ParameterServer:
 
     @classmethod
     def start(cls, tables: list[torch.Tensor], spec: ParameterServerSpec, trainers: int, *, name: str | None = None,
-              placement_group: Any = None) -> "ParameterServer":
+              placement_group: Any = None, weight_decay: float = 0.0) -> "ParameterServer":
         """Shards holding `tables` (whole, initial) row by row; the actors named `{name}-shard-{i}` when named,
         each in bundle i % bundles of `placement_group` when given."""
         import ray
@@ -45,7 +45,7 @@ class ParameterServer:
                     placement_group, placement_group_bundle_index=i % bundles)
             parts = [sharding.local_part(t.detach().cpu(), i) for t in tables]
             handles.append(actor.options(**options).remote(i, parts, trainers, spec.mode, spec.staleness or 0,
-                                                           spec.optimizer))
+                                                           spec.optimizer, weight_decay))
         return cls(handles, sharding)
 
     def client(self, trainer: int) -> ShardClient:

@@ -20,14 +20,17 @@ import torch
 from workers.parallel.parameter_server.clock import StepClock
 
 ADAGRAD_EPS = 1e-10  # torch.optim.Adagrad's default
+ADAMW_BETAS, ADAMW_EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults, as the trainers' (workers/parallel/base.py)
 
 
 class Shard:
     def __init__(self, shard: int, tables: list[torch.Tensor], trainers: int, mode: str, staleness: int,
-                 optimizer: str):
-        self.shard, self.trainers, self.optimizer = shard, trainers, optimizer
+                 optimizer: str, weight_decay: float = 0.0):
+        self.shard, self.trainers, self.optimizer, self.weight_decay = shard, trainers, optimizer, weight_decay
         self.rows = [t.detach().clone().float() for t in tables]
         self.sums = [torch.zeros_like(t) for t in self.rows]  # Adagrad's running sums of squared gradients
+        self.avgs = [torch.zeros_like(t) for t in self.rows]  # AdamW's first moments (sums: its second)
+        self.updates = 0  # AdamW's step count, for its bias corrections
         self.clock = StepClock(trainers, mode, staleness)
         self.pending: dict[int, list] = {}  # sync: step -> the pushes received for it
         self.rows_pulled = self.rows_pushed = 0
@@ -69,6 +72,9 @@ class Shard:
             return carried
 
     def _apply(self, grads: list[tuple[torch.Tensor, torch.Tensor]], lr: float) -> None:
+        if self.optimizer == "adamw":
+            self._adamw(grads, lr)
+            return
         for table, (ids, grad) in enumerate(grads):
             if ids.numel() == 0:
                 continue
@@ -79,18 +85,34 @@ class Shard:
             else:
                 self.rows[table][ids] -= lr * g
 
+    def _adamw(self, grads: list[tuple[torch.Tensor, torch.Tensor]], lr: float) -> None:
+        """torch.optim.AdamW's single-tensor step over every row, the untouched ones with a zero gradient."""
+        self.updates += 1
+        beta1, beta2 = ADAMW_BETAS
+        correction1, correction2 = 1 - beta1 ** self.updates, (1 - beta2 ** self.updates) ** 0.5
+        for table, (ids, grad) in enumerate(grads):
+            dense = torch.zeros_like(self.rows[table])
+            dense[ids] = grad.float() / self.trainers
+            rows, avg, sq = self.rows[table], self.avgs[table], self.sums[table]
+            rows.mul_(1 - lr * self.weight_decay)
+            avg.lerp_(dense, 1 - beta1)
+            sq.mul_(beta2).addcmul_(dense, dense, value=1 - beta2)
+            rows.addcdiv_(avg, (sq.sqrt() / correction2).add_(ADAMW_EPS), value=-lr / correction1)
+
     def stats(self) -> dict:
         return {"shard": self.shard, "rows_pulled": self.rows_pulled, "rows_pushed": self.rows_pushed,
                 "clocks": list(self.clock.clocks)}
 
     def state_dict(self) -> dict:
         return {"rows": [r.clone() for r in self.rows], "sums": [s.clone() for s in self.sums],
-                "clock": self.clock.state_dict()}
+                "avgs": [a.clone() for a in self.avgs], "updates": self.updates, "clock": self.clock.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """A checkpoint's state; pushes of steps after it that were pending are dropped (they are redone)."""
         self.rows = [r.clone() for r in state["rows"]]
         self.sums = [s.clone() for s in state["sums"]]
+        self.avgs = [a.clone() for a in state["avgs"]]
+        self.updates = int(state["updates"])
         self.clock.load_state_dict(state["clock"])
         self.pending.clear()
 

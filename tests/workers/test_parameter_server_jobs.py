@@ -1,0 +1,78 @@
+"""Model 'dlrm' trained as a user reaches it (a JobRun of a spec, as `trainyard run` does), on 2 workers:
+under DDP it beats chance (validation AUC); with `parallel.parameter_server` in sync mode it is the same math
+as DDP (loss per step within 1e-4); bounded and async runs train and report their staleness (issue 50)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.helpers import TrainedOnce
+from workers.spec_loading import parse_spec
+
+DLRM_SPEC = {
+    "name": "dlrm",
+    "model": {"name": "dlrm", "table_sizes": [200, 100, 50], "embedding_dim": 8},
+    "data": {"name": "synthetic:clicks", "n_samples": 4096},
+    "train": {"steps": 40, "global_batch_size": 64, "micro_batch_size": 16, "lr": 1e-2, "loss": "bce",
+              "grad_clip": None},
+    "resources": {"workers": 2},
+}
+SERVERS = {
+    "ddp": None,
+    # adamw on the shards: the trainers' own optimiser, so sync is DDP's math exactly
+    "sync": {"shards": 2, "mode": "sync", "optimizer": "adamw"},
+    "bounded": {"shards": 2, "mode": "bounded", "staleness": 1},
+    "async": {"shards": 3, "mode": "async"},
+}
+
+
+def spec_for(kind: str):
+    data = copy.deepcopy(DLRM_SPEC)
+    if SERVERS[kind] is not None:
+        data["parallel"] = {"parameter_server": SERVERS[kind]}
+    data["checkpoint"] = {"every_steps": 20}  # the shards save with the job's checkpoints
+    return parse_spec(data)
+
+
+@pytest.fixture(scope="module")
+def runs(ray_cluster, tmp_path_factory):
+    return TrainedOnce(tmp_path_factory.mktemp("dlrm-runs"), spec_for)
+
+
+def mean_loss(steps: list[dict], which: slice) -> float:
+    chosen = steps[which]
+    return sum(s["loss"] for s in chosen) / len(chosen)
+
+
+def test_dlrm_trains_under_ddp_on_two_workers_and_beats_chance(runs):
+    summary, steps = runs["ddp"]
+    assert summary["layout"]["strategy"] == "ddp" and summary["world_size"] == 2
+    assert mean_loss(steps, slice(-5, None)) < mean_loss(steps, slice(0, 5))
+    assert summary["final_val_auc"] > 0.6, summary["final_val_auc"]
+    assert summary["final_validation"]["auc"] == summary["final_val_auc"]
+    assert "parameter_server" not in summary
+
+
+def test_a_sync_parameter_server_run_is_ddp_within_1e_4(runs):
+    ddp, ddp_steps = runs["ddp"]
+    ps, ps_steps = runs["sync"]
+    assert [s["step"] for s in ps_steps] == [s["step"] for s in ddp_steps]
+    for a, b in zip(ps_steps, ddp_steps):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-4), (a["step"], a["loss"], b["loss"])
+    assert ps["final_val_auc"] == pytest.approx(ddp["final_val_auc"], abs=1e-3)
+    assert ps["parameter_server"]["max_staleness"] == 0
+    assert 0 < ps["parameter_server"]["rows_per_step"] < 2 * 2 * (200 + 100 + 50)  # only touched rows travel
+
+
+@pytest.mark.exhaustive  # two more ~30 s jobs; make test covers the parameter server by the sync run above
+@pytest.mark.parametrize("kind", ["bounded", "async"])
+def test_bounded_and_async_runs_train_and_report_their_staleness(runs, kind):
+    summary, steps = runs[kind]
+    assert mean_loss(steps, slice(-5, None)) < mean_loss(steps, slice(0, 5))
+    assert all(s.get("ps_staleness") is not None for s in steps)
+    stale = summary["parameter_server"]["max_staleness"]
+    assert stale == max(s["ps_staleness"] for s in steps)
+    if kind == "bounded":
+        assert stale <= 1
