@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from tests.helpers import TrainedOnce
+from tests.helpers import TrainedOnce, alive_actors, wait_until
 from workers.spec_loading import parse_spec
 
 DLRM_SPEC = {
@@ -30,10 +30,13 @@ SERVERS = {
 
 def spec_for(kind: str):
     data = copy.deepcopy(DLRM_SPEC)
-    if SERVERS[kind] is not None:
-        data["parallel"] = {"parameter_server": SERVERS[kind]}
+    server = SERVERS[kind.removesuffix("-crash")]
+    if server is not None:
+        data["parallel"] = {"parameter_server": server}
     data["checkpoint"] = {"every_steps": 20}  # the shards save with the job's checkpoints
-    return parse_spec(data)
+    if kind.endswith("-crash"):  # rank 0 owns the shards: they die with it
+        data["fault_injection"] = [{"at_step": 27, "rank": 0, "kind": "crash"}]
+    return parse_spec(data, allow_fault_injection=True)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +67,9 @@ def test_a_sync_parameter_server_run_is_ddp_within_1e_4(runs):
     assert ps["final_val_auc"] == pytest.approx(ddp["final_val_auc"], abs=1e-3)
     assert ps["parameter_server"]["max_staleness"] == 0
     assert 0 < ps["parameter_server"]["rows_per_step"] < 2 * 2 * (200 + 100 + 50)  # only touched rows travel
+    # The shards ended with the job's ranks: none left behind.
+    assert wait_until(lambda: not [a for a in alive_actors() if (a.get("Name") or "").startswith("trainyard-ps-")],
+                      30)
 
 
 @pytest.mark.exhaustive  # two more ~30 s jobs; make test covers the parameter server by the sync run above
@@ -76,3 +82,10 @@ def test_bounded_and_async_runs_train_and_report_their_staleness(runs, kind):
     assert stale == max(s["ps_staleness"] for s in steps)
     if kind == "bounded":
         assert stale <= 1
+
+
+@pytest.mark.exhaustive  # another ~40 s job; make test covers the shards' save by the sync run's checkpoints
+def test_shards_lost_with_their_rank_are_restored_from_the_checkpoint_bit_identically(runs):
+    summary, steps = runs["sync-crash"]
+    assert summary["restarts"] == 1
+    assert summary["params_sha256"] == runs["sync"][0]["params_sha256"]  # as if nothing had happened

@@ -78,9 +78,9 @@ CASES = [
     ({"model": {"name": "gpt"}, "data": {"name": "text:pystdlib"}, "train.loss": "cross_entropy",
       "parallel.parameter_server": {"shards": 2}}, "parallel.parameter_server", ["needs a model with embedding"]),
     ({"parallel.parameter_server": {"shards": 2}, "parallel.zero": 3}, "parallel.parameter_server",
-     ["not with zero 3 (FSDP)"]),
+     ["not with zero 3"]),
     ({"parallel.parameter_server": {"shards": 2}, "parallel.local_sgd": {"period": 2}}, "parallel.parameter_server",
-     ["combines only with data parallelism", "not with local_sgd"]),
+     ["combines only with plain data parallelism", "not with local_sgd"]),
 ]
 
 

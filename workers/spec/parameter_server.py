@@ -56,10 +56,13 @@ def parameter_server_violations(spec: "JobSpec") -> Iterator[Violation]:
         yield Violation(FIELD,
             f"{FIELD} needs a model with embedding tables to shard (model 'dlrm'), not "
             f"{getattr(spec.model, 'name', None) or 'a user model'!r}")
-    others = {"tp": p.tp > 1, "pp": p.pp > 1, "cp": p.cp > 1, "ep": p.ep > 1, "zero 3 (FSDP)": p.zero == 3,
-              "sdp": p.sdp is not None, "local_sgd": p.local_sgd is not None}
+    # The trainers run plain DDP over the dense part (workers/parallel/parameter_server/strategy.py): any
+    # other treatment of it would be ignored, so it is refused.
+    others = {"tp": p.tp > 1, "pp": p.pp > 1, "cp": p.cp > 1, "ep": p.ep > 1, f"zero {p.zero}": p.zero > 0,
+              "sdp": p.sdp is not None, "local_sgd": p.local_sgd is not None, "compression": p.compression is not None,
+              f"mixed_precision {p.mixed_precision}": p.mixed_precision != "fp32"}
     clash = [name for name, on in others.items() if on]
     if clash:
         yield Violation(FIELD,
-            f"{FIELD} combines only with data parallelism (dp, zero 0-2): the trainers all-reduce the dense "
+            f"{FIELD} combines only with plain data parallelism (dp, zero 0, fp32): the trainers all-reduce the dense "
             f"parameters and hold the embedding rows the shards send them whole; not with {', '.join(clash)}")

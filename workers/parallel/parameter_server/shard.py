@@ -113,7 +113,8 @@ class Shard:
         self.sums = [s.clone() for s in state["sums"]]
         self.avgs = [a.clone() for a in state["avgs"]]
         self.updates = int(state["updates"])
-        self.clock.load_state_dict(state["clock"])
+        # Saved when every trainer's push of the step was in (equal clocks): as many as the job has trainers now.
+        self.clock.load_state_dict({"clocks": [min(state["clock"]["clocks"])] * self.trainers})
         self.pending.clear()
 
 
