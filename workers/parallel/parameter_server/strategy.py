@@ -23,6 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from workers.model_io import samples_in, to_device
 from workers.models.dlrm import DLRM
 from workers.parallel.base import ForwardBackward, LossFn, StrategyContext, adamw, local_clip_grad_norm
+from workers.parallel.compression import register_comm_hook
 from workers.parallel.parallelize import data_parallel_mesh
 from workers.parallel.parameter_server.server import ParameterServer
 from workers.parallel.parameter_server.sharding import RowSharding
@@ -63,7 +64,9 @@ class ParameterServerStrategy:
             self.server = ParameterServer(handles, RowSharding(ps.shards))
         self.client = self.server.client(ctx.spec.dims.coordinates(ctx.rank)["dp"])  # type: ignore[union-attr]
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
+        ddp = DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
+        register_comm_hook(ddp, ctx)  # the dense all-reduce metered as DDP's (comm_bytes_per_step counts it)
+        return ddp
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw([p for p in wrapped.parameters() if p.requires_grad], ctx.spec)
