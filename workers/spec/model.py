@@ -94,6 +94,16 @@ class DLRMModelSpec(Strict):
     bottom_hidden: int = Field(32, ge=1, le=65536, description="hidden width of the bottom (dense) MLP")
     top_hidden: int = Field(32, ge=1, le=65536, description="hidden width of the top MLP")
 
+    # What every model section answers for the strategies (not keys: the dlrm has no repeated blocks and no
+    # tensor-parallel plan, and the spec rules refuse the layouts that would need them).
+    @property
+    def blocks(self) -> None:
+        return None
+
+    @property
+    def tp_plan(self) -> None:
+        return None
+
 
 class ModelEntrypointSpec(EntrypointSpec, _ModelStructure):
     """Any nn.Module a user factory returns: `entrypoint` names the factory, `args` its keyword arguments."""
