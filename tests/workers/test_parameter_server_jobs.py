@@ -5,6 +5,8 @@ as DDP (loss per step within 1e-4); bounded and async runs train and report thei
 from __future__ import annotations
 
 import copy
+import threading
+import time
 
 import pytest
 
@@ -36,6 +38,14 @@ def spec_for(kind: str):
     data["checkpoint"] = {"every_steps": 20}  # the shards save with the job's checkpoints
     if kind.endswith("-crash"):  # rank 0 owns the shards: they die with it
         data["fault_injection"] = [{"at_step": 27, "rank": 0, "kind": "crash"}]
+    return parse_spec(data, allow_fault_injection=True)
+
+
+def slowed_after_step_20(kind: str):
+    """The spec of `kind` with rank 1 ten times slower from step 21: a test has time to act between the
+    step-20 checkpoint and the end (the math, and so the final hash, is unchanged)."""
+    data = spec_for(kind).model_dump(mode="json", exclude_defaults=True)
+    data["fault_injection"] = [{"at_step": 21, "rank": 1, "kind": "slow", "factor": 10.0}]
     return parse_spec(data, allow_fault_injection=True)
 
 
@@ -89,3 +99,27 @@ def test_shards_lost_with_their_rank_are_restored_from_the_checkpoint_bit_identi
     summary, steps = runs["sync-crash"]
     assert summary["restarts"] == 1
     assert summary["params_sha256"] == runs["sync"][0]["params_sha256"]  # as if nothing had happened
+
+
+@pytest.mark.exhaustive  # another ~40 s job; make test covers the shards' save by the sync run's checkpoints
+def test_a_killed_shard_is_restored_from_the_checkpoint_bit_identically(runs, tmp_path):
+    import ray
+
+    from service.supervisor.run import JobRun
+    from tests.helpers import Events
+
+    listener, result = Events(), {}
+    run = threading.Thread(target=lambda: result.update(
+        JobRun(slowed_after_step_20("sync"), tmp_path / "killed", "killed", listener=listener).run()))
+    run.start()
+    saved = tmp_path / "killed" / "parameter_server" / "step-00000020.pt"  # the shards' state at step 20
+    deadline = time.monotonic() + 180
+    while not saved.exists() and time.monotonic() < deadline:  # polled fast: the 20 steps left take seconds
+        time.sleep(0.05)
+    shards = sorted(n for n in ray.util.list_named_actors() if n.startswith("trainyard-ps-"))
+    assert len(shards) == 2, shards
+    ray.kill(ray.get_actor(shards[0]), no_restart=True)
+    run.join(timeout=300)
+    assert result["state"] == "SUCCEEDED", result.get("error")
+    assert result["restarts"] >= 1
+    assert result["params_sha256"] == runs["sync"][0]["params_sha256"]  # restored from the step-20 checkpoint
