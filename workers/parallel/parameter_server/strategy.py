@@ -54,8 +54,12 @@ class ParameterServerStrategy:
         ctx.control.all_gather_object(tokens, uuid.uuid4().hex)
         name = f"trainyard-ps-{tokens[0]}"
         if ctx.rank == 0:
+            import ray
+
+            # In the job's placement group (the rank actors' own), dealt over its bundles: on the job's nodes.
             self.server = ParameterServer.start([t.weight.detach() for t in model.embedding_tables()], ps,
-                                                ctx.spec.dp, name=name, weight_decay=ctx.spec.train.weight_decay)
+                                                ctx.spec.dp, name=name, weight_decay=ctx.spec.train.weight_decay,
+                                                placement_group=ray.util.get_current_placement_group())
         ctx.control.barrier()
         if ctx.rank != 0:
             import ray
