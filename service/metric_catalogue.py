@@ -135,6 +135,11 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("trainyard_job_expert_load_imbalance", "gauge",
        "MoE jobs: tokens routed to the busiest expert over the mean per expert in the last step, all MoE layers "
        "and ranks together (1: balanced)", ["job"]),
+    _m("trainyard_job_ps_staleness", "gauge",
+       "Parameter-server jobs: the stalest embedding rows a trainer read in the last step (steps of some trainer's "
+       "updates they may lack; 0 under sync)", ["job"]),
+    _m("trainyard_job_ps_rows", "gauge",
+       "Parameter-server jobs: embedding rows pulled and pushed in the last step, all trainers together", ["job"]),
     _m("trainyard_rank_peak_memory_bytes", "gauge",
        "High-water mark of a rank's tensor memory during its last measured step (CUDA allocator on GPU, "
        "tracked tensor storage on CPU): the highest across the job's ranks (stat=max)", ["job", "stat"]),
@@ -219,6 +224,7 @@ def step_updates(job: str, rec: dict, ranks: bool = True) -> list[Update]:
     out = []
     for key, name in (("tokens_per_s", "trainyard_job_tokens_per_second"), ("grad_norm", "trainyard_job_grad_norm"),
                       ("expert_load_imbalance", "trainyard_job_expert_load_imbalance"),
+                      ("ps_staleness", "trainyard_job_ps_staleness"), ("ps_rows", "trainyard_job_ps_rows"),
                       ("bubble_fraction", "trainyard_job_bubble_fraction"),
                       ("bubble_fraction_theoretical", "trainyard_job_bubble_fraction_theoretical")):
         value = rec.get(key)

@@ -75,6 +75,10 @@ class StepAggregator:
             joined["expert_load_imbalance"] = max(joined["expert_tokens"]) / mean if mean else None
         if stages:  # pipeline jobs: busy/comm/idle, bubble and activations in flight per stage
             joined["stages"] = stages
+        stale = [r["ps_staleness"] for r in ranks if r.get("ps_staleness") is not None]
+        if stale:  # parameter server: the stalest rows any trainer read this step, and the rows that travelled
+            joined["ps_staleness"] = max(stale)
+            joined["ps_rows"] = sum(r.get("ps_rows") or 0 for r in ranks)
         val = [r["val_loss"] for r in ranks if r.get("val_loss") is not None]
         if val:
             joined["val_loss"] = statistics.fmean(val)

@@ -52,7 +52,7 @@ def run_summary(run: Any) -> dict[str, Any]:
     pipeline = pipeline_summary(run.current, steady)  # the split in use at the end
     g = spec.train.global_batch_size
     tokens = [s["tokens_per_s"] for s in steady if s.get("tokens_per_s")]
-    return {
+    summary = {
         "job_id": run.job_id,
         "name": spec.name,
         "state": str(run.state),
@@ -90,3 +90,12 @@ def run_summary(run: Any) -> dict[str, Any]:
         "tracking": run.tracking_info(),  # the MLflow run and TensorBoard directory, when the job tracks
         "error": run.error,
     }
+    stale = [s["ps_staleness"] for s in steps if s.get("ps_staleness") is not None]
+    if stale:  # parallel.parameter_server: how stale the rows trainers read were, and what travelled
+        rows = [s["ps_rows"] for s in steps if s.get("ps_rows") is not None]
+        summary["parameter_server"] = {"max_staleness": max(stale), "mean_staleness": statistics.fmean(stale),
+                                       "rows_per_step": statistics.median(rows) if rows else None}
+    auc = (result.get("validation") or {}).get("auc")
+    if auc is not None:  # a binary classifier (train.loss 'bce'): the final validation's AUC
+        summary["final_val_auc"] = auc
+    return summary

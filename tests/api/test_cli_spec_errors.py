@@ -80,7 +80,7 @@ def test_e_a_negative_learning_rate_repeats_the_value(tmp_path):
 def test_f_an_unknown_model_name_repeats_the_value(tmp_path):
     path = write(tmp_path, "gpt2.yaml", yaml.safe_dump(tiny_spec(**{"model.name": "gpt2"})))
     [line] = refused(trainyard(tmp_path, "validate", path))
-    assert line.startswith("invalid spec model.name must be 'gpt' or 'mlp'") and line.endswith("(got 'gpt2')"), line
+    assert line.startswith("invalid spec model.name must be 'gpt', 'mlp' or 'dlrm'") and line.endswith("(got 'gpt2')"), line
 
 
 def test_g_an_hf_model_without_data_seq_len_speaks_the_spec_s_words(tmp_path):

@@ -96,6 +96,13 @@ def test_an_moe_step_sets_the_expert_load_imbalance():
     assert not [u for u in step_updates("j", STEP) if u.name == "trainyard_job_expert_load_imbalance"]
 
 
+def test_a_parameter_server_step_sets_its_staleness_and_rows():
+    updates = step_updates("j", {**STEP, "ps_staleness": 2, "ps_rows": 680})
+    assert [u.value for u in updates if u.name == "trainyard_job_ps_staleness"] == [2]
+    assert [u.value for u in updates if u.name == "trainyard_job_ps_rows"] == [680]
+    assert not [u for u in step_updates("j", STEP) if u.name.startswith("trainyard_job_ps_")]
+
+
 def test_non_finite_values_and_skipped_steps():
     updates = step_updates("j", {**STEP, "grad_norm": float("nan"), "skipped": True, "ranks": [], "stages": []})
     names = {u.name for u in updates}

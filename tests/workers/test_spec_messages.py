@@ -28,13 +28,13 @@ def messages(data: dict) -> list[str]:
     ({"trian": {}}, "trian: is not a top-level key of the spec; did you mean train?"),
     ({"train.lr": -1}, "train.lr: must be greater than 0 (got -1)"),
     ({"train.steps": "many"}, "train.steps: must be a valid integer (got 'many')"),
-    ({"train.loss": "hinge"}, "train.loss: must be 'cross_entropy', 'mse' or 'model' (got 'hinge')"),
+    ({"train.loss": "hinge"}, "train.loss: must be 'cross_entropy', 'mse', 'bce' or 'model' (got 'hinge')"),
     ({"parallel.offload_optimizer": "maybe"}, "parallel.offload_optimizer: must be a valid boolean (got 'maybe')"),
     ({"train": 3}, "train: must be a mapping of keys (got 3)"),
     ({"parallel": "automatic"}, "parallel: must be a mapping of keys or 'auto' (got 'automatic')"),
-    ({"model.name": "gpt2"}, "model.name must be 'gpt' or 'mlp', or give model.hf or model.entrypoint (got 'gpt2')"),
+    ({"model.name": "gpt2"}, "model.name must be 'gpt', 'mlp' or 'dlrm', or give model.hf or model.entrypoint (got 'gpt2')"),
     ({"data.name": "imagenet"},
-     "data.name must be 'text:pystdlib' or 'synthetic', or give data.files or data.entrypoint (got 'imagenet')"),
+     "data.name must be 'text:pystdlib', 'synthetic' or 'synthetic:clicks', or give data.files or data.entrypoint (got 'imagenet')"),
 ])
 def test_a_field_error_names_the_field_and_repeats_the_value(overrides, message):
     assert messages(tiny_spec(**overrides)) == [message]
@@ -71,7 +71,7 @@ def test_field_and_cross_field_errors_come_together():
     ({"resources.workers": 0, "parallel.dp": 3}, "resources.workers: must be greater than or equal to 1 (got 0)"),
     # the default model (gpt) standing in for an unknown one would refuse synthetic data
     ({"model": {"name": "resnet"}, "data": {"name": "synthetic"}, "train.loss": "mse"},
-     "model.name must be 'gpt' or 'mlp', or give model.hf or model.entrypoint (got 'resnet')"),
+     "model.name must be 'gpt', 'mlp' or 'dlrm', or give model.hf or model.entrypoint (got 'resnet')"),
 ])
 def test_a_default_standing_in_for_a_refused_value_causes_no_complaint(overrides, message):
     assert messages(tiny_spec(**overrides)) == [message]

@@ -7,16 +7,19 @@ from typing import Any, Callable
 from torch.utils.data import IterableDataset
 
 from workers.data.batches import MapDataset
+from workers.data.clicks import Clicks, click_splits
 from workers.data.files import file_splits
 from workers.data.pystdlib_text import pystdlib_splits
 from workers.data.synthetic import synthetic_splits
 from workers.entrypoints import EntrypointError, resolve_entrypoint
 from workers.spec import (
+    ClicksDataSpec,
     DataEntrypointSpec,
     FileDataSpec,
     JobSpec,
     SyntheticDataSpec,
     TextDataSpec,
+    clicks_shape,
     sequence_length,
     structure_of,
 )
@@ -33,6 +36,13 @@ def _synthetic(spec: JobSpec) -> tuple[MapDataset, MapDataset]:
     d = spec.data
     assert isinstance(d, SyntheticDataSpec)  # DATA_BUILDERS dispatches on the type
     return synthetic_splits(d.n_samples, d.in_features, d.out_features, d.noise, spec.train.seed)
+
+
+def _clicks(spec: JobSpec) -> tuple[Clicks, Clicks]:
+    d = spec.data
+    assert isinstance(d, ClicksDataSpec)  # DATA_BUILDERS dispatches on the type
+    dense, tables = clicks_shape(d, spec.model)
+    return click_splits(d.n_samples, dense, tables, d.zipf_exponent, d.signal, spec.train.seed)
 
 
 def _files(spec: JobSpec) -> tuple[Any, Any]:
@@ -56,6 +66,7 @@ def _entrypoint(spec: JobSpec) -> tuple[Any, Any]:
 DATA_BUILDERS: dict[type, Callable] = {
     TextDataSpec: _text,
     SyntheticDataSpec: _synthetic,
+    ClicksDataSpec: _clicks,
     FileDataSpec: _files,
     DataEntrypointSpec: _entrypoint,
 }

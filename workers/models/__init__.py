@@ -8,10 +8,12 @@ import torch
 from torch import nn
 
 from workers.entrypoints import EntrypointError, resolve_entrypoint
+from workers.models.dlrm import DLRM
 from workers.models.gpt import GPT
 from workers.models.mlp import MLPRegressor
 from workers.models.moe import MoEConfig
 from workers.spec import (
+    DLRMModelSpec,
     GPTModelSpec,
     HFModelSpec,
     HFPretrainedSource,
@@ -28,6 +30,10 @@ def _gpt(m: GPTModelSpec) -> nn.Module:
 
 def _mlp(m: MLPModelSpec) -> nn.Module:
     return MLPRegressor(m.in_features, m.hidden, m.out_features, m.n_layers)
+
+
+def _dlrm(m: DLRMModelSpec) -> nn.Module:
+    return DLRM(m.dense_features, list(m.table_sizes), m.embedding_dim, m.bottom_hidden, m.top_hidden)
 
 
 def _entrypoint(m: ModelEntrypointSpec) -> nn.Module:
@@ -54,6 +60,7 @@ def _hf(m: HFModelSpec) -> nn.Module:
 MODEL_BUILDERS: dict[type, Callable] = {
     GPTModelSpec: _gpt,
     MLPModelSpec: _mlp,
+    DLRMModelSpec: _dlrm,
     ModelEntrypointSpec: _entrypoint,
     HFModelSpec: _hf,
 }

@@ -25,4 +25,8 @@ def strategy_class(spec: JobSpec) -> type[Strategy]:
 
 
 def build_strategy(spec: JobSpec) -> Strategy:
+    if spec.parallel.parameter_server is not None:  # model 'dlrm' with its tables on shards (DDP for the rest)
+        from workers.parallel.parameter_server.strategy import ParameterServerStrategy
+
+        return ParameterServerStrategy()
     return strategy_class(spec)()

@@ -15,6 +15,7 @@ workers/spec_loading.py (`parallel: auto`, then every rule and each strategy's o
 
 from workers.spec.base import ENTRYPOINT_PATTERN, EntrypointSpec
 from workers.spec.data import (
+    ClicksDataSpec,
     DataEntrypointSpec,
     DataSpec,
     FileDataSpec,
@@ -25,6 +26,7 @@ from workers.spec.data import (
 )
 from workers.spec.derived import (
     ModelStructure,
+    clicks_shape,
     pipeline_microbatches,
     sdp_components,
     sdp_workers,
@@ -51,6 +53,7 @@ from workers.spec.job import (
 from workers.spec.messages import format_validation_error
 from workers.spec.model import (
     USER_MODELS,
+    DLRMModelSpec,
     GPTModelSpec,
     HFConfigSource,
     HFModelSpec,
@@ -103,6 +106,9 @@ __all__ = [
     "LossSpikeSpec",
     "MlflowTrackingSpec",
     "MLPModelSpec",
+    "DLRMModelSpec",
+    "ClicksDataSpec",
+    "clicks_shape",
     "ModelEntrypointSpec",
     "ModelSpec",
     "ModelStructure",

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Discriminator, Field, Tag
 
 from workers.spec.base import EntrypointSpec, Strict, section_kind
+from workers.spec.model import TableSize
 
 FILE_FORMATS = ("tokens", "jsonl", "parquet", "text")
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "int32", "int64")
@@ -38,6 +39,24 @@ class SyntheticDataSpec(Strict):
     in_features: int = Field(16, ge=1, description="width of x; must equal model.in_features with model 'mlp'")
     out_features: int = Field(1, ge=1, description="width of y; must equal model.out_features with model 'mlp'")
     noise: float = Field(0.01, ge=0.0, description="standard deviation of the Gaussian noise added to y")
+    loader: LoaderSpec = Field(default_factory=LoaderSpec, description=LOADER)
+
+
+class ClicksDataSpec(Strict):
+    """Seeded click logs (workers/data/clicks.py): categorical ids drawn from a power law (Zipf), dense features,
+    and a click drawn from a hidden logistic model of both, so a model can beat chance. Determined by train.seed."""
+    name: Literal["synthetic:clicks"] = Field(description="the built-in click logs")
+    n_samples: int = Field(16384, ge=16, le=100_000_000, description="samples generated; the last 10% are the "
+                                                                      "validation split")
+    dense_features: int | None = Field(None, ge=1, le=4096, description="width of the dense input; default "
+                                       "model.dense_features with model 'dlrm' (which it must then equal), else 8")
+    table_sizes: list[TableSize] | None = Field(None, min_length=1, max_length=64, description="ids per categorical "
+                                                "feature; default model.table_sizes with model 'dlrm' (which it "
+                                                "must then equal), else [1000, 1000, 500, 100]")
+    zipf_exponent: float = Field(1.1, ge=0.0, le=4.0, description="id k (0-based popularity rank) is drawn with "
+                                 "probability proportional to 1 / (k + 1) ** zipf_exponent; 0 is uniform")
+    signal: float = Field(2.0, ge=0.0, le=100.0, description="standard deviation of the hidden logit: 0 makes "
+                                                             "clicks coin flips, larger makes them predictable")
     loader: LoaderSpec = Field(default_factory=LoaderSpec, description=LOADER)
 
 
@@ -76,10 +95,11 @@ DataSpec = Annotated[
     Union[
         Annotated[TextDataSpec, Tag("text:pystdlib")],
         Annotated[SyntheticDataSpec, Tag("synthetic")],
+        Annotated[ClicksDataSpec, Tag("synthetic:clicks")],
         Annotated[FileDataSpec, Tag("files")],
         Annotated[DataEntrypointSpec, Tag("entrypoint")],
     ],
     Discriminator(_data_kind, custom_error_type="data.name",
-                  custom_error_message="data.name must be 'text:pystdlib' or 'synthetic', or give data.files "
-                                       "or data.entrypoint"),
+                  custom_error_message="data.name must be 'text:pystdlib', 'synthetic' or 'synthetic:clicks', or "
+                                       "give data.files or data.entrypoint"),
 ]

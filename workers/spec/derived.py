@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.spec.data import FileDataSpec, TextDataSpec
+from workers.spec.data import ClicksDataSpec, FileDataSpec, TextDataSpec
 from workers.spec.job import JobSpec
 from workers.spec.model import (
+    DEFAULT_TABLE_SIZES,
+    DLRMModelSpec,
     GPTModelSpec,
     MLPModelSpec,
     ModelEntrypointSpec,
@@ -17,7 +19,7 @@ from workers.spec.model import (
 @dataclass(frozen=True)
 class ModelStructure:
     """What the spec rules know of a model before it is built (None: known only once it is built)."""
-    name: str  # gpt | mlp | entrypoint | hf
+    name: str  # gpt | mlp | dlrm | entrypoint | hf
     layers: int | None = None
     heads: int | None = None
     kv_heads: int | None = None
@@ -28,6 +30,8 @@ class ModelStructure:
 
 def structure_of(spec: JobSpec) -> ModelStructure:
     m = spec.model
+    if isinstance(m, DLRMModelSpec):  # no repeated blocks, no tensor-parallel plan
+        return ModelStructure("dlrm", tp_plan=False)
     given = m.tp_plan is not None
     if isinstance(m, GPTModelSpec):
         return ModelStructure("gpt", m.n_layers, m.n_heads, m.n_heads, m.vocab_size, True)
@@ -82,3 +86,10 @@ def sdp_components(spec: JobSpec, n_blocks: int | None = None) -> tuple[int | No
     assert isinstance(m, GPTModelSpec)  # the spec rules allow neuron mode only on the built-in gpt
     return 4 * m.d_model, "MLP hidden unit"
 
+
+def clicks_shape(data: ClicksDataSpec, model: object) -> tuple[int, list[int]]:
+    """(dense features, table sizes) the click logs are generated with: the data's own, else the dlrm's."""
+    dense = data.dense_features or (model.dense_features if isinstance(model, DLRMModelSpec) else 8)
+    tables = data.table_sizes or (list(model.table_sizes) if isinstance(model, DLRMModelSpec)
+                                  else list(DEFAULT_TABLE_SIZES))
+    return dense, list(tables)

@@ -64,9 +64,11 @@ class TrainSpec(Strict):
                                               "validation; null: 2 x micro_batch_size (no backward keeps nothing "
                                               "for a gradient, so even the fp32 logits stay below a training "
                                               "step's three copies of them)")
-    loss: Literal["cross_entropy", "mse", "model"] = Field(
-        "cross_entropy", description="cross_entropy on class-last logits (..., classes); mse; model: the loss the "
-                                     "model itself returns (batches that carry its labels)")
+    loss: Literal["cross_entropy", "mse", "bce", "model"] = Field(
+        "cross_entropy", description="cross_entropy on class-last logits (..., classes); mse; bce: binary "
+                                     "cross-entropy on one logit per sample against 0/1 targets (validation also "
+                                     "reports the AUC); model: the loss the model itself returns (batches that "
+                                     "carry its labels)")
     init_from: str | None = Field(None, description="checkpoint directory or exported .safetensors to start from")
 
 

@@ -15,7 +15,7 @@ from workers.spec.keys import keys_at
 from workers.spec.suggest import did_you_mean
 
 _DISCRIMINATED = {"model.name": "name", "data.name": "name", "model.hf": None}  # union error type -> key it reads
-_UNION_TAGS = {"gpt", "mlp", "entrypoint", "hf", "text:pystdlib", "synthetic", "files"}
+_UNION_TAGS = {"gpt", "mlp", "dlrm", "entrypoint", "hf", "text:pystdlib", "synthetic", "synthetic:clicks", "files"}
 _OWN_WORDS = {"value_error", "assertion_error"}  # the project's own validators: their messages are whole
 _SECTION_TYPES = {"model_type", "dict_type", "model_attributes_type"}  # "...instance of TrainSpec": a class name
 _OR = {"parallel": " or 'auto'"}  # a section that also takes a word (workers/spec_loading.py)

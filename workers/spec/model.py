@@ -78,6 +78,32 @@ class MLPModelSpec(_ModelStructure):
     n_layers: int = Field(2, ge=1, le=64, description="hidden layers")
 
 
+DEFAULT_TABLE_SIZES = (1000, 1000, 500, 100)  # rows per embedding table: small, so a CPU test trains in seconds
+TableSize = Annotated[int, Field(ge=2, le=100_000_000)]
+
+
+class DLRMModelSpec(Strict):
+    """The built-in DLRM (workers/models/dlrm.py): an embedding table per categorical feature, a bottom MLP over
+    the dense features, pairwise dot products of all of them, a top MLP to one click logit (train.loss 'bce')."""
+    name: Literal["dlrm"] = Field(description="the built-in recommendation model")
+    dense_features: int = Field(8, ge=1, le=4096, description="width of the dense (continuous) input")
+    table_sizes: list[TableSize] = Field(list(DEFAULT_TABLE_SIZES), min_length=1, max_length=64,
+                                         description="rows of each embedding table, one per categorical feature")
+    embedding_dim: int = Field(16, ge=1, le=4096, description="width of every embedding row; the bottom MLP "
+                                                              "ends at this width too")
+    bottom_hidden: int = Field(32, ge=1, le=65536, description="hidden width of the bottom (dense) MLP")
+    top_hidden: int = Field(32, ge=1, le=65536, description="hidden width of the top MLP")
+
+    # What every model section answers for the strategies (not keys: the dlrm has no repeated blocks and no
+    # tensor-parallel plan, and the spec rules refuse the layouts that would need them).
+    @property
+    def blocks(self) -> None:
+        return None
+
+    @property
+    def tp_plan(self) -> None:
+        return None
+
 
 class ModelEntrypointSpec(EntrypointSpec, _ModelStructure):
     """Any nn.Module a user factory returns: `entrypoint` names the factory, `args` its keyword arguments."""
@@ -123,11 +149,13 @@ ModelSpec = Annotated[
     Union[
         Annotated[GPTModelSpec, Tag("gpt")],
         Annotated[MLPModelSpec, Tag("mlp")],
+        Annotated[DLRMModelSpec, Tag("dlrm")],
         Annotated[ModelEntrypointSpec, Tag("entrypoint")],
         Annotated[HFModelSpec, Tag("hf")],
     ],
     Discriminator(_model_kind, custom_error_type="model.name",
-                  custom_error_message="model.name must be 'gpt' or 'mlp', or give model.hf or model.entrypoint"),
+                  custom_error_message="model.name must be 'gpt', 'mlp' or 'dlrm', or give model.hf or "
+                                       "model.entrypoint"),
 ]
 USER_MODELS = (ModelEntrypointSpec, HFModelSpec)  # models the strategies only know through their description
 

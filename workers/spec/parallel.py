@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from workers.spec.base import Strict
+from workers.spec.parameter_server import ParameterServerSpec
 
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "looped_bfs",
                       "zero_bubble", "zbv_zero_bubble", "dualpipe_v")
@@ -106,4 +107,6 @@ class ParallelSpec(Strict):
     local_sgd: LocalSGDSpec | None = Field(None, description="zero 0, tp 1: average parameters every `period` steps")
     sdp: SDPSpec | None = Field(None, description="subnetwork data parallelism over the dp workers (tp 1, pp 1, "
                                                   "zero 0, or zero 3 with dp_shard ranks per subnetwork)")
+    parameter_server: ParameterServerSpec | None = Field(None, description="model 'dlrm': embedding tables on "
+                                                         "parameter-server actors {shards, mode, staleness}")
 

@@ -12,7 +12,9 @@ from workers.spec.derived import structure_of
 from workers.spec.errors import Violation
 from workers.spec.job import JobSpec
 from workers.spec.model import USER_MODELS, GPTModelSpec, HFModelSpec, MLPModelSpec
+from workers.spec.parameter_server import parameter_server_violations
 from workers.spec.program_rules import program_violations
+from workers.spec.recommendation_rules import recommendation_violations
 
 FAULT_INJECTION_ENV = "TRAINYARD_ALLOW_FAULT_INJECTION"
 
@@ -27,6 +29,8 @@ def rule_violations(spec: JobSpec, *, allow_fault_injection: bool | None = None)
         yield from _model_data_errors(spec)
         yield from _file_data_errors(spec)
         yield from _model_structure_errors(spec)
+        yield from recommendation_violations(spec)
+    yield from parameter_server_violations(spec)
     yield from _fault_injection_errors(spec, allow_fault_injection)
 
 
@@ -89,9 +93,11 @@ def _gpu_count_errors(spec: JobSpec) -> Iterator[Violation]:
 
 
 def _model_structure_errors(spec: JobSpec) -> Iterator[Violation]:
-    if spec.parallel.activation_checkpointing and structure_of(spec).name == "mlp":
+    name = structure_of(spec).name
+    if spec.parallel.activation_checkpointing and name in ("mlp", "dlrm"):
         yield Violation("parallel.activation_checkpointing",
-            "parallel.activation_checkpointing needs a model with repeated blocks to recompute (model 'mlp' has none)")
+            f"parallel.activation_checkpointing needs a model with repeated blocks to recompute (model {name!r} "
+            f"has none)")
 
 
 def _model_data_errors(spec: JobSpec) -> Iterator[Violation]:

@@ -40,6 +40,23 @@ def mse(outputs: Any, targets: torch.Tensor | None) -> torch.Tensor:
     return F.mse_loss(predictions, targets)
 
 
+def bce(outputs: Any, targets: torch.Tensor | None) -> torch.Tensor:
+    """Binary cross-entropy with logits: one logit per sample, (batch,) or (batch, 1), against 0/1 targets."""
+    targets = _needs_targets("bce", targets)
+    logits = one_logit(logits_of(outputs), targets)
+    return F.binary_cross_entropy_with_logits(logits, targets.to(logits.dtype))
+
+
+def one_logit(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The logits in the targets' shape: a trailing dimension of one dropped."""
+    if logits.shape != targets.shape and logits.shape == (*targets.shape, 1):
+        logits = logits.squeeze(-1)
+    if logits.shape != targets.shape:
+        raise UserModelError(f"train.loss 'bce' takes one logit per sample: the model returned {tuple(logits.shape)} "
+                             f"for targets of shape {tuple(targets.shape)}")
+    return logits
+
+
 def own_loss(outputs: Any, targets: torch.Tensor | None) -> torch.Tensor:
     return model_loss(outputs)
 
@@ -47,5 +64,6 @@ def own_loss(outputs: Any, targets: torch.Tensor | None) -> torch.Tensor:
 LOSSES: dict[str, Callable[[Any, torch.Tensor | None], torch.Tensor]] = {
     "cross_entropy": cross_entropy,
     "mse": mse,
+    "bce": bce,
     "model": own_loss,
 }

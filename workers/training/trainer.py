@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict
 from typing import Callable
 
 import torch
@@ -149,6 +148,8 @@ class Trainer:
         if latest is not None:
             loading = self.reporter.phase(Phase.LOADING_CHECKPOINT, total=1, step=latest[0], what=f"step {latest[0]}")
             progress = checkpointing.load_state(latest[1], self.model, self.optimizer)
+            if hasattr(self.strategy, "after_load"):  # parameter server: the shards' state saved with it
+                self.strategy.after_load(self.storage, latest[0], self.rank, self.control_groups)
             loading.update(1)
             self.resumed_step = latest[0]
             self.held.seal()  # the state a check verified before it was saved
@@ -381,6 +382,8 @@ class Trainer:
         while self.step < spec.train.steps:
             try:
                 record = self.train_step().to_dict()
+                if hasattr(self.strategy, "step_report"):  # parameter server: staleness, rows moved
+                    record.update(self.strategy.step_report())
                 if record["skipped"]:
                     record["skip_reason"] = self.skip_reason
             except (NonFiniteTraining, SilentDataCorruption):
@@ -391,7 +394,7 @@ class Trainer:
             self.reporter.note(Progress(Phase.TRAINING, self.step, spec.train.steps))
             if spec.train.eval_every and self.step % spec.train.eval_every == 0:
                 validation = self.evaluate()
-                record["val_loss"], record["validation"] = validation.loss, asdict(validation)
+                record["val_loss"], record["validation"] = validation.loss, validation.as_record()
             checkpointed = bool(every) and self.step % every == 0 and self.step < spec.train.steps
             if checkpointed:
                 self._report_durable(emit, self._wait_for_save())  # at most one save in flight
@@ -410,6 +413,8 @@ class Trainer:
     def _save(self) -> None:
         if isinstance(self.feed, StreamFeed):  # a stream's position is its loader state, not the step
             self.checkpointer.progress["stream_samples"] = self.feed.state_dict()["samples"]
+        if hasattr(self.strategy, "before_save"):  # parameter server: the shards' state beside the model's
+            self.strategy.before_save(self.model, self.storage, self.step, self.rank, self.control_groups)
         # An injected slow or stalled write (fault kinds slow_upload, stall_upload) is the store's, not the loop's.
         self.checkpointer.save(self.model, self.optimizer, self.step, throttle=self.faults.upload_throttle(self.step))
 
@@ -443,7 +448,7 @@ class Trainer:
             done.record("model_state_bytes", self.model_state_bytes, writer)
         validation = done.get("validation")
         if validation is None:
-            validation = asdict(self.evaluate("final validation"))
+            validation = self.evaluate("final validation").as_record()
             done.record("validation", validation, writer)
         result: dict[str, object] = {"step": self.step, "model_state_bytes": done.get("model_state_bytes"),
                                      "val_loss": validation["loss"], "validation": validation}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -28,7 +28,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from workers.data.loader import loader_options
 from workers.model_io import call_model, collate, logits_of, to_device
 from workers.spec import JobSpec
-from workers.training.losses import LOSSES
+from workers.training.auc import gathered_auc
+from workers.training.losses import LOSSES, one_logit
 
 DEFAULT_EVAL_BATCHES = 8  # global batches per validation when train.eval_batches is left at "auto"
 SAME_SET_EVAL_BATCHES = 2  # ... when the validation set is the training set (the whole would be an epoch)
@@ -44,6 +45,14 @@ class Validation:
     batches: int
     batch_size: int
     split_samples: int | None
+    auc: float | None = None  # a binary classifier's (train.loss 'bce'): over every rank's scores
+
+    def as_record(self) -> dict:
+        """The validation as a run records it: `auc` only for a binary classifier."""
+        record = asdict(self)
+        if self.auc is None:
+            del record["auc"]
+        return record
 
 
 def eval_micro_batch_size(spec: JobSpec) -> int:
@@ -88,10 +97,12 @@ def split_size(val_set: Any) -> int | None:
 @torch.no_grad()
 def validation_sums(model, val_set: Any, spec: JobSpec, dp_rank: int, dp: int,
                     device: torch.device = torch.device("cpu"), max_batches: int | None = None,
-                    progress: Callable[[int], None] | None = None, shard=None) -> tuple[float, int]:
+                    progress: Callable[[int], None] | None = None, shard=None,
+                    scores: tuple[list, list] | None = None) -> tuple[float, int]:
     """(sum of per-sample losses, samples) of this rank's share; `progress(batches done)` after each batch;
     `shard(inputs, targets)`: a context-parallel rank's chunks of each sequence (its loss, the mean over its
-    equal share of tokens, is summed over the cp ranks with their samples: the same mean)."""
+    equal share of tokens, is summed over the cp ranks with their samples: the same mean); `scores`: lists the
+    real samples' logits and targets are appended to (a binary classifier's AUC)."""
     model.eval()
     total, count = 0.0, 0
     for done, (batch, real) in enumerate(_rank_batches(val_set, spec, dp_rank, dp, device, max_batches), 1):
@@ -105,6 +116,9 @@ def validation_sums(model, val_set: Any, spec: JobSpec, dp_rank: int, dp: int,
         else:
             loss = LOSSES[spec.train.loss](output, targets)
         total, count = total + float(loss) * real, count + real
+        if scores is not None and targets is not None:
+            scores[0].append(one_logit(logits_of(output), targets)[:real].float().cpu())
+            scores[1].append(targets[:real].float().cpu())
         if progress is not None:
             progress(done)
     model.train()
@@ -124,12 +138,15 @@ def validate(model, val_set: Any, spec: JobSpec, dp_rank: int, dp: int,
         if progress is not None:
             progress(done)
 
-    total, count = validation_sums(model, val_set, spec, dp_rank, dp, device, max_batches, counted, shard)
+    scores: tuple[list, list] | None = ([], []) if spec.train.loss == "bce" else None
+    total, count = validation_sums(model, val_set, spec, dp_rank, dp, device, max_batches, counted, shard, scores)
     if group is not None:
         sums = torch.tensor([total, float(count)], dtype=torch.float64)  # host values: `group` is a CPU group
         dist.all_reduce(sums, group=group)
         total, count = float(sums[0]), int(sums[1])
-    return Validation(total / max(count, 1), count, batches[0], eval_micro_batch_size(spec), split_size(val_set))
+    auc = gathered_auc(*scores, group) if scores is not None else None
+    return Validation(total / max(count, 1), count, batches[0], eval_micro_batch_size(spec), split_size(val_set),
+                      auc)
 
 
 def validation_loss(model, val_set: Any, spec: JobSpec, dp_rank: int, dp: int,

@@ -1,0 +1,65 @@
+"""A trainer's side of the parameter server: pull the rows a step's batches touch, push their gradients.
+
+A step pulls once for all of its micro-batches (each id once), so the rows are leaf tensors that every
+micro-batch's backward accumulates into, and the push carries one gradient row per id the step touched:
+only those rows travel, both ways."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from workers.parallel.parameter_server.sharding import RowSharding
+
+
+@dataclass
+class PulledRows:
+    """The rows of one step: per table, the sorted ids touched and their rows (leaves with a gradient)."""
+
+    ids: list[torch.Tensor]
+    rows: list[torch.Tensor]
+    staleness: int  # the most steps of some trainer's updates these rows may lack (0 under sync)
+
+    def lookup(self, sparse: torch.Tensor) -> list[torch.Tensor]:
+        """The embedding rows of a (batch, tables) id tensor, one (batch, dim) tensor per table."""
+        return [rows[torch.searchsorted(ids, sparse[:, t].contiguous())]
+                for t, (ids, rows) in enumerate(zip(self.ids, self.rows))]
+
+
+class ShardClient:
+    def __init__(self, shards: list[Any], sharding: RowSharding, trainer: int, get=None):
+        """`shards`: the shard actors' handles (Ray), in shard order; `get`: ray.get (a parameter for tests)."""
+        import ray
+
+        self.shards, self.sharding, self.trainer = shards, sharding, trainer
+        self.get = get or ray.get
+
+    def pull(self, step: int, sparse: list[torch.Tensor]) -> PulledRows:
+        """The rows every (batch, tables) id tensor in `sparse` touches, for `step` (waits as the mode says)."""
+        every = torch.cat([s.reshape(-1, s.shape[-1]) for s in sparse]).cpu()
+        ids = [torch.unique(every[:, t]) for t in range(every.shape[1])]
+        splits = [self.sharding.split(i) for i in ids]  # [table][shard] -> (positions, local ids)
+        calls = [shard.pull.remote(self.trainer, step, [splits[t][s][1] for t in range(len(ids))])
+                 for s, shard in enumerate(self.shards)]
+        answers = self.get(calls)
+        staleness = max((stale for _, stale in answers), default=0)
+        rows = []
+        for t, table_ids in enumerate(ids):
+            dim = answers[0][0][t].shape[1]
+            whole = torch.empty(len(table_ids), dim)
+            for s, (shard_rows, _) in enumerate(answers):
+                whole[splits[t][s][0]] = shard_rows[t]
+            rows.append(whole.requires_grad_(True))
+        return PulledRows(ids, rows, staleness)
+
+    def push(self, step: int, pulled: PulledRows, lr: float) -> int:
+        """The gradients the step's backward left on the pulled rows, each to its shard; the rows pushed."""
+        per_shard: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in self.shards]
+        for ids, rows in zip(pulled.ids, pulled.rows):
+            grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
+            for s, (positions, local) in enumerate(self.sharding.split(ids)):
+                per_shard[s].append((local, grad[positions].detach()))
+        calls = [shard.push.remote(self.trainer, step, grads, lr) for shard, grads in zip(self.shards, per_shard)]
+        return sum(self.get(calls))

@@ -1,0 +1,148 @@
+"""Training model 'dlrm' with its embedding tables on parameter-server shards (`parallel.parameter_server`).
+
+Each trainer rank keeps the dense part (bottom and top MLPs) under DDP, all-reduced as in plain data
+parallelism, and pulls from the shards only the embedding rows its step's micro-batches touch; the
+gradients the backward leaves on those rows are pushed back, and the shards update them. Why the dense part
+stays all-reduced: it is small and every sample touches all of it, so a server would receive the whole of it
+from every trainer every step (the all-reduce moves about the same bytes without a hot spot), while an
+embedding table is large and a batch touches few of its rows, which is where a server saves traffic.
+
+Rank 0 starts the shards (named with a token the ranks agree on) so they are owned by a rank's actor and end
+with the job's ranks; the other ranks look them up by name. A checkpoint holds the shards' state beside the
+model's (rank 0 writes it after every trainer's push of the step is in), and a restart restores it."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from workers.model_io import samples_in, to_device
+from workers.models.dlrm import DLRM
+from workers.parallel.base import ForwardBackward, LossFn, StrategyContext, adamw, local_clip_grad_norm
+from workers.parallel.compression import register_comm_hook
+from workers.parallel.parallelize import data_parallel_mesh
+from workers.parallel.parameter_server.server import ParameterServer
+from workers.parallel.parameter_server.sharding import RowSharding
+from workers.parallel.replicas import ReplicaGroup, replicated_over
+from workers.storage import Storage
+from workers.training.lr_schedule import lr_at
+
+SAVED = "parameter_server/step-{step:08d}.pt"  # in the job's storage, beside checkpoints/
+
+
+class ParameterServerStrategy:
+    name = "parameter_server"
+
+    def __init__(self) -> None:
+        self.server: ParameterServer | None = None
+        self.step = 0  # the next step this trainer pulls for
+        self.staleness: int | None = None
+        self.rows_moved = 0
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        if not isinstance(model, DLRM):
+            raise TypeError("parallel.parameter_server trains model 'dlrm' (the spec rules allow no other)")
+        ps = ctx.spec.parallel.parameter_server
+        assert ps is not None
+        for table in model.embedding_tables():  # the shards train the rows; this copy is the checkpoint's view
+            table.weight.requires_grad_(False)
+        tokens: list = [None] * ctx.world_size
+        ctx.control.all_gather_object(tokens, uuid.uuid4().hex)
+        name = f"trainyard-ps-{tokens[0]}"
+        if ctx.rank == 0:
+            import ray
+
+            # In the job's placement group (the rank actors' own), dealt over its bundles: on the job's nodes.
+            self.server = ParameterServer.start([t.weight.detach() for t in model.embedding_tables()], ps,
+                                                ctx.spec.dp, name=name, weight_decay=ctx.spec.train.weight_decay,
+                                                placement_group=ray.util.get_current_placement_group())
+        ctx.control.barrier()
+        if ctx.rank != 0:
+            import ray
+
+            handles = [ray.get_actor(f"{name}-shard-{i}") for i in range(ps.shards)]
+            self.server = ParameterServer(handles, RowSharding(ps.shards))
+        self.client = self.server.client(ctx.spec.dims.coordinates(ctx.rank)["dp"])  # type: ignore[union-attr]
+        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        ddp = DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
+        register_comm_hook(ddp, ctx)  # the dense all-reduce metered as DDP's (comm_bytes_per_step counts it)
+        return ddp
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        return adamw([p for p in wrapped.parameters() if p.requires_grad], ctx.spec)
+
+    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
+                         ctx: StrategyContext) -> ForwardBackward:
+        rows = self.client.pull(self.step, [inputs["sparse"] for inputs, _ in micro])
+        self.staleness = rows.staleness
+        loss_sum, samples = 0.0, 0
+        for i, batch in enumerate(micro):
+            inputs, targets = to_device(batch, ctx.device)
+            assert isinstance(inputs, dict)
+            looked_up = [r.to(ctx.device) for r in rows.lookup(inputs["sparse"].cpu())]
+            with wrapped.no_sync() if i < len(micro) - 1 else contextlib.nullcontext():  # type: ignore[operator]
+                loss = loss_fn(wrapped(dense=inputs["dense"], sparse=inputs["sparse"], rows=looked_up),
+                               targets) / len(micro)
+                loss.backward()
+            loss_sum += loss.item()
+            samples += samples_in(inputs)
+        pushed = self.client.push(self.step, rows, lr_at(ctx.spec.train, self.step))
+        dim = rows.rows[0].shape[1] if rows.rows else 0
+        self.rows_moved = 2 * pushed  # each row pulled once and its gradient pushed once
+        ctx.comm.logical_bytes += self.rows_moved * dim * 4
+        self.step += 1
+        return ForwardBackward(loss_sum, samples, 0)
+
+    def step_report(self) -> dict:
+        """What a step record adds: the staleness its rows had when pulled, and the rows that travelled."""
+        return {"ps_staleness": self.staleness, "ps_rows": self.rows_moved}
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        return local_clip_grad_norm(wrapped, max_norm)  # the dense part's: the shards clip nothing
+
+    def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        dense = [p for p in wrapped.parameters() if p.requires_grad]
+        return replicated_over(data_parallel_mesh(ctx), dense)
+
+    # --- the shards' state, with the job's checkpoints and export -------------------------------------
+
+    def _copy_tables_into(self, wrapped: nn.Module) -> None:
+        assert self.server is not None
+        model = wrapped.module if isinstance(wrapped, DistributedDataParallel) else wrapped
+        assert isinstance(model, DLRM)
+        with torch.no_grad():
+            for table, rows in zip(model.embedding_tables(), self.server.tables()):
+                table.weight.copy_(rows)
+
+    def before_save(self, wrapped: nn.Module, storage: Storage, step: int, rank: int, control) -> None:
+        """Every trainer's push of `step` is in (a barrier); rank 0 writes the shards' state; every rank's
+        model gets the current tables, so the checkpoint's model is whole too."""
+        control.barrier()
+        self._copy_tables_into(wrapped)
+        if rank == 0:
+            assert self.server is not None
+            storage.write_bytes(SAVED.format(step=step), self.server.save())
+        control.barrier()
+
+    def after_load(self, storage: Storage, step: int, rank: int, control) -> None:
+        """Resumed from the checkpoint of `step`: the shards get the state saved with it."""
+        if rank == 0:
+            assert self.server is not None
+            self.server.restore(storage.read_bytes(SAVED.format(step=step)))
+        self.step = step
+        control.barrier()
+
+    def evaluation_model(self, wrapped: nn.Module) -> nn.Module:
+        """Validation looks rows up in the model's own tables: they get the shards' rows first."""
+        self._copy_tables_into(wrapped)
+        return wrapped
+
+    def full_model_state(self, wrapped: nn.Module) -> dict[str, torch.Tensor]:
+        from workers.checkpointing import full_model_state
+
+        self._copy_tables_into(wrapped)
+        return full_model_state(wrapped)
