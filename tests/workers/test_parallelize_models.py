@@ -158,7 +158,8 @@ def _replicate_reducer_case(rank, world, port, queue, spec_data):
 
     _init(rank, world, port)
     out = {}
-    for name, parallel in (("dp2", {}), ("tp2", {"tp": 2})):
+    for name, parallel in (("dp2", {}), ("tp2", {"tp": 2}), ("zero2", {"zero": 2}),
+                           ("local_sgd", {"local_sgd": {"period": 2}})):
         spec = parse_spec({**spec_data, "resources": {"workers": 2}, "parallel": parallel})
         ctx = StrategyContext(spec, rank, world, build_mesh(spec.dims, "cpu"), torch.device("cpu"), CommMeter(),
                               ControlGroups())
@@ -174,3 +175,4 @@ def test_the_replicate_step_picks_its_reducer_by_the_parameters_type():
     out = _spawn(_replicate_reducer_case, GPT_SPEC)
     assert out["dp2"] == ("DDPReducer", "DistributedDataParallel"), out  # plain tensors: DDP with its hook
     assert out["tp2"][0] == "LocalGradientAllReduce" and out["tp2"][1] != "DistributedDataParallel", out  # DTensors
+    assert out["zero2"][0] == "ShardedOptimizerReduce" and out["local_sgd"][0] == "PeriodicAverage", out  # by kind

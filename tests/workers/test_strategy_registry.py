@@ -26,8 +26,9 @@ LAYOUTS = [
 ]
 
 
-# Plain data parallelism and dp x tp are one strategy, the replicate data-parallel step, under their layout names.
-REPLICATED = ("ddp", "tp")
+# Plain data parallelism, dp x tp, ZeRO-1/2 and local SGD are one strategy, the replicate data-parallel step, under
+# their layout names.
+REPLICATED = ("ddp", "tp", "zero", "local_sgd")
 
 
 @pytest.mark.parametrize(("overrides", "name"), LAYOUTS)
@@ -39,8 +40,8 @@ def test_each_layout_selects_its_strategy(overrides, name):
     assert type(registry.build_strategy(spec)).name == expected
 
 
-def test_ddp_and_tp_run_the_replicate_step():
-    assert registry.STRATEGIES["ddp"] is registry.STRATEGIES["tp"] is ReplicateStep
+def test_ddp_tp_zero_and_local_sgd_run_the_replicate_step():
+    assert {registry.STRATEGIES[name] for name in REPLICATED} == {ReplicateStep}
     assert [s for s in registry.STRATEGIES.values() if s.name in REPLICATED] == []  # no whole-layout classes left
 
 

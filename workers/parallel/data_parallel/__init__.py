@@ -2,7 +2,9 @@
 from the spec's DataParallelOptions (workers/parallel/layouts/data_parallel_options.py).
 
 step.py      the step's interface and `apply_data_parallel`, by the options' kind
-replicate.py the replicate step (plain data parallelism, and dp over tensor-parallel shards)
+replicate.py the replicate step (plain data parallelism, dp over tensor-parallel shards, ZeRO-1/2, local SGD)
 reducers.py  how the replicate step reduces gradients: DDP, or an all-reduce of local DTensor pieces
+sharded_optimizer.py  ZeRO-1/2: the sharded AdamW reduces (workers/parallel/zero_optimizer.py)
+local_sgd.py no per-step gradient sync: parameters averaged every period
 
-ZeRO-1/2, FSDP2/HSDP, local SGD and SDP still run as whole strategies (workers/parallel/registry.py)."""
+FSDP2/HSDP and SDP still run as whole strategies (workers/parallel/registry.py)."""

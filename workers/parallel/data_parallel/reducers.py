@@ -1,6 +1,7 @@
-"""How the replicate step reduces gradients over its group, picked by the parameters' type: DDP (with its
-communication hook, workers/parallel/compression.py) where they are plain tensors, or one all-reduce of each
-gradient's local piece where tensor parallelism made them DTensors (DDP does not take DTensors)."""
+"""How the replicate step reduces gradients over its group. ZeRO-1/2 (sharded_optimizer.py) and local SGD
+(local_sgd.py) by the options' kind; otherwise by the parameters' type: DDP (with its communication hook,
+workers/parallel/compression.py) where they are plain tensors, or one all-reduce of each gradient's local
+piece where tensor parallelism made them DTensors (DDP does not take DTensors)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from workers.parallel.base import StrategyContext, local_clip_grad_norm
+from workers.parallel.base import StrategyContext, adamw, local_clip_grad_norm
 from workers.parallel.common import global_grad_norm_clip, reduce_partial_grads
 from workers.parallel.compression import hooks_off_the_autograd_thread, register_comm_hook
 from workers.parallel.expert_parallel import sharded_experts
+from workers.parallel.layouts.data_parallel_options import DataParallelOptions
 from workers.parallel.parallelize import data_parallel_mesh
 
 
@@ -26,6 +28,9 @@ class GradientReducer(Protocol):
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         """The module the rank trains (the model itself where nothing wraps it)."""
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        """The optimiser (ZeRO's shards its state and reduces; local SGD's averages the parameters)."""
 
     def no_sync(self, wrapped: nn.Module) -> AbstractContextManager:
         """Around every micro-batch but the last: no reduction there."""
@@ -36,9 +41,21 @@ class GradientReducer(Protocol):
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         """Clip by the global gradient norm and return it."""
 
+    def replicas_identical(self) -> bool:
+        """Whether the group's replicas hold the same parameters now (local SGD: only right after an average)."""
 
-def reducer_for(model: nn.Module) -> GradientReducer:
-    """DTensor parameters (tensor parallelism) outside the expert shards: the local all-reduce; else DDP."""
+
+def reducer_for(model: nn.Module, options: DataParallelOptions) -> GradientReducer:
+    """ZeRO-1/2 and local SGD by kind; then DTensor parameters (tensor parallelism) outside the expert shards:
+    the local all-reduce; else DDP."""
+    from workers.parallel.data_parallel.local_sgd import PeriodicAverage  # they import this module's protocol
+    from workers.parallel.data_parallel.sharded_optimizer import ShardedOptimizerReduce
+
+    if options.kind in ("zero1", "zero2"):
+        return ShardedOptimizerReduce(stage=1 if options.kind == "zero1" else 2, offload=options.offload_optimizer)
+    if options.kind == "local_sgd":
+        assert options.local_sgd_period is not None
+        return PeriodicAverage(options.local_sgd_period)
     experts = {id(p) for p in sharded_experts(model)}
     if any(isinstance(p, DTensor) for p in model.parameters() if id(p) not in experts):
         return LocalGradientAllReduce()
@@ -67,6 +84,9 @@ class DDPReducer:
         register_comm_hook(ddp, ctx)  # plain, fp16/bf16-compressed or PowerSGD (parallel.compression)
         return ddp
 
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        return adamw(wrapped.parameters(), ctx.spec)
+
     def no_sync(self, wrapped: nn.Module) -> AbstractContextManager:
         assert isinstance(wrapped, DistributedDataParallel)
         return wrapped.no_sync()
@@ -79,6 +99,9 @@ class DDPReducer:
             return global_grad_norm_clip(wrapped, max_norm)
         return local_clip_grad_norm(wrapped, max_norm)
 
+    def replicas_identical(self) -> bool:
+        return True
+
 
 class LocalGradientAllReduce:
     """Tensor-parallel parameters: partial gradients reduced over tp, then each local piece averaged over the
@@ -89,6 +112,9 @@ class LocalGradientAllReduce:
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         return model
 
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        return adamw(wrapped.parameters(), ctx.spec)
+
     def no_sync(self, wrapped: nn.Module) -> AbstractContextManager:
         return contextlib.nullcontext()
 
@@ -98,6 +124,9 @@ class LocalGradientAllReduce:
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         return global_grad_norm_clip(wrapped, max_norm)
+
+    def replicas_identical(self) -> bool:
+        return True
 
 
 @torch.no_grad()

@@ -1,8 +1,9 @@
 """The replicate step: every rank of the data-parallel (x cp) group holds the same parameters (whole, or the
 same tensor-parallel shards) and averages its gradients over the group once per step. Plain data
-parallelism (layout "ddp", with parallel.compression as DDP's hook) and dp x tp (layout "tp") are this one
-step: its reducer follows the parameters' type (reducers.py). Expert shards (parallel.ep) are reduced
-beside it, over the ranks that hold the same shard."""
+parallelism (layout "ddp", with parallel.compression as DDP's hook), dp x tp (layout "tp"), ZeRO-1/2 (layout
+"zero": the sharded optimizer reduces) and local SGD (layout "local_sgd": no per-step gradient sync) are this
+one step with its options; its reducer follows the options' kind and the parameters' type (reducers.py).
+Expert shards (parallel.ep) are reduced beside it, over the ranks that hold the same shard."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import contextlib
 import torch
 from torch import nn
 
-from workers.parallel.base import ForwardBackward, LossFn, StrategyContext, accumulate, adamw
+from workers.parallel.base import ForwardBackward, LossFn, StrategyContext, accumulate
 from workers.parallel.common import precision
 from workers.parallel.data_parallel.reducers import GradientReducer, reducer_for
 from workers.parallel.expert_parallel import reduce_expert_grads, sharded_experts, take_step_bytes
@@ -29,22 +30,22 @@ class ReplicateStep:
         self.reducer: GradientReducer | None = None
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
-        """`parallelize`, then this step: the registry's strategy for layouts "ddp" and "tp"."""
+        """`parallelize`, then this step: the registry's strategy for layouts "ddp", "tp", "zero", "local_sgd"."""
         return self.apply(parallelize(model, ctx), ctx)
 
     def apply(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         self.options = self.options or DataParallelOptions.of(ctx.spec)
-        assert self.options.kind == "replicate", self.options.kind
-        self.reducer = reducer_for(model)
+        self.reducer = reducer_for(model, self.options)
         return self.reducer.wrap(model, ctx)
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
-        return adamw(wrapped.parameters(), ctx.spec)
+        return self._reducer().build_optimizer(wrapped, ctx)
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
                          ctx: StrategyContext) -> ForwardBackward:
         reducer = self._reducer()
-        # The local all-reduce's collectives are metered here; DDP's hook meters its own.
+        # The local all-reduce's collectives are metered here; DDP's hook, ZeRO's optimizer and local SGD's
+        # averages meter their own.
         with contextlib.nullcontext() if reducer.meters_itself else metered(ctx.comm):
             with precision(ctx):
                 fb = accumulate(wrapped, micro, loss_fn, ctx, lambda: reducer.no_sync(wrapped))
@@ -57,6 +58,8 @@ class ReplicateStep:
         return self._reducer().clip_grad_norm(wrapped, max_norm)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        if not self._reducer().replicas_identical():
+            return []
         experts = sharded_experts(wrapped)
         ids = {id(p) for p in experts}
         shared = [p for p in wrapped.parameters() if id(p) not in ids]

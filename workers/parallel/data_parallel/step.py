@@ -20,7 +20,8 @@ class DataParallelStep(Strategy, Protocol):
 
 
 # The step of each kind built so far; the other kinds still run as whole strategies (registry.py).
-STEPS: dict[DataParallelKind, Callable[[DataParallelOptions], DataParallelStep]] = {"replicate": ReplicateStep}
+STEPS: dict[DataParallelKind, Callable[[DataParallelOptions], DataParallelStep]] = dict.fromkeys(
+    ("replicate", "zero1", "zero2", "local_sgd"), ReplicateStep)
 
 
 def apply_data_parallel(model: nn.Module, ctx: StrategyContext,
