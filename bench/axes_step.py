@@ -1,6 +1,6 @@
 """One training step the way the job runs it, on a spawned gloo rank, for bench/long_context.py and
 bench/moe.py: the spec through `parse_spec`, the model from `build_model`, the one mesh (`build_mesh`),
-`DDPStrategy.wrap` (which applies `parallelize`: tp -> cp -> ep -> activation checkpointing),
+`ReplicateStep.wrap` (which applies `parallelize`: tp -> cp -> ep -> activation checkpointing),
 `forward_backward` (sequence sharding under cp, the expert all-reduce under ep), `clip_grad_norm`, the AdamW
 update, and the per-rank step peak measured by the product's own `StepMemory` (workers/step_memory.py,
 the same StorageTracker the job's step records carry on CPU), with the update inside `updating()` as
@@ -60,7 +60,7 @@ class RankJob:
         from workers.models.moe_loss import with_aux_loss
         from workers.parallel import StrategyContext
         from workers.parallel.control_group import ControlGroups
-        from workers.parallel.ddp import DDPStrategy
+        from workers.parallel.data_parallel.replicate import ReplicateStep
         from workers.parallel.mesh import build_mesh
         from workers.spec_loading import parse_spec
         from workers.step_memory import StepMemory
@@ -71,7 +71,7 @@ class RankJob:
         self.rank, self.world = rank, world
         self.device = torch.device("cpu")
         self.mesh = build_mesh(spec.dims, "cpu")
-        self.strategy = DDPStrategy()
+        self.strategy = ReplicateStep()
         self.ctx = StrategyContext(spec, rank, world, self.mesh, self.device, CommMeter(), ControlGroups())
         self.model = self.strategy.wrap(build_model(spec), self.ctx)
         base = with_aux_loss(cross_entropy, self.model)  # + the MoE load-balancing loss, as the trainer

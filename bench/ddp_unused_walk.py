@@ -1,4 +1,4 @@
-"""What DDP's find_unused_parameters=True (workers/parallel/ddp.py: one bucket layout for every step,
+"""What DDP's find_unused_parameters=True (workers/parallel/data_parallel/reducers.py: one bucket layout for every step,
 so a resumed attempt sums gradients in the same order) costs a step, against the default, in one run.
 
     .venv/bin/python bench/ddp_unused_walk.py [--ranks 2] [--steps 30] [--rounds 3]

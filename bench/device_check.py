@@ -52,7 +52,7 @@ import torch  # noqa: E402
 from bench.device_cases import build, matrix, restart_pair  # noqa: E402
 from bench.device_checkpoint import checkpoint_row  # noqa: E402
 from bench.device_throughput import throughput_row  # noqa: E402
-from workers.parallel.registry import strategy_class  # noqa: E402
+from workers.parallel.layouts import strategy_name  # noqa: E402
 from workers.runtime.local_ranks import run_jobs  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def rows(specs, results, reference=None) -> list[list[str]]:
         ref = (reference or {}).get(name, [{}])[0]
         ref_loss = ref.get("losses", [None])[-1] if ref.get("losses") else None
         diff = abs(loss - ref_loss) if loss is not None and ref_loss is not None else None
-        table.append([name, strategy_class(spec).name, r.get("state", "?"), _f(loss), _f(ref_loss), _f(diff),
+        table.append([name, strategy_name(spec), r.get("state", "?"), _f(loss), _f(ref_loss), _f(diff),
                       str(len(r.get("violations", []))), (r.get("error") or "")[:60]])
     return table
 

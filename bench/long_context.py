@@ -10,7 +10,7 @@ Run from the repository root (about 1-2 minutes on a 2-core host with the defaul
 The built-in GPT (d_model 64, 2 layers, 4 heads, vocab 256, dropout 0), micro-batch 1, global batch 1:
 one sequence per step, split over the cp ranks (DDP over dp x cp = cp ranks, dp 1), on spawned gloo
 ranks (no Ray), one intra-op thread each. Each (cp, sequence length) builds the job afresh (parse_spec,
-build_model, DDPStrategy.wrap -> parallelize -> context parallelism) and runs the job's step
+build_model, ReplicateStep.wrap -> parallelize -> context parallelism) and runs the job's step
 (bench/axes_step.py): forward_backward (the rank's two load-balanced chunks; ring attention), global-norm
 clipping, the AdamW update.
 

@@ -9,7 +9,7 @@ Run from the repository root (about 1 minute on a 2-core host with the defaults)
 The built-in GPT with model.moe {experts 8, top_k 2} (d_model 64, 2 layers, 4 heads, no capacity limit),
 4 spawned gloo ranks (no Ray), one intra-op thread each, DDP over dp 4 (the ep groups are consecutive
 ranks inside dp: ParallelDims' (dp_mod_ep, ep)). Each ep builds the job (parse_spec, build_model,
-DDPStrategy.wrap -> parallelize -> expert parallelism) and runs the job's step (bench/axes_step.py):
+ReplicateStep.wrap -> parallelize -> expert parallelism) and runs the job's step (bench/axes_step.py):
 forward_backward with the MoE load-balancing loss (with_aux_loss, as the trainer), the expert-gradient
 all-reduce over dp_mod_ep, global-norm clipping, the AdamW update. Every ep sees the same batches and
 starts from the same weights, so the routing is the same: only where the experts run changes.

@@ -75,7 +75,7 @@ def test_sixteen_ranks_survive_a_slow_rank_a_dead_leader_and_a_crash(faults_run)
 @pytest.mark.exhaustive
 # Was strict-xfail: at 3+ ranks a resumed attempt's first step all-reduced in DDP's first-iteration
 # bucket layout (its reducer rebuilt the buckets after each attempt's first step), another summation
-# order than the uninterrupted run's; DDP now keeps one layout (workers/parallel/ddp.py). The 4-rank
+# order than the uninterrupted run's; DDP now keeps one layout (workers/parallel/data_parallel/reducers.py). The 4-rank
 # case: tests/workers/test_four_rank_restart.py.
 def test_sixteen_ranks_end_bit_identical_after_their_restarts(faults_run):
     reference, faults = faults_run["reference"], faults_run["faults"]

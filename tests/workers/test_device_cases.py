@@ -12,7 +12,7 @@ from bench.device_cases import NEEDS_NCCL, matrix, restart_pair
 from bench.device_checkpoint import LLAMA_350M
 from bench.device_throughput import measure as measure_throughput
 from bench.device_throughput import trainyard_spec
-from workers.parallel.registry import strategy_class
+from workers.parallel.layouts import strategy_name
 from workers.spec_loading import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def test_every_gpu_configuration_is_valid_and_selects_its_strategy():
     for name, data in cases + restart_pair(20, gpu=True):
         spec = parse_spec(data, allow_fault_injection=True)
         strategy = name.split("-")[1]
-        assert strategy == "crash" or strategy == "twin" or strategy_class(spec).name == EXPECTED[strategy], name
+        assert strategy == "crash" or strategy == "twin" or strategy_name(spec) == EXPECTED[strategy], name
 
 
 def test_the_cpu_dry_run_leaves_out_only_what_needs_nccl():
@@ -60,5 +60,5 @@ def test_the_throughput_row_trains_the_same_model_both_ways(tmp_path):
 
 def test_the_gpu_throughput_job_is_a_valid_bf16_ddp_job_of_350m_parameters():
     spec = parse_spec(trainyard_spec(LLAMA_350M, 16, 2048, 25, gpu=True))
-    assert strategy_class(spec).name == "ddp" and spec.parallel.mixed_precision == "bf16"
+    assert strategy_name(spec) == "ddp" and spec.parallel.mixed_precision == "bf16"
     assert spec.train.global_batch_size == spec.train.micro_batch_size == 16 and spec.data.seq_len == 2048

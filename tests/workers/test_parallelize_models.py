@@ -119,7 +119,7 @@ def _ddp_buffers_case(rank, world, port, queue, spec_data):
     from workers.models import build_model
     from workers.parallel import StrategyContext
     from workers.parallel.control_group import ControlGroups
-    from workers.parallel.ddp import DDPStrategy
+    from workers.parallel.data_parallel.replicate import ReplicateStep
     from workers.parallel.mesh import build_mesh
     from workers.spec_loading import parse_spec
     from workers.telemetry import CommMeter
@@ -128,11 +128,11 @@ def _ddp_buffers_case(rank, world, port, queue, spec_data):
     spec = parse_spec({**spec_data, "resources": {"workers": 2}})
     mesh = build_mesh(spec.dims, "cpu")
     ctx = StrategyContext(spec, rank, world, mesh, torch.device("cpu"), CommMeter(), ControlGroups())
-    llama = DDPStrategy().wrap(build_model(spec), ctx)
+    llama = ReplicateStep().wrap(build_model(spec), ctx)
     normed = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
     # A model whose state-dict hook renames its keys: its running statistics are still trained buffers.
     normed._register_state_dict_hook(lambda module, state, prefix, local: {f"renamed.{k}": v for k, v in state.items()})
-    normed = DDPStrategy().wrap(normed, ctx)
+    normed = ReplicateStep().wrap(normed, ctx)
     if rank == 0:
         queue.put({"llama_buffers": sorted(n for n, _ in llama.module.named_buffers()),
                    "llama_syncs": llama.will_sync_module_buffers(),
@@ -145,3 +145,34 @@ def test_ddp_broadcasts_trained_buffers_but_not_those_each_rank_derives():
     assert out["llama_buffers"] == ["model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"], out
     assert out["llama_syncs"] is False, out  # rotary frequencies: no broadcast before every forward
     assert out["normed_syncs"] is True and out["normed_synced"] == 3, out  # BatchNorm's running stats still are
+
+
+def _replicate_reducer_case(rank, world, port, queue, spec_data):
+    from workers.models import build_model
+    from workers.parallel import StrategyContext
+    from workers.parallel.control_group import ControlGroups
+    from workers.parallel.data_parallel.replicate import ReplicateStep
+    from workers.parallel.mesh import build_mesh
+    from workers.spec_loading import parse_spec
+    from workers.telemetry import CommMeter
+
+    _init(rank, world, port)
+    out = {}
+    for name, parallel in (("dp2", {}), ("tp2", {"tp": 2}), ("zero2", {"zero": 2}),
+                           ("local_sgd", {"local_sgd": {"period": 2}})):
+        spec = parse_spec({**spec_data, "resources": {"workers": 2}, "parallel": parallel})
+        ctx = StrategyContext(spec, rank, world, build_mesh(spec.dims, "cpu"), torch.device("cpu"), CommMeter(),
+                              ControlGroups())
+        step = ReplicateStep()
+        wrapped = step.wrap(build_model(spec), ctx)
+        out[name] = (type(step.reducer).__name__, type(wrapped).__name__)
+    if rank == 0:
+        queue.put(out)
+    dist.destroy_process_group()
+
+
+def test_the_replicate_step_picks_its_reducer_by_the_parameters_type():
+    out = _spawn(_replicate_reducer_case, GPT_SPEC)
+    assert out["dp2"] == ("DDPReducer", "DistributedDataParallel"), out  # plain tensors: DDP with its hook
+    assert out["tp2"][0] == "LocalGradientAllReduce" and out["tp2"][1] != "DistributedDataParallel", out  # DTensors
+    assert out["zero2"][0] == "ShardedOptimizerReduce" and out["local_sgd"][0] == "PeriodicAverage", out  # by kind

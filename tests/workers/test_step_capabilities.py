@@ -14,6 +14,7 @@ from tests.helpers import tiny_spec
 from tests.workers.test_compatibility import ON, spec_with
 from workers.parallel.layouts import LAYOUTS, layout_of, step_capabilities
 from workers.parallel.layouts.compatibility import FEATURES, composes
+from workers.parallel.layouts.data_parallel_options import DataParallelOptions
 from workers.parallel.layouts.layout import StepCapabilities
 from workers.spec import SPEC_ERRORS, format_validation_error
 from workers.spec_loading import parse_spec
@@ -71,10 +72,11 @@ def _line_of(path: str, text: str) -> int:
 def test_every_layout_declares_whether_its_step_takes_uneven_shares(layout):
     spec = parse_spec(spec_with(*LAYOUT_FEATURES[layout.name]), allow_fault_injection=True)
     assert layout_of(spec) is layout
-    capabilities = layout.step(spec)
-    assert isinstance(capabilities, StepCapabilities)
+    capabilities = DataParallelOptions.of(spec).capabilities
+    assert isinstance(capabilities, StepCapabilities) and capabilities == step_capabilities(spec)
     assert capabilities.uneven_shares is (layout.name in ("ddp", "zero")), layout.name  # zero 1 (see zero2 below)
-    assert capabilities.uneven_shares or "parallel." in capabilities.why_not_uneven  # names the field that rules out
+    why = capabilities.why_not_uneven  # names the field (or the axis and its degree) that rules them out
+    assert capabilities.uneven_shares or "parallel." in why or "tp=2" in why
 
 
 LAYOUT_FEATURES = {"pipeline": ("pp",), "sdp": ("sdp",), "fsdp": ("fsdp",), "zero": ("zero1",), "tp": ("tp",),

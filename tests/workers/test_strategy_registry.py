@@ -8,6 +8,7 @@ import pytest
 from tests.fixtures.extra_strategy import ECHO, EchoStrategy
 from tests.helpers import spec_of
 from workers.parallel import layouts, registry
+from workers.parallel.data_parallel.replicate import ReplicateStep
 from workers.parallel.planner import estimate
 from workers.spec import SPEC_ERRORS, format_validation_error
 
@@ -25,11 +26,23 @@ LAYOUTS = [
 ]
 
 
+# Plain data parallelism, dp x tp, ZeRO-1/2 and local SGD are one strategy, the replicate data-parallel step, under
+# their layout names.
+REPLICATED = ("ddp", "tp", "zero", "local_sgd")
+
+
 @pytest.mark.parametrize(("overrides", "name"), LAYOUTS)
 def test_each_layout_selects_its_strategy(overrides, name):
     spec = spec_of(**{"model.n_layers": 2, **overrides})
-    assert registry.strategy_class(spec).name == name
-    assert type(registry.build_strategy(spec)).name == name
+    assert layouts.strategy_name(spec) == name  # what `trainyard run --json` reports as layout.strategy
+    expected = "replicate" if name in REPLICATED else name
+    assert registry.strategy_class(spec).name == expected
+    assert type(registry.build_strategy(spec)).name == expected
+
+
+def test_ddp_tp_zero_and_local_sgd_run_the_replicate_step():
+    assert {registry.STRATEGIES[name] for name in REPLICATED} == {ReplicateStep}
+    assert [s for s in registry.STRATEGIES.values() if s.name in REPLICATED] == []  # no whole-layout classes left
 
 
 def test_a_new_strategy_is_a_layout_and_a_strategy_with_a_line_in_each_table(monkeypatch):
@@ -38,7 +51,7 @@ def test_a_new_strategy_is_a_layout_and_a_strategy_with_a_line_in_each_table(mon
     spec = spec_of(name="echo-job", **{"resources.workers": 2})
     assert registry.strategy_class(spec).name == "echo"
     assert isinstance(registry.build_strategy(spec), EchoStrategy)
-    assert registry.strategy_class(spec_of(**{"resources.workers": 2})).name == "ddp"  # others unchanged
+    assert registry.strategy_class(spec_of(**{"resources.workers": 2})) is ReplicateStep  # others unchanged
     est = estimate(spec)  # its own cost
     assert est.strategy == "echo" and est.model_state_bytes_per_rank == 1 and est.comm_bytes_per_step == 2
     with pytest.raises(SPEC_ERRORS) as info:  # its own rule, refused by name like every other

@@ -39,7 +39,7 @@ SITES: dict[str, str] = {
     "workers.model_io:call_model": DATA,  # FSDP's all-gathers before a forward (evaluation)
     "workers.parallel.base:accumulate": DATA,  # FSDP / TP backward hooks under loss.backward()
     "workers.parallel.fsdp:fsdp_forward_backward": DATA,
-    "workers.parallel.ddp:DDPStrategy.wrap": DATA,  # DDP's initial parameter broadcast
+    "workers.parallel.data_parallel.reducers:DDPReducer.wrap": DATA,  # DDP's initial parameter broadcast
     "workers.parallel.compression:plain_hook": DATA,
     "workers.parallel.compression:_cast_hook.<locals>.hook": DATA,
     "workers.parallel.compression:powersgd_hook": DATA,
@@ -50,7 +50,7 @@ SITES: dict[str, str] = {
     "workers.parallel.zero_optimizer:ShardedAdamW._all_reduce_scalar_grads": DATA,
     "workers.parallel.zero_optimizer:ShardedAdamW.clip_grad_norm": DATA,
     "workers.parallel.zero_optimizer:ShardedAdamW._all_gather_params": DATA,
-    "workers.parallel.tensor_parallel:TensorParallelStrategy._average_over_dp": DATA,
+    "workers.parallel.data_parallel.reducers:average_over_dp": DATA,  # tp shards' local pieces over dp
     "workers.parallel.tensor_plan:apply_tensor_plan": DATA,  # distribute_tensor: rank 0's weights, scattered
     "workers.parallel.pipeline.strategy:PipelineStrategy.forward_backward": DATA,
     "workers.parallel.pipeline.stage_meter:StageMeter._timed_p2p.<locals>.timed": DATA,  # the schedule's p2p

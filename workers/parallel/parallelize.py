@@ -1,8 +1,8 @@
 """The parallelisms inside a data-parallel replica, applied in one fixed order (torchtitan's): tensor
 (+ Megatron sequence) parallel, then context parallel, then expert parallel, then activation
-checkpointing; the strategy's
-data-parallel step (DDP, ZeRO, FSDP2/HSDP, local SGD) wraps what this returns. Each is a plain function
-over the model's description and the job's one mesh."""
+checkpointing; the data-parallel step (workers/parallel/data_parallel/: replicate, with DDP or a local
+all-reduce; ZeRO, FSDP2/HSDP, local SGD still as strategies) wraps what this returns. Each is a plain
+function over the model's description and the job's one mesh."""
 
 from __future__ import annotations
 

@@ -1,23 +1,23 @@
 """The strategy registry: from the layout that runs a spec (workers/parallel/layouts/, torch-free: which
 layout, its rules, its cost) to the strategy that trains it, by name. Adding a strategy is one file and
-one line here, beside its layout's file and line in LAYOUTS (tests/workers/test_strategy_registry.py)."""
+one line here, beside its layout's file and line in LAYOUTS (tests/workers/test_strategy_registry.py).
+Layouts "ddp", "tp", "zero" and "local_sgd" are one strategy, the replicate data-parallel step with its options
+(workers/parallel/data_parallel/): the layout name stays, for reporting."""
 
 from __future__ import annotations
 
 from workers.parallel.base import Strategy
-from workers.parallel.ddp import DDPStrategy
+from workers.parallel.data_parallel.replicate import ReplicateStep
 from workers.parallel.fsdp import FSDPStrategy
 from workers.parallel.layouts import layout_of
-from workers.parallel.local_sgd import LocalSGDStrategy
 from workers.parallel.pipeline.strategy import PipelineStrategy
 from workers.parallel.sdp.strategy import SDPStrategy
-from workers.parallel.tensor_parallel import TensorParallelStrategy
-from workers.parallel.zero import ZeroStrategy
 from workers.spec import JobSpec
 
-REGISTRY: tuple[type[Strategy], ...] = (PipelineStrategy, SDPStrategy, FSDPStrategy, ZeroStrategy,
-                                        TensorParallelStrategy, LocalSGDStrategy, DDPStrategy)
-STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in REGISTRY}
+REGISTRY: tuple[type[Strategy], ...] = (PipelineStrategy, SDPStrategy, FSDPStrategy, ReplicateStep)
+# layout name -> the strategy that trains it
+STRATEGIES: dict[str, type[Strategy]] = {**{s.name: s for s in REGISTRY if s is not ReplicateStep},
+                                         **dict.fromkeys(("ddp", "tp", "zero", "local_sgd"), ReplicateStep)}
 
 
 def strategy_class(spec: JobSpec) -> type[Strategy]:

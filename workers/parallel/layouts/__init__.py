@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from workers.parallel.layouts import ddp, fsdp, local_sgd, pipeline, sdp, tensor, zero
 from workers.parallel.layouts.compatibility import compatibility_violations
 from workers.parallel.layouts.context import context_rules
+from workers.parallel.layouts.data_parallel_options import DataParallelOptions
 from workers.parallel.layouts.expert import expert_rules
 from workers.parallel.layouts.integrity import integrity_rules
 from workers.parallel.layouts.layout import Layout, StepCapabilities
@@ -30,15 +31,8 @@ def strategy_name(spec: JobSpec) -> str:
 
 
 def step_capabilities(spec: JobSpec) -> StepCapabilities:
-    """What the spec's data-parallel step can take. Uneven shares also need every other axis at 1: tp, cp
-    and ep ranks of one dp index must see the same samples, and a program's data is its own."""
-    p = spec.parallel
-    if spec.program is not None:
-        return StepCapabilities(why_not_uneven="a program's data is its own: Trainyard cannot re-split it")
-    if not p.tp == p.cp == p.ep == 1:
-        return StepCapabilities(why_not_uneven=f"the tp, cp and ep ranks of one data-parallel index must see the "
-                                               f"same samples (tp={p.tp}, cp={p.cp}, ep={p.ep})")
-    return layout_of(spec).step(spec)
+    """What the spec's data-parallel step can take (its options' own answer)."""
+    return DataParallelOptions.of(spec).capabilities
 
 
 def step_need_violations(spec: JobSpec) -> Iterator[Violation]:

@@ -105,7 +105,7 @@ def expert_parallel_comm_bytes(spec: JobSpec, f) -> float:
 
 def expert_shard_params(spec: JobSpec, facts) -> float:
     """Expert parameters per rank that DDP leaves out under ep: their gradients are all-reduced only across
-    the dp / ep ranks holding the same shard (workers/parallel/ddp.py, reduce_expert_grads)."""
+    the dp / ep ranks holding the same shard (workers/parallel/data_parallel/replicate.py, reduce_expert_grads)."""
     ep = spec.parallel.ep
     return getattr(facts, "expert_params", 0) / ep if ep > 1 else 0.0
 

@@ -12,7 +12,7 @@ from workers.parallel.layouts.accounting import (
     params_per_rank,
     ring,
 )
-from workers.parallel.layouts.layout import UNEVEN_SHARES, Layout
+from workers.parallel.layouts.layout import Layout
 from workers.spec import JobSpec, Violation
 
 
@@ -46,5 +46,4 @@ def cost(spec: JobSpec, facts) -> LayoutCost:
 
 
 # the last resort
-# one gradient all-reduce per step, each rank's gradient weighted by its samples: shares may be uneven
-LAYOUT = Layout("ddp", lambda spec: True, compression_rules, cost, lambda spec: UNEVEN_SHARES)
+LAYOUT = Layout("ddp", lambda spec: True, compression_rules, cost)

@@ -13,7 +13,7 @@ from workers.parallel.layouts.accounting import (
     params_per_rank,
     ring,
 )
-from workers.parallel.layouts.layout import Layout, even_shares_only
+from workers.parallel.layouts.layout import Layout
 from workers.spec import JobSpec, Violation
 
 
@@ -57,8 +57,4 @@ def cost(spec: JobSpec, facts) -> LayoutCost:
 
 
 # zero 3, FSDP x TP, HSDP
-# FSDP all-gathers parameters for every micro-batch: a rank with fewer micro-batches would reach the
-# gradient reduce-scatter while its peers still gather (mismatched collectives).
-LAYOUT = Layout("fsdp", lambda spec: spec.parallel.zero == 3, fsdp_rules, cost, even_shares_only(
-    "parallel.zero 3 (FSDP) all-gathers parameters for every micro-batch, so uneven micro-batch counts per rank "
-    "would desynchronise its collectives; zero 0 or 1 takes them (zero={p.zero})"))
+LAYOUT = Layout("fsdp", lambda spec: spec.parallel.zero == 3, fsdp_rules, cost)

@@ -1,5 +1,6 @@
-"""A layout as data: its name, which specs it runs, its options' rules, its cost and what its data-parallel
-step can take, all torch-free. The strategy that runs it (workers/parallel/registry.py) is found by the name."""
+"""A layout as data: its name, which specs it runs, its options' rules and its cost, all torch-free. The
+strategy that runs it (workers/parallel/registry.py) is found by the name; what its data-parallel step can
+take is the step's own (data_parallel_options.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from workers.spec import JobSpec, Violation
 
 @dataclass(frozen=True)
 class StepCapabilities:
-    """What a spec's data-parallel step can take, as typed facts (workers/parallel/layouts/__init__.py). The
+    """What a spec's data-parallel step can take, as typed facts (data_parallel_options.py). The
     supervisor's straggler policies act on them and the spec rules ask them; no layout reads a policy name."""
 
     uneven_shares: bool = False  # samples per dp rank may differ, and change between steps
@@ -24,18 +25,9 @@ class StepCapabilities:
 UNEVEN_SHARES = StepCapabilities(uneven_shares=True, why_not_uneven="")
 
 
-def even_shares_only(why: str) -> Callable[[JobSpec], StepCapabilities]:
-    """A layout whose step needs the same micro-batch count on every dp rank, and the reason why."""
-    return lambda spec: StepCapabilities(why_not_uneven=why.format(p=spec.parallel))
-
-
 @dataclass(frozen=True)
 class Layout:
     name: str
     selects: Callable[[JobSpec], bool]  # asked in LAYOUTS order: the first that selects a spec runs it
     rules: Callable[[JobSpec], Iterator[Violation]]  # checked on every spec: an option may be set elsewhere
     cost: Callable[[JobSpec, Any], LayoutCost]  # (spec, the planner's ModelFacts)
-    # What its data-parallel step can take. Uneven shares (data-parallel ranks running different micro-batch
-    # counts in one step) only where the step reduces gradients once per step, weighting each rank by its
-    # samples.
-    step: Callable[[JobSpec], StepCapabilities] = even_shares_only("its collectives would not match")

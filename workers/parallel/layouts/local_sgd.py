@@ -10,7 +10,7 @@ from workers.parallel.layouts.accounting import (
     params_per_rank,
     ring,
 )
-from workers.parallel.layouts.layout import Layout, even_shares_only
+from workers.parallel.layouts.layout import Layout
 from workers.spec import JobSpec, Violation
 
 
@@ -36,5 +36,4 @@ def cost(spec: JobSpec, facts) -> LayoutCost:
 
 
 # averaging every period steps
-LAYOUT = Layout("local_sgd", lambda spec: spec.parallel.local_sgd is not None, local_sgd_rules, cost, even_shares_only(
-    "parallel.local_sgd averages the parameters of whole replicas, not gradients weighted by data shares"))
+LAYOUT = Layout("local_sgd", lambda spec: spec.parallel.local_sgd is not None, local_sgd_rules, cost)

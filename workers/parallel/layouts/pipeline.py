@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from workers.parallel.layouts.accounting import LayoutCost, ring
-from workers.parallel.layouts.layout import Layout, even_shares_only
+from workers.parallel.layouts.layout import Layout
 from workers.parallel.pipeline.memory import p2p_bytes, peak_rank, pipeline_peak, stage_params
 from workers.spec import (
     SINGLE_STAGE_SCHEDULES,
@@ -108,6 +108,4 @@ def cost(spec: JobSpec, facts) -> LayoutCost:  # replicated stages; the planner 
 
 
 # pp > 1 (x dp, x tp, x cp)
-LAYOUT = Layout("pipeline", lambda spec: spec.parallel.pp > 1, pipeline_errors, cost, even_shares_only(
-    "parallel.pp > 1 flushes the same micro-batch count through every stage; "
-    "parallel.pipeline.rebalance_threshold balances the stages (pp={p.pp})"))
+LAYOUT = Layout("pipeline", lambda spec: spec.parallel.pp > 1, pipeline_errors, cost)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from workers.parallel.layouts.accounting import (
     LayoutCost,
 )
-from workers.parallel.layouts.layout import Layout, even_shares_only
+from workers.parallel.layouts.layout import Layout
 from workers.parallel.sdp.feasibility import feasibility_error
 from workers.spec import (
     GPTModelSpec,
@@ -88,5 +88,4 @@ def cost(spec: JobSpec, facts) -> LayoutCost:  # subnetworks: bytes from the mas
 
 
 # parallel.sdp, also with zero 3 per subnetwork
-LAYOUT = Layout("sdp", lambda spec: spec.parallel.sdp is not None, sdp_errors, cost, even_shares_only(
-    "parallel.sdp averages gradients per holder set, not weighted by data shares"))
+LAYOUT = Layout("sdp", lambda spec: spec.parallel.sdp is not None, sdp_errors, cost)

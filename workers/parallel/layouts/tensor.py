@@ -10,7 +10,7 @@ from workers.parallel.layouts.accounting import (
     params_per_rank,
     ring,
 )
-from workers.parallel.layouts.layout import Layout, even_shares_only
+from workers.parallel.layouts.layout import Layout
 from workers.spec import GPTModelSpec, JobSpec, ModelStructure, Violation, sequence_length, structure_of
 
 
@@ -57,5 +57,4 @@ def cost(spec: JobSpec, facts) -> LayoutCost:
 
 
 # tp > 1 with zero 0 (DP x TP)
-LAYOUT = Layout("tp", lambda spec: spec.parallel.tp > 1, tensor_parallel_errors, cost, even_shares_only(
-    "parallel.tp > 1 needs every tensor-parallel rank of a replica to see the same samples (tp={p.tp})"))
+LAYOUT = Layout("tp", lambda spec: spec.parallel.tp > 1, tensor_parallel_errors, cost)

@@ -11,7 +11,7 @@ from workers.parallel.layouts.accounting import (
     params_per_rank,
     ring,
 )
-from workers.parallel.layouts.layout import UNEVEN_SHARES, Layout, StepCapabilities
+from workers.parallel.layouts.layout import Layout
 from workers.spec import JobSpec, Violation
 
 
@@ -38,13 +38,4 @@ def cost(spec: JobSpec, facts) -> LayoutCost:
 
 
 # zero 1/2 over dp
-def step(spec: JobSpec) -> StepCapabilities:
-    """ZeRO-1 reduces once per step; ZeRO-2 reduce-scatters buckets in every micro-batch (counts must match)."""
-    if spec.parallel.zero == 1:
-        return UNEVEN_SHARES
-    return StepCapabilities(why_not_uneven="parallel.zero 2 reduce-scatters gradients in every micro-batch, so "
-                                           "uneven micro-batch counts per rank would desynchronise its collectives; "
-                                           "zero 0 or 1 takes them (zero=2)")
-
-
-LAYOUT = Layout("zero", lambda spec: spec.parallel.zero in (1, 2), zero_rules, cost, step)
+LAYOUT = Layout("zero", lambda spec: spec.parallel.zero in (1, 2), zero_rules, cost)

@@ -1,4 +1,5 @@
-"""Local SGD: every rank steps on its own gradients; parameters are averaged every `period` steps.
+"""Local SGD as the replicate step without per-step gradient sync: every rank steps on its own gradients and
+the parameters are averaged every `period` steps.
 
 No gradient all-reduce at all: traffic is one parameter all-reduce per period,
 2(K-1)/K x parameter bytes / period per step on average. Between averages the
@@ -10,24 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+from contextlib import AbstractContextManager
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from workers.parallel.base import (
-    ForwardBackward,
-    LossFn,
-    StrategyContext,
-    accumulate,
-    local_clip_grad_norm,
-)
-from workers.parallel.common import (
-    average_in_place,
-    precision,
-)
-from workers.parallel.parallelize import parallelize
-from workers.parallel.replicas import ReplicaGroup, replicated_over
+from workers.parallel.base import StrategyContext, local_clip_grad_norm
+from workers.parallel.common import average_in_place
+from workers.parallel.control_group import ControlGroups
 from workers.telemetry import CommMeter
 
 
@@ -58,36 +50,42 @@ class LocalSGDAdamW(torch.optim.AdamW):
         average_in_place([p for g in self.param_groups for p in g["params"]], self.group, self.comm)
 
 
-class LocalSGDStrategy:
-    name = "local_sgd"
+class PeriodicAverage:
+    """No gradient reduction; the optimizer averages the parameters every `period` steps."""
+
+    meters_itself = True  # average_in_place meters the averages
+
+    def __init__(self, period: int) -> None:
+        self.period = period
+        self.optimizer: LocalSGDAdamW | None = None
+        self.control: ControlGroups | None = None
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         self.control = ctx.control
-        return parallelize(model, ctx)
+        return model
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
-        t, local_sgd = ctx.spec.train, ctx.spec.parallel.local_sgd
-        assert local_sgd is not None  # selects(): only for a spec with parallel.local_sgd
-        self.optimizer = LocalSGDAdamW(wrapped.parameters(), period=local_sgd.period,
-                                       total_steps=t.steps, comm=ctx.comm, lr=t.lr, weight_decay=t.weight_decay)
+        t = ctx.spec.train
+        self.optimizer = LocalSGDAdamW(wrapped.parameters(), period=self.period, total_steps=t.steps, comm=ctx.comm,
+                                       lr=t.lr, weight_decay=t.weight_decay)
         return self.optimizer
 
-    def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
-        # Between averages the replicas differ by design. A skipped step shifts the averaging schedule
-        # off the check's steps (AdamW counts updates); such a check waits for the next averaged step.
-        if not self.optimizer.in_sync:
-            return []
-        return replicated_over(ctx.mesh["dp"], wrapped.parameters())
+    def no_sync(self, wrapped: nn.Module) -> AbstractContextManager:
+        return contextlib.nullcontext()
 
-    def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
-                         ctx: StrategyContext) -> ForwardBackward:
-        with precision(ctx):
-            return accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)
+    def reduce(self, wrapped: nn.Module, ctx: StrategyContext) -> None:
+        pass  # the point: no per-step gradient sync
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         norm = local_clip_grad_norm(wrapped, max_norm)
         # Gradients are not synchronised here, so neither is "non-finite": the trainer skips the
         # update on a non-finite norm, and a rank that skipped would miss the parameter average
         # its peers enter (a deadlock). Every rank sees non-finite if any rank does.
+        assert self.control is not None, "wrap runs before the first step"
         bad = torch.tensor([0.0 if norm is None or math.isfinite(norm) else 1.0])  # a host flag: the CPU group
         return float("nan") if self.control.all_reduce(bad, op=dist.ReduceOp.MAX).item() else norm
+
+    def replicas_identical(self) -> bool:
+        # Between averages the replicas differ by design. A skipped step shifts the averaging schedule
+        # off the check's steps (AdamW counts updates); such a check waits for the next averaged step.
+        return self.optimizer is None or self.optimizer.in_sync
