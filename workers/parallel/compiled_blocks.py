@@ -34,6 +34,7 @@ def use_compile_cache(job_uri: str) -> Path:
     """Point inductor's caches at the job's directory; called in the rank's process before anything
     compiles. Inductor reads TORCHINDUCTOR_CACHE_DIR whenever it looks a cache up (the FX graph cache
     and the AOT autograd cache live under it); the two switches are config read at import, set here too."""
+    import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
     path = compile_cache_dir(job_uri)
@@ -42,7 +43,7 @@ def use_compile_cache(job_uri: str) -> Path:
     os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "1"
     os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "1"
     inductor_config.fx_graph_cache = True
-    inductor_config.autograd_cache = True
+    functorch_config.enable_autograd_cache = True
     return path
 
 
