@@ -61,7 +61,7 @@ def test_compiled_fsdp_trains_as_eager(ray_cluster, tmp_path):
 def test_a_restarted_rank_compiles_from_the_warm_cache(ray_cluster, tmp_path):
     from service.supervisor.run import JobRun
 
-    spec = spec_of(**BASE, **{"train.steps": 16, "checkpoint.every_steps": 5, "train.compile": True},
+    spec = spec_of(**{**BASE, "train.steps": 16, "checkpoint.every_steps": 5, "train.compile": True},
                    fault_injection=[{"at_step": 13, "rank": 1, "kind": "crash"}])
     job_dir = tmp_path / "faulty"
     cache = cache_of(job_dir)
