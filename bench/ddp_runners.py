@@ -111,14 +111,16 @@ def _free_port() -> int:
 
 
 def run_torchrun(spec, spec_file: Path, work: Path, tag: str, script: str = "torchrun_ddp.py",
-                 script_args: tuple[str, ...] = ()) -> dict:
+                 script_args: tuple[str, ...] = (), nproc: int = 2, env_extra: dict[str, str] | None = None) -> dict:
     """`torchrun --nproc-per-node 2 bench/<script>` (the DDP baseline, or bench/torchrun_hf.py with its args)."""
     out = work / tag
     torchrun = Path(sys.executable).parent / "torchrun"
-    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+    cmd = [str(torchrun), "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()),
            str(ROOT / "bench" / script), "--spec-json", str(spec_file), "--out", str(out), *script_args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::FutureWarning",
-           "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
+           "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p),
+           **(env_extra or {})}
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with open(out / "torchrun.log", "w") as log:

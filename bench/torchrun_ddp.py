@@ -52,6 +52,11 @@ def run_loop(spec_json: dict, rank: int, world_size: int, out_dir: str, phases: 
     batches = GlobalBatches(train_set, train.global_batch_size, train.seed)
     phases["data_loaded"] = time.time()
     model = build_model(spec)
+    if train.compile:  # as Trainyard's train.compile: each repeated block compiled in place, before DDP
+        from workers.models.description import describe_spec_model
+
+        for block in describe_spec_model(model, spec.model).blocks(model):
+            block.compile()
     phases["model_built"] = time.time()
     model = DistributedDataParallel(model, broadcast_buffers=False)
     phases["ddp_wrapped"] = time.time()

@@ -25,6 +25,7 @@ ON: dict[str, dict] = {
     "local_sgd": {"parallel.local_sgd": {"period": 2}}, "sdp": {"parallel.sdp": {"coverage": 0.75}},
     "activation_checkpointing": {"parallel.activation_checkpointing": True},
     "mixed_precision": {"parallel.mixed_precision": "bf16"},
+    "compile": {"train.compile": True},
     "rebalance": {"supervisor.straggler.policy": "rebalance"},
 }
 DEGREES = ("parallel.tp", "parallel.pp", "parallel.cp")

@@ -14,6 +14,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from workers.parallel.common import apply_activation_checkpointing, model_description
+from workers.parallel.compiled_blocks import compile_blocks
 from workers.parallel.context import apply_context_parallel, shard_sequence
 from workers.parallel.expert_parallel import apply_expert_parallel
 from workers.parallel.mesh import group_mesh
@@ -35,6 +36,7 @@ def parallelize(model: nn.Module, ctx) -> nn.Module:
     if dims.ep > 1:
         apply_expert_parallel(model, ctx.mesh["ep"])
     apply_activation_checkpointing(model, ctx)
+    compile_blocks(model, ctx)
     return model
 
 

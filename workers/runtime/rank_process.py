@@ -117,6 +117,10 @@ def start_trainer(start: RankStart, emit: Callable[[RankEvent], None] | None = N
         "nccl" if use_cuda else "gloo", init_method=f"tcp://{start.master_addr}:{start.master_port}",
         rank=start.rank, world_size=start.world_size, timeout=timedelta(seconds=start.timeout_s),
     )
+    if spec.train.compile:  # before anything compiles: a restarted rank on this node finds the job's cache
+        from workers.parallel.compiled_blocks import use_compile_cache
+
+        use_compile_cache(str(start.storage))
     reporter = ProgressReporter(start.rank, report_interval_s(spec.fault_tolerance.hang_timeout_s), emit)
     try:
         trainer = Trainer(spec, start.rank, start.world_size, device, start.storage, start.uneven, reporter)

@@ -70,6 +70,10 @@ class TrainSpec(Strict):
                                      "reports the AUC); model: the loss the model itself returns (batches that "
                                      "carry its labels)")
     init_from: str | None = Field(None, description="checkpoint directory or exported .safetensors to start from")
+    compile: bool = Field(False, description="torch.compile each repeated block in place (regional compilation, "
+                          "after tp/cp/ep and activation checkpointing, before the data-parallel step); parameter "
+                          "names and checkpoints stay the eager model's, and a restarted rank reuses the job's "
+                          "node-local compile cache. Not with parallel.tp or parallel.pp (docs/parallel.md)")
 
 
 

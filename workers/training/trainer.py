@@ -133,7 +133,10 @@ class Trainer:
         # before it is read again (workers/training/shard_integrity.py).
         self.held = HeldStateCheck(self.model, self.optimizer, rank, world_size, self.control_groups,
                                    enabled=bool(spec.fault_tolerance.integrity_check_every))
-        self.memory = StepMemory(self.model, self.optimizer, device)  # peak bytes during a step, per rank
+        # CPU's peak tracker is a TorchDispatchMode, under which compiled blocks run eager: a compiled job on
+        # CPU measures no per-step peak (CUDA's allocator counts it either way)
+        untracked = 0 if spec.train.compile and device.type != "cuda" else None
+        self.memory = StepMemory(self.model, self.optimizer, device, every=untracked, first=untracked)  # peak bytes
         self.checkpointer = checkpointing.Checkpointer(self.storage, spec.checkpoint.keep, rank)
         self.checkpointer.progress = (self.recovery or RecoveryState()).progress()
 

@@ -27,6 +27,7 @@ FEATURES: dict[str, tuple[str, Callable[[JobSpec], bool]]] = {
     "sdp": ("parallel.sdp", lambda s: s.parallel.sdp is not None),
     "activation_checkpointing": ("parallel.activation_checkpointing", lambda s: s.parallel.activation_checkpointing),
     "mixed_precision": ("parallel.mixed_precision", lambda s: s.parallel.mixed_precision != "fp32"),
+    "compile": ("train.compile", lambda s: s.train.compile),
     # the straggler policy that re-splits the batch: it needs a step that takes uneven shares
     "rebalance": ("supervisor.straggler.policy", lambda s: s.supervisor.straggler.needs_uneven_shares),
 }
@@ -38,6 +39,9 @@ _STAGES = "pipeline stages pass replicated fp32 activations and hold whole stage
 _SUBNETS = "each SDP worker trains its own subnetwork of whole blocks"
 _EP_DP = "expert shards are reduced beside the data-parallel step's gradients: DDP, FSDP and tp only so far"
 _CP_DP = "context-parallel ranks reduce gradients with data parallelism over dp x cp: DDP, FSDP/HSDP and tp so far"
+_METERED = ("tp's collectives are counted by a TorchDispatchMode, under which compiled blocks would silently run "
+            "eager")
+_UNCOMPILED = "its blocks are not built by parallelize, which compiles them"
 
 UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in {
     **{("compression", f): _DDP_HOOK for f in ("zero1", "zero2", "fsdp", "hsdp", "tp", "pp", "local_sgd", "sdp",
@@ -56,6 +60,8 @@ UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in 
     **{("ep", f): _EP_DP for f in ("zero1", "zero2", "pp", "cp", "compression", "local_sgd", "sdp", "rebalance")},
     ("ep", "hsdp"): "HSDP splits dp into replicate x shard, ep into dp_mod_ep x ep: the mesh splits it one way so far",
     ("ep", "sequence_parallel"): "tp ranks must route the same tokens: sequence parallelism splits them over tp",
+    ("compile", "tp"): _METERED,
+    **{("compile", f): f"{f}: {_UNCOMPILED}" for f in ("pp", "sdp")},
 }.items()}
 
 # Features that are one choice of the same field: never together.
@@ -66,7 +72,7 @@ REQUIRES: dict[str, tuple[str, ...]] = {"sequence_parallel": ("tp",)}
 # Pairs whose refusal comes from this table (the others are refused by the layouts' own rules, and
 # rebalance's by the data-parallel step's capabilities: layouts/__init__.step_need_violations), and the
 # feature whose field it names.
-NEW_AXES = ("ep", "cp")
+NEW_AXES = ("ep", "cp", "compile")
 REFUSED_HERE = frozenset(pair for pair in UNSUPPORTED if pair & set(NEW_AXES) and "rebalance" not in pair)
 
 
@@ -84,7 +90,15 @@ def compatibility_violations(spec: JobSpec) -> Iterator[Violation]:
             other = b if a == new else a
             field, other_field = FEATURES[new][0], FEATURES[other][0]
             yield Violation(field, f"{field} is not available with {other_field} ({other}): {UNSUPPORTED[pair]} "
-                                   f"({new}={getattr(spec.parallel, new)})")
+                                   f"({field}={_value(spec, field)})")
+
+
+def _value(spec: JobSpec, field: str) -> object:
+    """The spec's value at a dotted field (`parallel.cp`, `train.compile`)."""
+    value: object = spec
+    for part in field.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def composes(a: str, b: str) -> bool | None:
