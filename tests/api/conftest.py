@@ -5,11 +5,31 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from fastapi.testclient import TestClient
 
+from api.http.app import create_app
+from service.control import ControlPlane
+from service.db.engine import migrate
+from service.settings import Settings
 from tests.db_fixtures import BACKENDS, db_url, live_db_url, make_db_url, row_counter, sessions  # noqa: F401
-from tests.live import Server, drop_pg_schema
+from tests.live import ADMIN_TOKEN, Server, drop_pg_schema
 
 QUOTA = 5
+
+
+@pytest.fixture
+def client(tmp_path):
+    """The app on a migrated SQLite database with the admin's token, no Ray and no loops: what a submit
+    checks before anything runs (422s and what is stored)."""
+    settings = Settings(home=tmp_path, admin_token=ADMIN_TOKEN)
+    app = create_app(settings)
+    plane = ControlPlane(settings)
+    migrate(plane.engine)
+    plane.bootstrap_admin()
+    app.state.plane = plane  # no Ray and no loops: submit's own checks
+    yield TestClient(app, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    plane.writes.close()
+    plane.engine.dispose()
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

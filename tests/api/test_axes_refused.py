@@ -5,14 +5,8 @@ the compatibility table refuses."""
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.http.app import create_app
-from service.control import ControlPlane
-from service.db.engine import migrate
-from service.settings import Settings
 from tests.helpers import tiny_spec
-from tests.live import ADMIN_TOKEN
 
 MOE = {"model.moe": {"experts": 4, "top_k": 2}}
 CASES = [
@@ -26,19 +20,6 @@ CASES = [
     ({"resources.workers": 4, "parallel.ep": 2, "parallel.local_sgd": {"period": 2}, **MOE}, "parallel.ep",
      ["not available with parallel.local_sgd (local_sgd)"]),
 ]
-
-
-@pytest.fixture
-def client(tmp_path):
-    settings = Settings(home=tmp_path, admin_token=ADMIN_TOKEN)
-    app = create_app(settings)
-    plane = ControlPlane(settings)
-    migrate(plane.engine)
-    plane.bootstrap_admin()
-    app.state.plane = plane  # no Ray and no loops: submit's own checks
-    yield TestClient(app, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    plane.writes.close()
-    plane.engine.dispose()
 
 
 @pytest.mark.parametrize(("keys", "field", "words"), CASES, ids=[c[1] + str(i) for i, c in enumerate(CASES)])

@@ -5,33 +5,14 @@ parallelize does not build), storing nothing."""
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.http.app import create_app
-from service.control import ControlPlane
-from service.db.engine import migrate
-from service.settings import Settings
 from tests.helpers import spec_of, tiny_spec
-from tests.live import ADMIN_TOKEN
 
 BASE = {"model.n_layers": 2, "model.n_heads": 2, "resources.workers": 2}
 REFUSED = [
     ({"parallel.tp": 2}, ["not available with parallel.tp (tp)", "TorchDispatchMode"]),
     ({"parallel.pp": 2}, ["not available with parallel.pp (pp)", "not built by parallelize"]),
 ]
-
-
-@pytest.fixture
-def client(tmp_path):
-    settings = Settings(home=tmp_path, admin_token=ADMIN_TOKEN)
-    app = create_app(settings)
-    plane = ControlPlane(settings)
-    migrate(plane.engine)
-    plane.bootstrap_admin()
-    app.state.plane = plane  # no Ray and no loops: submit's own checks
-    yield TestClient(app, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    plane.writes.close()
-    plane.engine.dispose()
 
 
 def test_compile_is_off_by_default_and_a_bool():
