@@ -6,7 +6,6 @@ import copy
 
 import pytest
 
-from tests.api.test_axes_refused import client  # noqa: F401  (the fixture: submit's own checks, no Ray)
 from tests.workers.test_recommendation_spec import DLRM
 
 CASES = [
