@@ -62,7 +62,7 @@ def test_metric_points_carry_the_step_peaks(sessions):
     assert rows[0].extra["peak_memory_bytes_per_rank"] == [1000, 1200]
     assert rows[0].extra["peak_memory_breakdown_per_rank"][1] == {"params": 100, "grads": 100, "optimizer": 200,
                                                                   "activations": 800}
-    assert rows[1].extra is None
+    assert "peak_memory_bytes_per_rank" not in (rows[1].extra or {})  # step 2 measured no peak
 
 
 def test_steps_slowed_by_the_cpu_tracker_are_left_out_of_the_steady_throughput():
