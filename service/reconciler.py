@@ -11,13 +11,14 @@ Each pass, for every STARTING/RUNNING/RECOVERING job:
   if a cancel was pending). No accepted job is dropped.
 
 A pass costs a few statements, not a few per job: one read of the active jobs' columns; the
-drains gathered under one deadline; then every drain with something new stored in one transaction
-by service/drain_store.py (one `SELECT ... FOR UPDATE` of those jobs' columns, the events in one
-multi-row insert at the flush, the metrics in one upsert, the jobs' progress in one UPDATE over
-arrays). If that transaction fails, each job is
-stored in one of its own, so one bad drain loses no other job's. The metrics see the stored records
-after the commit; checkpoint sizes are listed on the store afterwards, off this thread
-(service/checkpoint_sizes.py), so a slow store never holds a pass.
+drains gathered under one deadline (half the loop's interval; a drain not back by then is
+gathered again next pass: service/unanswered_drains.py); then every drain with something new
+stored in one transaction by service/drain_store.py (one `SELECT ... FOR UPDATE` of those jobs'
+columns, the events in one multi-row insert at the flush, the metrics in one upsert, the jobs'
+progress in one UPDATE over arrays). If that transaction fails, each job is stored in one of its
+own, so one bad drain loses no other job's. The metrics see the stored records after the commit;
+checkpoint sizes are listed on the store afterwards, off this thread (service/checkpoint_sizes.py),
+so a slow store never holds a pass.
 
 The scheduler runs on a thread of its own (service/control.py) and shares `handles` and the
 supervisor launcher with this one: both take `launch_lock` around what they read of the jobs and
@@ -56,12 +57,12 @@ from service.supervisor.launch import Launcher
 from service.supervisor.policies.failure import FailureAction, FailureStatus, on_failure
 from service.supervisor.resume_point import resume_step
 from service.supervisor_handles import Handles
+from service.unanswered_drains import UnansweredDrains
 from workers.events import RestartCause, RestartEvent
 from workers.spec import FaultToleranceSpec
 from workers.storage import client_env
 
 log = logging.getLogger("trainyard.reconciler")
-DRAIN_TIMEOUT_S = 10.0
 JOBS_PER_TRANSACTION = 1000  # a pass's drains are stored in transactions of at most this many jobs
 FEED_MAX_PENDING = 20_000  # jobs' drains waiting for the metrics feed before a pass waits for it
 
@@ -85,6 +86,10 @@ class Reconciler:
         # own: the next pass does not wait for them (a feed that falls far behind does hold it up).
         self.feed: Background[tuple] = Background("trainyard-metrics-feed", self._feed, FEED_MAX_PENDING, block=True)
         self.drains = DrainStore(sessions, settings)
+        self.waiting = UnansweredDrains()  # drains past a pass's deadline, gathered again next pass
+        # A pass waits for its supervisors at most half its interval, so it keeps its cadence on a loaded
+        # cluster; a supervisor not back by then is answered in a later pass, never asked twice meanwhile.
+        self.drain_deadline_s = max(0.05, settings.loop_interval_s / 2)
         self.on_job_end: Callable[[], None] = lambda: None  # a job ended or was requeued: capacity freed
 
     def _leading(self) -> bool:
@@ -116,15 +121,19 @@ class Reconciler:
                     handle.cancel.remote()
                 elif row.id in preempts:
                     handle.preempt.remote(preempts[row.id], row.supervisor_epoch)
-                refs[row.id] = handle.drain.remote(row.drained_seq)
+                refs[row.id] = self.waiting.ref(row.id, handle) or handle.drain.remote(row.drained_seq)
                 drained_by[row.id] = handle
             self._note_reattach(reattached)
             for job_id in lost:
                 self.recover(job_id)
-        # One deadline for every drain: a slow supervisor delays this pass by at most DRAIN_TIMEOUT_S,
-        # not DRAIN_TIMEOUT_S per job. No lock held: the scheduler admits meanwhile.
+        # One deadline for every drain: a slow supervisor delays this pass by at most drain_deadline_s,
+        # not a timeout per job. No lock held: the scheduler admits meanwhile.
         drains = {}
-        for job_id, reply in self.cluster.gather(refs, DRAIN_TIMEOUT_S).items():
+        replies = self.cluster.gather(refs, self.drain_deadline_s)
+        self.waiting.update(replies, refs, drained_by)
+        for job_id, reply in replies.items():
+            if reply.kind == ReplyKind.NO_ANSWER:
+                continue  # still in flight: gathered again next pass (self.waiting), logged if it stays out
             if reply.kind == ReplyKind.ANSWERED:
                 if not reply.value["started"]:  # admitted, but the control plane died before handing it the job
                     self._hand_over(job_id, drained_by[job_id])
@@ -135,7 +144,7 @@ class Reconciler:
                     if self.handles.take_if(job_id, drained_by[job_id]):
                         self.recover(job_id)
             else:
-                # No answer yet, or alive but unreachable this moment (a loaded node, a network blip):
+                # Alive but unreachable this moment (a loaded node, a network blip), or the call raised:
                 # recovering would start a second supervisor beside a live one (found by the soak:
                 # the job then FAILED on its group's duplicate name). Ask again next pass.
                 log.warning("supervisor of %s: %s (%s)", job_id, reply.kind.value, reply.error)

@@ -24,7 +24,8 @@ from service.supervisor.actor import Supervisor
 from service.supervisor.run import JobRun
 from workers.spec import JobSpec
 
-GONE, ANSWERED, FAILED = "gone", "answered", "failed"
+GONE, ANSWERED, FAILED, NO_ANSWER = "gone", "answered", "failed", "no_answer"
+LATE_KEPT_S = 120.0  # a late answer nobody gathered again within this long is dropped (its job ended)
 
 
 class SimulatedCluster:
@@ -32,6 +33,9 @@ class SimulatedCluster:
         self.fleet, self.polls = fleet, PollCounter()
         self.supervisors: dict[str, Supervisor] = {}
         self.lock = threading.Lock()
+        # Calls past their gather's deadline go on in the background, as Ray's actors go on answering
+        # after the caller's ray.wait returned: call id -> (kind, value, error, when), or None while running.
+        self.late: dict[int, tuple[str, Any, str, float] | None] = {}
 
         def slow_ranks(spec: JobSpec) -> dict[int, float]:
             # every `straggler_every`-th rank of a large job computes 1.6x slower: the watch must name it
@@ -69,25 +73,54 @@ class SimulatedCluster:
             return None
         return getattr(sup, method)(*args)
 
-    def gather(self, calls: list[tuple[Any, str, str, tuple]]) -> tuple[list[tuple[Any, str, Any, str]], float]:
+    def gather(self, calls: list[tuple[Any, int, str, str, tuple]], deadline: float
+               ) -> tuple[list[tuple[Any, str, Any, str]], float]:
         """The replies, and the seconds this process spent answering them one after another beyond
         the slowest one: Ray's actors answer in parallel, each on its own process, so a caller waits
-        for the slowest, not for the sum (the simulator charges the pass that instead, serve.py)."""
+        for the slowest, not for the sum (the simulator charges the pass that instead, serve.py).
+        A call not begun by `deadline` (this host's monotonic clock, shared with the caller) is
+        NO_ANSWER and runs in the background; gathered again (same call id), it returns its answer."""
         replies: list[tuple[Any, str, Any, str]] = []
+        late: list[tuple[int, str, str, tuple]] = []
         total = slowest = 0.0
-        for key, name, method, args in calls:
-            sup = self.supervisors.get(name)
-            if sup is None:
-                replies.append((key, GONE, None, f"the actor {name} is dead"))
+        for key, call_id, name, method, args in calls:
+            if call_id in self.late:
+                answer = self.late[call_id]
+                if answer is None:
+                    replies.append((key, NO_ANSWER, None, "still running"))
+                else:
+                    del self.late[call_id]
+                    replies.append((key, *answer[:3]))
+                continue
+            if time.monotonic() >= deadline:
+                self.late[call_id] = None
+                late.append((call_id, name, method, args))
+                replies.append((key, NO_ANSWER, None, "not answered by the deadline"))
                 continue
             started = time.perf_counter()
-            try:
-                replies.append((key, ANSWERED, True if method == "ready" else getattr(sup, method)(*args), ""))
-            except Exception as exc:  # the method raised, as a RayTaskError would say
-                replies.append((key, FAILED, None, f"{type(exc).__name__}: {exc}"))
+            replies.append((key, *self._answer(name, method, args)))
             took = time.perf_counter() - started
             total, slowest = total + took, max(slowest, took)
+        if late:
+            threading.Thread(target=self._answer_late, args=(late,), name="late-answers", daemon=True).start()
         return replies, total - slowest
+
+    def _answer(self, name: str, method: str, args: tuple) -> tuple[str, Any, str]:
+        sup = self.supervisors.get(name)
+        if sup is None:
+            return GONE, None, f"the actor {name} is dead"
+        try:
+            return ANSWERED, True if method == "ready" else getattr(sup, method)(*args), ""
+        except Exception as exc:  # the method raised, as a RayTaskError would say
+            return FAILED, None, f"{type(exc).__name__}: {exc}"
+
+    def _answer_late(self, calls: list[tuple[int, str, str, tuple]]) -> None:
+        for call_id, name, method, args in calls:
+            self.late[call_id] = (*self._answer(name, method, args), time.monotonic())
+        old = time.monotonic() - LATE_KEPT_S
+        for call_id, answer in list(self.late.items()):
+            if answer is not None and answer[3] < old:
+                self.late.pop(call_id, None)
 
     # --- the simulator's own calls ---------------------------------------------------------
 

@@ -8,9 +8,10 @@ one round trip; other methods (start, cancel, preempt) are sent at once, as Ray 
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
@@ -19,6 +20,7 @@ from service.cluster_port import K, Reply, ReplyKind
 from workers.runtime.group_owner import GroupOwner
 
 DEFERRED = frozenset({"drain", "ready", "status"})  # answered through gather
+_call_ids = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Call:
     name: str
     method: str
     args: tuple
+    id: int = field(default_factory=lambda: next(_call_ids))  # one reference, gathered again if it was late
 
 
 @dataclass(frozen=True)
@@ -148,9 +151,9 @@ class SimulatedClusterPort:
     def gather(self, refs: dict[K, Any], timeout_s: float) -> dict[K, Reply]:
         replies: dict[K, Reply] = {k: Reply(ReplyKind.ANSWERED, r.value)
                                    for k, r in refs.items() if isinstance(r, Done)}
-        calls = [(k, r.name, r.method, r.args) for k, r in refs.items() if isinstance(r, Call)]
+        calls = [(k, r.id, r.name, r.method, r.args) for k, r in refs.items() if isinstance(r, Call)]
         if calls:
-            answered, serial_s = self.rpc("gather", calls)
+            answered, serial_s = self.rpc("gather", calls, time.monotonic() + timeout_s)
             for key, kind, value, error in answered:
                 replies[key] = Reply(ReplyKind(kind), value, error)
             thread = threading.current_thread().name
