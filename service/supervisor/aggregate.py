@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+from service.metric_catalogue import mfu
 from workers.parallel.pipeline.bubble import join_stage_reports
 
 
@@ -37,18 +38,20 @@ class StepAggregator:
         stages, bubble, bubble_theory = join_stage_reports([r["stage"] for r in ranks if r.get("stage")])
         peaks = [r.get("peak_flops_per_s") for r in ranks]  # for MFU: known only if every worker's is
         known = [float(p) for p in peaks if p is not None]
+        peak = min(known) if known and len(known) == len(peaks) else None
+        tokens_per_s = tokens / step_time if step_time > 0 and tokens else None
         joined = {
             "step": ranks[0]["step"],
             # Equal data slices: the job's loss is the mean of the ranks that compute one.
             "loss": statistics.fmean(r["loss"] for r in ranks if r["loss"] is not None),
             "step_time_s": step_time,
             "samples_per_s": self.global_batch_size / step_time if step_time > 0 else None,
-            "tokens_per_s": tokens / step_time if step_time > 0 and tokens else None,
+            "tokens_per_s": tokens_per_s,
             "grad_norm": ranks[0]["grad_norm"],
             "lr": ranks[0]["lr"],
             "comm_bytes": ranks[0]["comm_bytes"],
             "model_state_bytes": ranks[0].get("model_state_bytes"),
-            "peak_flops_per_s": min(known) if known and len(known) == len(peaks) else None,
+            "peak_flops_per_s": peak,
             "model_params": ranks[0].get("model_params"),
             "bubble_fraction": bubble,
             "skipped": any(r.get("skipped") for r in ranks),
@@ -65,9 +68,14 @@ class StepAggregator:
                 for r in ranks
             ],
         }
-        peaks = [r.get("peak_memory_bytes") for r in ranks]
-        if any(p is not None for p in peaks):  # a measured step (CPU measures on a schedule)
-            joined["peak_memory_bytes_per_rank"] = peaks
+        # MFU of the step (6 x params FLOPs per token against every worker's peak): a GPU whose peak is
+        # known, or TRAINYARD_PEAK_FLOPS_PER_WORKER; a CPU step has no peak, so no key (the console says so).
+        utilisation = mfu(tokens_per_s, ranks[0].get("model_params"), peak or 0.0, len(ranks))
+        if utilisation is not None:
+            joined["mfu"] = utilisation
+        memory_peaks = [r.get("peak_memory_bytes") for r in ranks]
+        if any(p is not None for p in memory_peaks):  # a measured step (CPU measures on a schedule)
+            joined["peak_memory_bytes_per_rank"] = memory_peaks
         routed = [r["expert_tokens"] for r in ranks if r.get("expert_tokens")]
         if routed:  # MoE: tokens per expert over the job's ranks, and how uneven (busiest / mean)
             joined["expert_tokens"] = [sum(col) for col in zip(*routed)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 
 from tests.console.browsing import click_css, no_alert, open_logged_in, page_errors, wait_css, wait_text
 from tests.helpers import tiny_spec
@@ -40,6 +41,9 @@ def test_pipeline_job_page(page, console_server, tenant_tokens, pipeline_job):
     series = {p.get_attribute("data-series"): int(p.get_attribute("data-points")) for p in lines}
     assert min(series["loss"], series["samples/s"], series["tokens/s"], series["step time"]) >= 2, series
     assert all(p.get_attribute("d").count("L") >= 1 for p in lines)
+    # MFU: a CPU job's points carry none (no peak FLOP/s), and its chart says it is for GPU jobs.
+    mfu = page.find_element(By.ID, "mfu-chart")
+    assert mfu.get_attribute("data-state") == "gpu-only" and "MFU: GPU jobs only" in mfu.text
     # The timeline: one element per stage, each with forward and backward blocks, and both bubbles.
     stages = wait_css(page, "#timeline [data-stage]", count=2)
     assert sorted(s.get_attribute("data-stage") for s in stages) == ["0", "1"]
@@ -81,7 +85,7 @@ def running_job(console_server, tenant_tokens, pipeline_job):
 
 def test_read_only_token_cannot_cancel_and_is_told(page, console_server, tenant_tokens, running_job):
     open_logged_in(page, console_server.url, f"/ui/jobs/{running_job['id']}", tenant_tokens[1])
-    wait_css(page, "#cancel")[0].click()
+    wait_css(page, "#cancel")[0].send_keys(Keys.ENTER)  # pressed from the keyboard
     message = wait_text(page, "#cancel-message", lambda t: "403" in t)
     assert "may not" in message
     assert wait_css(page, "#job-name")  # still on the job page: a 403 does not log out

@@ -6,12 +6,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session
 
 from api.http.deps import PlaneDep, Principal, PrincipalDep, SessionDep, job_not_found
+from api.http.errors import ApiError
 from api.http.responses import FastJSONResponse
 from api.http.schemas import job_out
 from api.http.spec_body import decode_spec_body
-from service import job_queries
+from service import job_queries, tenancy
 from service.admission.submit import Submission
 from service.control import ControlPlane
 from service.lifecycle import JobState
@@ -44,10 +46,30 @@ async def submit_job(
 def list_jobs(
     s: SessionDep, principal: PrincipalDep,
     state: Annotated[JobState | None, Query(description="only jobs in this state")] = None,
+    tenant: Annotated[str | None, Query(min_length=1, max_length=64, description=(
+        "this tenant's jobs (id or name): any tenant with the admin scope, else only the token's own; "
+        "an unknown tenant is a 404"))] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Annotated[int, Query(ge=0)] = 0,
 ) -> dict:
-    jobs = job_queries.list_jobs(s, principal.tenant_id, state, limit, offset)
-    return {"jobs": [job_out(j, full=False) for j in jobs], "limit": limit, "offset": offset}
+    """The jobs of the token's tenant (or of `tenant`), newest first, a page of `limit` from `offset`."""
+    tenant_id = principal.tenant_id if tenant is None else _listed_tenant(s, principal, tenant)
+    jobs = job_queries.list_jobs(s, tenant_id, state, limit, offset)
+    return {"jobs": [job_out(j, full=False) for j in jobs], "tenant": tenant_id, "limit": limit, "offset": offset}
+
+
+def _listed_tenant(s: Session, principal: Principal, tenant: str) -> str:
+    """The id of the tenant whose jobs `?tenant=` asks for. A token without the admin scope may name only
+    its own tenant: any other name (one that exists or not) is the same 403, so it learns nothing."""
+    found = tenancy.find_tenant(s, tenant)
+    if found is not None and found.id == principal.tenant_id:
+        return found.id
+    if not principal.is_admin:
+        msg = "tenant: listing another tenant's jobs needs the 'admin' scope"
+        raise ApiError(403, msg, [{"field": "tenant", "message": msg}])
+    if found is None:
+        msg = f"tenant: tenant {tenant!r} not found"
+        raise ApiError(404, msg, [{"field": "tenant", "message": msg}])
+    return found.id
 
 
 @router.get("/{job_id}")

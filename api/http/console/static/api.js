@@ -20,7 +20,7 @@ export class ApiError extends Error {
 export const token = {
   get: () => sessionStorage.getItem(KEY),
   set: (value) => sessionStorage.setItem(KEY, value),
-  clear: () => sessionStorage.removeItem(KEY),
+  clear: () => { sessionStorage.removeItem(KEY); sessionStorage.removeItem("trainyard.not-admin"); },
 };
 
 // What a 401 or 403 means to the person looking at the page.

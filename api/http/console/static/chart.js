@@ -15,12 +15,13 @@ function label(v) {
   return Math.abs(v) >= 1000 || (Math.abs(v) < 0.01 && v !== 0) ? v.toExponential(1) : v.toPrecision(3);
 }
 
-// series: [{name, points: [[step, value], ...], cls}]; marks: [{step, kind, title}].
-export function lineChart(title, series, marks = []) {
+// series: [{name, points: [[step, value], ...], cls}]; marks: [{step, kind, title}];
+// empty: what the chart says while no series has a point.
+export function lineChart(title, series, marks = [], empty = "no points yet") {
   const drawn = series.filter((s) => s.points.length);
   const root = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": title});
   if (!drawn.length) {
-    root.append(svg("text", {x: W / 2, y: H / 2, "text-anchor": "middle", class: "muted"}, "no points yet"));
+    root.append(svg("text", {x: W / 2, y: H / 2, "text-anchor": "middle", class: "muted empty"}, empty));
     return root;
   }
   const all = drawn.flatMap((s) => s.points);

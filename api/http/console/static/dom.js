@@ -37,6 +37,26 @@ export function clear(node) {
   return node;
 }
 
+// Redraw `box` with `nodes`, the keyboard focus staying on the same control if it was inside: a refresh
+// every few seconds must not throw a keyboard user back to the top of the page. A control is found again
+// by its id or its `data-key`.
+export function redraw(box, ...nodes) {
+  const active = document.activeElement;
+  const key = active && active !== box && box.contains(active) ? focusKey(active) : null;
+  clear(box).append(...nodes.flat().filter((n) => n !== null && n !== undefined && n !== false));
+  if (key) {
+    const again = box.querySelector(key);
+    if (again) again.focus({preventScroll: true});
+  }
+  return box;
+}
+
+function focusKey(node) {
+  if (node.id) return `#${CSS.escape(node.id)}`;
+  const key = node.getAttribute("data-key");
+  return key ? `[data-key="${CSS.escape(key)}"]` : null;
+}
+
 export function fmt(value, digits = 3) {
   if (value === null || value === undefined) return "–";
   if (typeof value !== "number") return String(value);

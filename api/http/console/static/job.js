@@ -2,7 +2,7 @@
 // spec and cancel; refreshed every ~3 s until it ends.
 
 import {api, AuthError, token} from "./api.js";
-import {clear, duration, el, fmt, section} from "./dom.js";
+import {clear, duration, el, fmt, redraw, section} from "./dom.js";
 import {lineChart, seriesOf} from "./chart.js";
 import {rankHeatmap} from "./heatmap.js";
 import {logsPanel} from "./logs.js";
@@ -12,6 +12,9 @@ import {pipelineTimeline} from "./timeline.js";
 import {dump} from "./yaml.js";
 
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
+// The service keeps at most TRAINYARD_METRICS_MAX_POINTS (2,000) points a job, whatever its length: one
+// request reads them all; a server set to keep more is read in pages of this many, never point by point.
+const METRICS_PAGE = 10_000;
 
 function facts(job) {
   const rows = [["State", el("span", {class: `state state-${job.state}`, id: "job-state"}, job.state)],
@@ -31,7 +34,9 @@ function eventMarks(events) {
 
 function eventList(events) {
   if (!events.length) return el("p", {class: "muted"}, "No events yet.");
-  return el("ol", {class: "events", id: "events"}, events.slice(-200).reverse().map((e) =>
+  // tabindex: a scrolled list a keyboard user can scroll with the arrow keys
+  const shown = events.slice(-200).reverse();
+  return el("ol", {class: "events", id: "events", tabindex: "0", "aria-label": "events"}, shown.map((e) =>
     el("li", {"data-kind": e.kind},
       el("time", {}, e.ts ? new Date(e.ts).toLocaleTimeString() : ""), " ",
       el("span", {class: "event-kind"}, e.kind), e.state ? ` → ${e.state}` : "",
@@ -39,18 +44,42 @@ function eventList(events) {
       el("span", {class: "event-message"}, e.message || ""))));
 }
 
-function charts(points, events) {
+// MFU where the points carry it (a GPU with a known peak FLOP/s, or TRAINYARD_PEAK_FLOPS_PER_WORKER);
+// a CPU job has no peak, so its chart says so instead of staying empty.
+function mfuFigure(job, points, marks) {
+  const series = seriesOf(points, "mfu").map(([step, v]) => [step, v * 100]);
+  const gpu = ((job.spec && job.spec.resources) || {}).gpus_per_worker > 0;
+  const state = series.length ? "drawn" : !gpu ? "gpu-only" : points.length ? "no-peak" : "waiting";
+  const empty = {"gpu-only": "MFU: GPU jobs only", "no-peak": "MFU: this GPU's peak FLOP/s is not known",
+                 "waiting": "no points yet"}[state];
+  return el("figure", {id: "mfu-chart", "data-state": state}, el("figcaption", {}, "MFU (%)"),
+            lineChart("model FLOPs utilisation", [{name: "MFU %", points: series}], marks, empty));
+}
+
+function charts(job, points, events) {
   const marks = eventMarks(events);
   const loss = [{name: "loss", points: seriesOf(points, "loss"), cls: "series-0"},
                 {name: "validation loss", points: seriesOf(points, "val_loss"), cls: "series-1"}];
-  return el("div", {class: "charts", id: "charts"},
+  return el("div", {class: "charts", id: "charts", "data-points": points.length},
     el("figure", {}, el("figcaption", {}, "Loss"), lineChart("loss", loss, marks)),
     el("figure", {}, el("figcaption", {}, "Samples/s"),
        lineChart("samples per second", [{name: "samples/s", points: seriesOf(points, "samples_per_s")}], marks)),
     el("figure", {}, el("figcaption", {}, "Tokens/s"),
        lineChart("tokens per second", [{name: "tokens/s", points: seriesOf(points, "tokens_per_s")}], marks)),
     el("figure", {}, el("figcaption", {}, "Step time (s)"),
-       lineChart("step time", [{name: "step time", points: seriesOf(points, "step_time_s")}], marks)));
+       lineChart("step time", [{name: "step time", points: seriesOf(points, "step_time_s")}], marks)),
+    mfuFigure(job, points, marks));
+}
+
+// The metric points after `after`: all in one request unless the server keeps more than METRICS_PAGE.
+async function metricsAfter(id, after) {
+  let answer = await api.get(`/v1/jobs/${id}/metrics?after_step=${after}&limit=${METRICS_PAGE}`);
+  const points = answer.points;
+  while (answer.points.length === METRICS_PAGE) {
+    answer = await api.get(`/v1/jobs/${id}/metrics?after_step=${points[points.length - 1].step}&limit=${METRICS_PAGE}`);
+    points.push(...answer.points);
+  }
+  return {...answer, points};
 }
 
 async function downloadModel(job, button) {
@@ -134,21 +163,29 @@ export async function jobPage(app, jobId, onAuthError) {
     section("Step time per rank", el("div", {class: "filters"}, heatField), heatBox),
     section("Peak memory per rank", memoryBox),
     section("Events", eventsBox), section("Logs", logs.node), section("Checkpoints and model", checkpointsBox),
-    section("Spec", el("pre", {id: "spec", class: "spec"}, dump(job.spec || {})))].filter(Boolean));
+    section("Spec", el("pre", {id: "spec", class: "spec", tabindex: "0", "aria-label": "spec"},
+                       dump(job.spec || {})))].filter(Boolean));
 
   let points = [], events = [], metrics = {};
+  let drawnMs = null;  // when the charts were first in the page, in ms since its navigation began
   const drawHeat = () => clear(heatBox).append(rankHeatmap(points, events, heatField.value));
   heatField.addEventListener("change", drawHeat);
+  let first = true;
   const poller = new Poller(async () => {
-    job = await api.get(`/v1/jobs/${id}`);
     const after = points.length ? points[points.length - 1].step : 0;
-    metrics = await api.get(`/v1/jobs/${id}/metrics?after_step=${after}`);
-    points = points.concat(metrics.points);
     const lastEvent = events.length ? events[events.length - 1].id : 0;
-    events = events.concat((await api.get(`/v1/jobs/${id}/events?after=${lastEvent}`)).events);
-    clear(factsBox).append(facts(job));
+    // The page's first read of the job is fresh enough for its first tick; the three reads go together.
+    let newEvents;
+    [job, metrics, newEvents] = await Promise.all([
+      first ? job : api.get(`/v1/jobs/${id}`), metricsAfter(id, after),
+      api.get(`/v1/jobs/${id}/events?after=${lastEvent}`).then((a) => a.events)]);
+    points = points.concat(metrics.points);
+    events = events.concat(newEvents);
+    redraw(factsBox, facts(job));
     cancel.update(job);
-    clear(chartsBox).append(charts(points, events));
+    redraw(chartsBox, charts(job, points, events));
+    drawnMs ??= Math.round(performance.now());
+    chartsBox.firstElementChild.setAttribute("data-drawn-ms", drawnMs);  // the "charts drawn" marker tests wait for
     if (pipelined) {
       const summary = (job.summary && job.summary.pipeline) || {};
       const measured = summary.bubble_fraction ?? meanOf(points, "bubble_fraction");
@@ -157,12 +194,16 @@ export async function jobPage(app, jobId, onAuthError) {
     }
     drawHeat();
     drawMemory();
-    clear(eventsBox).append(eventList(events));
-    clear(checkpointsBox).append(checkpointsView(job, await api.get(`/v1/jobs/${id}/checkpoints`)));
+    redraw(eventsBox, eventList(events));
+    if (first) {
+      first = false;
+      // After the charts: the planner's first answer can take seconds and must not delay them.
+      predictedPeak(job).then((bytes) => { predicted = bytes; drawMemory(); });
+    }
+    redraw(checkpointsBox, checkpointsView(job, await api.get(`/v1/jobs/${id}/checkpoints`)));
     if (TERMINAL.has(job.state)) poller.stop();
   }, onAuthError);
   poller.start();
-  predictedPeak(job).then((bytes) => { predicted = bytes; drawMemory(); });
 }
 
 function meanOf(points, field) {

@@ -65,6 +65,10 @@ async function route() {
   clear(app);
   const path = location.pathname.replace(/\/+$/, "");
   const job = /^\/ui\/jobs\/([^/]+)$/.exec(path);
+  for (const link of document.querySelectorAll("header.top nav a")) {  // which page the nav is on
+    const here = link.getAttribute("href") === (job || path === "/ui/compare" ? "/ui" : path || "/ui");
+    if (here) link.setAttribute("aria-current", "page"); else link.removeAttribute("aria-current");
+  }
   try {
     if (job) await jobPage(app, decodeURIComponent(job[1]), onAuthError);
     else if (path === "/ui/submit") await submitPage(app, onAuthError);
