@@ -4,7 +4,7 @@ bench/moe.py: the spec through `parse_spec`, the model from `build_model`, the o
 `forward_backward` (sequence sharding under cp, the expert all-reduce under ep), `clip_grad_norm`, the AdamW
 update, and the per-rank step peak measured by the product's own `StepMemory` (workers/step_memory.py,
 the same StorageTracker the job's step records carry on CPU), with the update inside `updating()` as
-workers/training/trainer.py does.
+workers/training/train_step.py does.
 
 Batches are random token ids (the data pipeline is not what is measured): every rank draws the same global
 batch from the same seed and takes its data-parallel slice, as the job's GlobalBatches does.

@@ -71,6 +71,7 @@ def test_dlrm_trains_under_ddp_on_two_workers_and_beats_chance(runs):
 def test_a_sync_parameter_server_run_is_ddp_within_1e_4(runs):
     ddp, ddp_steps = runs["ddp"]
     ps, ps_steps = runs["sync"]
+    assert ps["layout"]["strategy"] == "parameter_server" and ps["world_size"] == 2
     assert [s["step"] for s in ps_steps] == [s["step"] for s in ddp_steps]
     for a, b in zip(ps_steps, ddp_steps):
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-4), (a["step"], a["loss"], b["loss"])

@@ -70,17 +70,25 @@ def _line_of(path: str, text: str) -> int:
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=[layout.name for layout in LAYOUTS])
 def test_every_layout_declares_whether_its_step_takes_uneven_shares(layout):
-    spec = parse_spec(spec_with(*LAYOUT_FEATURES[layout.name]), allow_fault_injection=True)
+    spec = parse_spec(layout_spec(layout.name), allow_fault_injection=True)
     assert layout_of(spec) is layout
     capabilities = DataParallelOptions.of(spec).capabilities
     assert isinstance(capabilities, StepCapabilities) and capabilities == step_capabilities(spec)
-    assert capabilities.uneven_shares is (layout.name in ("ddp", "zero")), layout.name  # zero 1 (see zero2 below)
+    # zero 1 (see zero2 below); the parameter server's dense part is the replicate step (DDP)
+    assert capabilities.uneven_shares is (layout.name in ("ddp", "zero", "parameter_server")), layout.name
     why = capabilities.why_not_uneven  # names the field (or the axis and its degree) that rules them out
     assert capabilities.uneven_shares or "parallel." in why or "tp=2" in why
 
 
 LAYOUT_FEATURES = {"pipeline": ("pp",), "sdp": ("sdp",), "fsdp": ("fsdp",), "zero": ("zero1",), "tp": ("tp",),
                    "local_sgd": ("local_sgd",), "ddp": ()}
+
+
+def layout_spec(name: str) -> dict:
+    if name == "parameter_server":  # model 'dlrm' only: not a feature of the GPT the table's specs train
+        return tiny_spec(**{"model": {"name": "dlrm"}, "data": {"name": "synthetic:clicks"}, "train.loss": "bce",
+                            "resources.workers": 4, "parallel.parameter_server": {"shards": 2}})
+    return spec_with(*LAYOUT_FEATURES[name])
 
 
 @pytest.mark.parametrize(("feature", "reason"), [

@@ -11,6 +11,7 @@ from workers.parallel import layouts, registry
 from workers.parallel.data_parallel.replicate import ReplicateStep
 from workers.parallel.planner import estimate
 from workers.spec import SPEC_ERRORS, format_validation_error
+from workers.spec_checks import checked_spec
 
 LAYOUTS = [
     ({"resources.workers": 2}, "ddp"),
@@ -57,3 +58,21 @@ def test_a_new_strategy_is_a_layout_and_a_strategy_with_a_line_in_each_table(mon
     with pytest.raises(SPEC_ERRORS) as info:  # its own rule, refused by name like every other
         spec_of(name="echo-big", **{"resources.workers": 4})
     assert [e["field"] for e in format_validation_error(info.value)] == ["resources.workers"]
+
+
+def test_a_parameter_server_job_is_its_own_layout_and_strategy():
+    """Model 'dlrm' with parallel.parameter_server runs the parameter-server strategy and reports it as its
+    layout.strategy (the dense part is DDP's, so its predicted cost is too); without the section it is ddp."""
+    from service.supervisor.summary import layout_of
+    from workers.parallel.parameter_server.strategy import ParameterServerStrategy
+
+    dlrm = {"name": "dlrm", "model": {"name": "dlrm"}, "data": {"name": "synthetic:clicks"},
+            "train": {"steps": 10, "global_batch_size": 32, "micro_batch_size": 8, "loss": "bce"},
+            "resources": {"workers": 2}}
+    plain = checked_spec(dlrm)
+    ps = checked_spec({**dlrm, "parallel": {"parameter_server": {"shards": 2}}})
+    assert layouts.strategy_name(ps) == layout_of(ps)["strategy"] == estimate(ps).strategy == "parameter_server"
+    assert registry.strategy_class(ps) is ParameterServerStrategy
+    assert isinstance(registry.build_strategy(ps), ParameterServerStrategy)
+    assert layouts.strategy_name(plain) == layout_of(plain)["strategy"] == "ddp"
+    assert estimate(ps).model_state_bytes_per_rank == estimate(plain).model_state_bytes_per_rank

@@ -22,6 +22,8 @@ LAYOUTS = [
     {"parallel.tp": 2, "parallel.zero": 3, "resources.workers": 4},
     {"parallel.local_sgd": {"period": 4}},
     {"parallel.sdp": {}},
+    {"parallel.parameter_server": {"shards": 2}, "model": {"name": "dlrm"}, "data": {"name": "synthetic:clicks"},
+     "train.loss": "bce"},
 ]
 
 

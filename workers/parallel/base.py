@@ -3,7 +3,8 @@
 A strategy turns the plain model into what this rank runs (wrapped, sharded or
 staged), builds the optimiser over this rank's parameters, runs forward and
 backward over the rank's micro-batches (owning gradient synchronisation and
-accumulation), and clips gradients by the *global* norm. Checkpointing goes
+accumulation), and clips gradients by the *global* norm. What it adds at the
+loop's other fixed points it declares as typed hooks (loop_hooks.py). Checkpointing goes
 through torch.distributed.checkpoint's get/set_state_dict on `wrapped`, so a
 checkpoint written under one layout loads under another.
 """
@@ -20,6 +21,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from workers.model_io import call_model, samples_in, to_device, tokens_in
 from workers.parallel.control_group import ControlGroups
+from workers.parallel.loop_hooks import LoopHooks
 from workers.parallel.replicas import ReplicaGroup
 from workers.spec import JobSpec
 from workers.telemetry import CommMeter
@@ -70,6 +72,12 @@ class Strategy(Protocol):
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
         """What this rank holds that must be bit-identical on other ranks now (workers/parallel/replicas.py)."""
+
+    @property
+    def hooks(self) -> LoopHooks:
+        """The loop's fixed points it takes part in beyond a step (workers/parallel/loop_hooks.py): checkpoint
+        save and load, the model validation runs, the exported state, what step records and the final result
+        add. `NO_HOOKS` where it takes part in none: the loop calls every hook, whatever the strategy."""
 
 
 def adamw(params, spec: JobSpec) -> torch.optim.Optimizer:

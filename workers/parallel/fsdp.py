@@ -35,6 +35,7 @@ from workers.parallel.common import (
 )
 from workers.parallel.expert_parallel import reduce_expert_grads, sharded_experts, take_step_bytes
 from workers.parallel.fsdp_root import root_reshard_after_forward
+from workers.parallel.loop_hooks import NO_HOOKS, LoopHooks
 from workers.parallel.metering import metered, metered_calls
 from workers.parallel.parallelize import data_parallel_mesh, parallelize
 from workers.parallel.replicas import ReplicaGroup, replicated_over
@@ -52,6 +53,7 @@ def fsdp_meshes(ctx: StrategyContext) -> tuple[DeviceMesh, DeviceMesh]:
 
 class FSDPStrategy:
     name = "fsdp"
+    hooks: LoopHooks = NO_HOOKS  # nothing beyond the step: the export gathers DTensor shards as by default
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         p = ctx.spec.parallel

@@ -10,11 +10,13 @@ from workers.parallel.base import Strategy
 from workers.parallel.data_parallel.replicate import ReplicateStep
 from workers.parallel.fsdp import FSDPStrategy
 from workers.parallel.layouts import layout_of
+from workers.parallel.parameter_server.strategy import ParameterServerStrategy
 from workers.parallel.pipeline.strategy import PipelineStrategy
 from workers.parallel.sdp.strategy import SDPStrategy
 from workers.spec import JobSpec
 
-REGISTRY: tuple[type[Strategy], ...] = (PipelineStrategy, SDPStrategy, FSDPStrategy, ReplicateStep)
+REGISTRY: tuple[type[Strategy], ...] = (ParameterServerStrategy, PipelineStrategy, SDPStrategy, FSDPStrategy,
+                                         ReplicateStep)
 # layout name -> the strategy that trains it
 STRATEGIES: dict[str, type[Strategy]] = {**{s.name: s for s in REGISTRY if s is not ReplicateStep},
                                          **dict.fromkeys(("ddp", "tp", "zero", "local_sgd"), ReplicateStep)}
@@ -25,8 +27,4 @@ def strategy_class(spec: JobSpec) -> type[Strategy]:
 
 
 def build_strategy(spec: JobSpec) -> Strategy:
-    if spec.parallel.parameter_server is not None:  # model 'dlrm' with its tables on shards (DDP for the rest)
-        from workers.parallel.parameter_server.strategy import ParameterServerStrategy
-
-        return ParameterServerStrategy()
     return strategy_class(spec)()

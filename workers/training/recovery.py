@@ -15,10 +15,17 @@ import statistics
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
+from workers.events import RestartCause
 from workers.spec import LossSpikeSpec
 from workers.storage import Storage
 
 LEDGER = "recovery.json"
+
+
+class NonFiniteTraining(RuntimeError):
+    """Too many non-finite steps in a row: the supervisor rolls back to the last checkpoint."""
+
+    restart_cause = RestartCause.NON_FINITE
 
 
 @dataclass

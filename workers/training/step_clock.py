@@ -1,7 +1,7 @@
 """The clock a step's phases are timed with, chosen by device type.
 
 On CPU a phase boundary is a host timestamp: the host runs the work, so host time is the work's
-time (compute time proper is the thread's CPU time, workers/training/trainer.py). On a GPU the host
+time (compute time proper is the thread's CPU time, workers/training/cpu_time.py). On a GPU the host
 only queues kernels, so a host timestamp times the launches: a boundary is a CUDA event recorded on
 the current stream, and the seconds between two boundaries are read once per step, after the
 step's own synchronisation point (the trainer's `torch.cuda.synchronize`), never inside it.

@@ -1,6 +1,6 @@
 """The loss-spike / non-finite rollback policy, supervisor side.
 
-The ranks decide a rollback themselves (workers/training/trainer.py: too many bad steps in a row)
+The ranks decide a rollback themselves (workers/training/train_step.py: too many bad steps in a row)
 and record it in the job's recovery ledger (workers/training/recovery.py) before they raise; the
 supervisor restarts from the last checkpoint and reports what the ledger says: the bad
 steps, the data window skipped and the learning-rate factor from now on.

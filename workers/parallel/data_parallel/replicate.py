@@ -17,6 +17,7 @@ from workers.parallel.common import precision
 from workers.parallel.data_parallel.reducers import GradientReducer, reducer_for
 from workers.parallel.expert_parallel import reduce_expert_grads, sharded_experts, take_step_bytes
 from workers.parallel.layouts.data_parallel_options import DataParallelOptions
+from workers.parallel.loop_hooks import NO_HOOKS, LoopHooks
 from workers.parallel.metering import metered
 from workers.parallel.parallelize import data_parallel_mesh, parallelize
 from workers.parallel.replicas import ReplicaGroup, replicated_over
@@ -24,6 +25,7 @@ from workers.parallel.replicas import ReplicaGroup, replicated_over
 
 class ReplicateStep:
     name = "replicate"
+    hooks: LoopHooks = NO_HOOKS  # nothing beyond the step: the export gathers DTensor shards as by default
 
     def __init__(self, options: DataParallelOptions | None = None) -> None:
         self.options = options  # from the spec at wrap when the registry builds it bare

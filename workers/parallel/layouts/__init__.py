@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from workers.parallel.layouts import ddp, fsdp, local_sgd, pipeline, sdp, tensor, zero
+from workers.parallel.layouts import ddp, fsdp, local_sgd, parameter_server, pipeline, sdp, tensor, zero
 from workers.parallel.layouts.compatibility import compatibility_violations
 from workers.parallel.layouts.context import context_rules
 from workers.parallel.layouts.data_parallel_options import DataParallelOptions
@@ -17,8 +17,8 @@ from workers.parallel.layouts.layout import Layout, StepCapabilities
 from workers.spec import JobSpec, Violation
 
 # Asked in order: more specific layouts first.
-LAYOUTS: tuple[Layout, ...] = (pipeline.LAYOUT, sdp.LAYOUT, fsdp.LAYOUT, zero.LAYOUT, tensor.LAYOUT,
-                               local_sgd.LAYOUT, ddp.LAYOUT)
+LAYOUTS: tuple[Layout, ...] = (parameter_server.LAYOUT, pipeline.LAYOUT, sdp.LAYOUT, fsdp.LAYOUT, zero.LAYOUT,
+                               tensor.LAYOUT, local_sgd.LAYOUT, ddp.LAYOUT)
 
 
 def layout_of(spec: JobSpec) -> Layout:

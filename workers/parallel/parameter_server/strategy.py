@@ -24,6 +24,8 @@ from workers.model_io import samples_in, to_device
 from workers.models.dlrm import DLRM
 from workers.parallel.base import ForwardBackward, LossFn, StrategyContext, adamw, local_clip_grad_norm
 from workers.parallel.compression import register_comm_hook
+from workers.parallel.control_group import ControlGroups
+from workers.parallel.loop_hooks import LoopHooks
 from workers.parallel.parallelize import data_parallel_mesh
 from workers.parallel.parameter_server.server import ParameterServer
 from workers.parallel.parameter_server.sharding import RowSharding
@@ -34,7 +36,7 @@ from workers.training.lr_schedule import lr_at
 SAVED = "parameter_server/step-{step:08d}.pt"  # in the job's storage, beside checkpoints/
 
 
-class ParameterServerStrategy:
+class ParameterServerStrategy(LoopHooks):
     name = "parameter_server"
 
     def __init__(self) -> None:
@@ -42,6 +44,10 @@ class ParameterServerStrategy:
         self.step = 0  # the next step this trainer pulls for
         self.staleness: int | None = None
         self.rows_moved = 0
+
+    @property
+    def hooks(self) -> LoopHooks:
+        return self  # the shards' state with checkpoints, validation and export; staleness in step records
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         if not isinstance(model, DLRM):
@@ -97,7 +103,7 @@ class ParameterServerStrategy:
         self.step += 1
         return ForwardBackward(loss_sum, samples, 0)
 
-    def step_report(self) -> dict:
+    def step_report(self) -> dict[str, object]:
         """What a step record adds: the staleness its rows had when pulled, and the rows that travelled."""
         return {"ps_staleness": self.staleness, "ps_rows": self.rows_moved}
 
@@ -108,7 +114,7 @@ class ParameterServerStrategy:
         dense = [p for p in wrapped.parameters() if p.requires_grad]
         return replicated_over(data_parallel_mesh(ctx), dense)
 
-    # --- the shards' state, with the job's checkpoints and export -------------------------------------
+    # --- its hooks (loop_hooks.py): the shards' state with the job's checkpoints, validation and export ---
 
     def _copy_tables_into(self, wrapped: nn.Module) -> None:
         assert self.server is not None
@@ -118,7 +124,8 @@ class ParameterServerStrategy:
             for table, rows in zip(model.embedding_tables(), self.server.tables()):
                 table.weight.copy_(rows)
 
-    def before_save(self, wrapped: nn.Module, storage: Storage, step: int, rank: int, control) -> None:
+    def before_save(self, wrapped: nn.Module, storage: Storage, step: int, rank: int,
+                    control: ControlGroups) -> None:
         """Every trainer's push of `step` is in (a barrier); rank 0 writes the shards' state; every rank's
         model gets the current tables, so the checkpoint's model is whole too."""
         control.barrier()
@@ -128,7 +135,7 @@ class ParameterServerStrategy:
             storage.write_bytes(SAVED.format(step=step), self.server.save())
         control.barrier()
 
-    def after_load(self, storage: Storage, step: int, rank: int, control) -> None:
+    def after_load(self, storage: Storage, step: int, rank: int, control: ControlGroups) -> None:
         """Resumed from the checkpoint of `step`: the shards get the state saved with it."""
         if rank == 0:
             assert self.server is not None

@@ -47,6 +47,7 @@ from workers.parallel.base import (
 from workers.parallel.common import average_in_place
 from workers.parallel.context import apply_context_parallel
 from workers.parallel.context.ring import take_ring_bytes
+from workers.parallel.loop_hooks import LoopHooks
 from workers.parallel.mesh import group_mesh
 from workers.parallel.parallelize import data_parallel_mesh, sequence_shard
 from workers.parallel.pipeline.bubble import theoretical_bubble
@@ -132,8 +133,12 @@ class PipelineRank(FullNames):
         return out
 
 
-class PipelineStrategy:
+class PipelineStrategy(LoopHooks):
     name = "pipeline"
+
+    @property
+    def hooks(self) -> LoopHooks:
+        return self  # full_model_state: the export gathers the stages
 
     # --- setup -------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from workers.parallel.base import (
 from workers.parallel.common import apply_activation_checkpointing, precision
 from workers.parallel.fsdp import fsdp_forward_backward
 from workers.parallel.fsdp_root import root_reshard_after_forward
+from workers.parallel.loop_hooks import LoopHooks
 from workers.parallel.mesh import group_mesh
 from workers.parallel.replicas import ReplicaGroup
 from workers.parallel.sdp.assignment import assignment_of, blocks_of
@@ -90,8 +91,12 @@ def _check_mask(expected: torch.Tensor):
     return hook
 
 
-class SDPStrategy:
+class SDPStrategy(LoopHooks):
     name = "sdp"
+
+    @property
+    def hooks(self) -> LoopHooks:
+        return self  # validation and the export assemble the whole model; the final result reports the masks
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         spec = ctx.spec
@@ -167,7 +172,7 @@ class SDPStrategy:
         # the check waits for a step that averaged.
         return self.sync.replica_groups() if self.in_sync else []
 
-    # --- the whole model, for evaluation and export -------------------------------
+    # --- its hooks (loop_hooks.py): the whole model, for evaluation and export; its report -------------
 
     def full_model_state(self, wrapped: nn.Module) -> dict[str, torch.Tensor]:
         assert isinstance(wrapped, SDPModel)  # what wrap() returned (FSDP's class is a subclass of it)
@@ -180,6 +185,9 @@ class SDPStrategy:
         model = build_model(self.spec)
         load_full_state(model, self.full_model_state(wrapped))
         return model.to(next(wrapped.parameters()).device)
+
+    def final_report(self) -> dict[str, object]:
+        return {"sdp": self.report()}  # masks, spectral gap, held fractions
 
     def report(self) -> dict:
         sdp = self.spec.parallel.sdp
