@@ -215,7 +215,8 @@ class Accounting:
     def fraction_at_full_cores(self) -> float:
         """An estimate, not a reading: the fraction had each loop filled its core, if all of Trainyard's CPU
         is paid per second (polls, Ray's timers) and none per step. On a host whose other work slows the
-        steps, a cost paid per second weighs more per step; this takes that out."""
+        steps, a cost paid per second weighs more per step; this takes that out. Low by the part paid per step
+        (relaying and storing each step's record), which does not shrink with the step's wall time."""
         return self.fraction * min(1.0, self.loop_utilisation)
 
     def as_dict(self) -> dict:

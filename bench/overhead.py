@@ -303,8 +303,8 @@ def print_tables(acc: Accounting, top_threads: int = 4) -> None:
           f"{ms(acc.loop_s):.1f} ms = {100 * acc.fraction:.2f}% ({verdict} the target <= {100 * TARGET:.0f}%)")
     print(f"Per second of the window: Trainyard's processes {1000 * acc.trainyard_s / acc.window_s:.1f} ms of CPU, "
           f"Ray's {1000 * acc.ray_s / acc.window_s:.1f} ms; each loop had {100 * acc.loop_utilisation:.0f}% of a core. "
-          f"Had each loop filled its core, and were all of Trainyard's CPU paid per second (an estimate): "
-          f"{100 * acc.fraction_at_full_cores:.2f}%")
+          f"Had each loop filled its core, and were all of Trainyard's CPU paid per second (an estimate, low by "
+          f"whatever part is paid per step): {100 * acc.fraction_at_full_cores:.2f}%")
 
 
 def main() -> int:
