@@ -24,6 +24,7 @@ from service.supervisor.policies.failure import RestartsUsed
 from service.supervisor.record_buffer import RecordBuffer
 from service.supervisor.run import JobRun
 from workers.events import RunEvent
+from workers.os_thread_name import name_os_thread
 from workers.spec import JobSpec
 from workers.storage import Storage, adopt_client_env
 
@@ -94,6 +95,7 @@ class Supervisor:
     def _main(self) -> None:
         run = self._run
         assert run is not None, "start() sets the run before it starts this thread"
+        name_os_thread("jobrun")  # the supervisor's poll loop, one row of bench/overhead.py
         try:
             summary = run.run()
         except BaseException as exc:  # the run itself broke: report it as a failed job

@@ -20,6 +20,7 @@ import ray
 from ray.util.placement_group import placement_group_table
 
 from workers.events import RankEvent
+from workers.os_thread_name import name_os_thread
 from workers.runtime.rank_process import IN_CHILD, RankProcess, RankStart, start_trainer
 from workers.runtime.step_aside import step_aside
 from workers.storage import Storage, adopt_client_env
@@ -32,12 +33,17 @@ if TYPE_CHECKING:
     from workers.program.runner import ProgramRunner
     from workers.training.trainer import Trainer
 
-HAND_OVER_S = 0.1  # a follower rank hands its events to its node's leader this often (when it has any)
+# A follower rank hands its events to its node's leader this often (when it has any): as often as the supervisor
+# polls the leader (service/supervisor/run.py poll_interval_s). Handing over more often only adds calls: the
+# follower's hand-over thread took 0.88 ms of CPU per 110 ms step of loop CPU at 0.1 s, 0.49 at 0.25 s
+# (bench/overhead.py, docs/parallel.md), and the leader answers each call.
+HAND_OVER_S = 0.25
 
 
 def _exit_when_removed(pg, interval_s: float = 2.0) -> None:
     # A pooled worker is detached from its job's owner; tie its life to the job's placement group
     # so that a vanished supervisor cannot leave it orphaned.
+    name_os_thread("pg-watch")
     while True:
         time.sleep(interval_s)
         try:
@@ -204,6 +210,7 @@ class TrainWorker:
             return self._delivered.get(rank, 0)
 
     def _hand_over_loop(self, leader, stop: threading.Event) -> None:
+        name_os_thread("hand-over")
         while not stop.wait(HAND_OVER_S):
             self._hand_over(leader)
 

@@ -31,6 +31,7 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from workers.os_thread_name import name_os_thread
 from workers.program.prestarted import switch
 from workers.training.control import RankControl, UnevenShares
 
@@ -239,6 +240,7 @@ def _child_main(conn: Connection, actor_end: Connection, start: RankStart) -> No
 
 def _listen(conn: Connection, control: RankControl) -> None:
     """The actor's requests, applied to the loop's RankControl; the actor gone ends this process."""
+    name_os_thread("rank-requests")  # told apart from the loop's threads (bench/overhead.py)
     while True:
         try:
             message = conn.recv()

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.os_thread_name import name_os_thread
 from workers.storage.location import Storage
 from workers.storage.log_chunks import chunk_name, log_size
 
@@ -56,6 +57,7 @@ class LogShipper:
         self.ship()
 
     def _loop(self) -> None:
+        name_os_thread("ship-logs")
         while not self._stop.wait(self.policy.interval_s):
             try:
                 self.ship()
