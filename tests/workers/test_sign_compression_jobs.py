@@ -73,3 +73,19 @@ def test_signsgd_with_error_feedback_trains(runs):
     the residuals are kept and the loss falls."""
     summary, _ = runs["signsgd_ef"]
     assert summary["final_loss"] < summary["initial_loss"] - 0.5
+
+
+@pytest.mark.exhaustive
+@pytest.mark.timeout(1200)
+def test_a_restarted_onebit_job_trains_on_with_fresh_residuals(runs, tmp_path):
+    """The residuals are not in the checkpoint (nor is PowerSGD's error feedback): after a crash the job resumes
+    from its checkpoint with zero residuals and finishes, close to the uninterrupted run but not identical."""
+    from tests.helpers import train
+
+    spec = spec_of(**{**BASE, **KINDS["onebit"], "checkpoint.every_steps": 20},
+                   fault_injection=[{"at_step": 30, "rank": 1, "kind": "crash"}])
+    summary, _ = train(spec, tmp_path / "onebit-restarted")
+    whole, _ = runs["onebit"]
+    assert summary["restarts"] == 1 and summary["steps"] == STEPS
+    assert summary["final_loss"] == pytest.approx(whole["final_loss"], rel=0.05)
+    assert summary["params_sha256"] != whole["params_sha256"]  # steps 21..30 ran again without the residuals
