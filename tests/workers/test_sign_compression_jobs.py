@@ -61,6 +61,9 @@ def test_sign_compression_sends_a_32nd_and_trains_like_ddp(runs, name):
     assert summary["compression"]["comm_bytes_fp32_per_step"] == fp32
     assert summary["compression"]["ratio"] == pytest.approx(fp32 / sent)
     assert estimate(spec_for(name)).comm_bytes_per_step == pytest.approx(sent, rel=0.02)
+    loss, ddp_loss = summary["final_loss"], ddp["final_loss"]
+    print(f"{name}: {sent} of DDP's {fp32} bytes per step (1/{fp32 / sent:.1f}), final loss "
+          f"{loss:.4f} vs DDP {ddp_loss:.4f} ({loss / ddp_loss:.3f}x)")
     # trains: the loss falls, and ends within 10% of DDP's
     assert summary["final_loss"] < summary["initial_loss"] - 0.5
     assert summary["final_loss"] == pytest.approx(ddp["final_loss"], rel=0.10), (summary["final_loss"], ddp)
