@@ -4,9 +4,10 @@
 
 Each rank turns its bucket (plus, with error feedback, the residual it kept from the last step) into one
 message: bf16 scales per piece of the bucket (each tensor cut into pieces of at most CHUNK elements), then
-one sign bit per element packed into uint8. The
-messages are all-gathered (the ranks' signs cannot be summed as bits), and every rank decodes all of them
-in rank order, so every rank computes the same gradient bit for bit.
+one sign bit per element packed into uint8. The messages are all-gathered (the ranks' signs cannot be
+summed as bits), and every rank decodes all of them in rank order, so every rank computes the same
+gradient bit for bit. Error feedback (parallel.compression.error_feedback) defaults to on for onebit and
+off for signsgd (docs/parallel.md says why).
 
 - onebit (Seide et al. 2014, "1-bit stochastic gradient descent and its application to data-parallel
   distributed training of speech DNNs"): a piece's elements >= 0 decode to the mean of its non-negative
