@@ -30,6 +30,8 @@ STRATEGIES: dict[str, dict] = {
     "fp16_compression": {"compression": {"kind": "fp16"}},
     "bf16_compression": {"compression": {"kind": "bf16"}},  # needs NCCL: refused on CPU workers
     "powersgd": {"compression": {"kind": "powersgd", "rank": 2}},
+    "onebit_compression": {"compression": {"kind": "onebit"}},  # packed signs: the encode/decode on the device
+    "signsgd_compression": {"compression": {"kind": "signsgd"}},
     "local_sgd": {"local_sgd": {"period": 2}},
 }
 NEEDS_NCCL = {"bf16_compression"}

@@ -47,6 +47,8 @@ def layouts(workers: int) -> dict[str, dict]:
         f"tp{workers}": {"tp": workers},
         "ddp-fp16": {"compression": {"kind": "fp16"}},
         "ddp-powersgd": {"compression": {"kind": "powersgd", "rank": 4}},
+        "ddp-onebit": {"compression": {"kind": "onebit"}},
+        "ddp-signsgd": {"compression": {"kind": "signsgd"}},
         "local-sgd-4": {"local_sgd": {"period": 4}},
         "ddp-bf16": {"mixed_precision": "bf16"},
         "fsdp-ac": {"zero": 3, "activation_checkpointing": True},

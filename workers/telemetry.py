@@ -31,6 +31,8 @@ class StepRecord:
     grad_norm: float | None
     lr: float
     comm_bytes: int
+    # parallel.compression: DDP's fp32 ring all-reduce bytes of the gradients the hook compressed (None: none)
+    comm_bytes_uncompressed: int | None = None
     model_state_bytes: int | None = None
     skipped: bool = False  # the update was skipped (non-finite gradients)
     stage: dict | None = None  # pipeline: this rank's stage accounting (see workers/parallel/pipeline/stage_meter.py)
@@ -62,6 +64,8 @@ class CommMeter:
     def reset(self) -> None:
         with self._lock:
             self.logical_bytes = 0
+            # What a compressing DDP hook would have sent as DDP's fp32 ring all-reduce (its ratio's baseline).
+            self.uncompressed_bytes = 0
             self.last_launch = 0.0
             self.last_launch_mark: object | None = None
             self.last_done = 0.0
@@ -74,6 +78,11 @@ class CommMeter:
             if now >= self.last_launch:
                 self.last_launch, self.last_launch_mark = now, mark
         return now
+
+    def compressed(self, fp32_bytes: int) -> None:
+        """A compressing hook was handed this many fp32 bytes: counted as DDP's ring all-reduce of them."""
+        with self._lock:
+            self.uncompressed_bytes += fp32_bytes
 
     def finished(self) -> None:
         now = time.perf_counter()

@@ -32,7 +32,7 @@ from bench.api_load import _load, http_request
 from bench.fleet.admission import SAMPLE_S, fitted, spoken_for
 from bench.fleet.figures import FleetDatabase
 from bench.fleet.load import steady_load
-from bench.fleet.pass_time import pass_parts
+from bench.fleet.pass_time import cpu_shares, pass_parts, slowest_passes
 from bench.fleet.processes import fleet_service
 from bench.fleet.workload import JobPlan, queued_jobs, spec, tenants
 from tests.live import create_pg_schema, drop_pg_schema, pg_schema_url
@@ -168,6 +168,7 @@ def run(args) -> dict:
             queued_tenants = db.tenants_with_queued()
             window_start_wall = datetime.now(UTC)
             window_start = time.monotonic()
+            threads_before = json.loads(service.stats.read_text()).get("thread_cpu", {})
             big = submit_big(service.url, tokens[plans[-2].name][1], args.big_job_ranks, args.big_steps,
                              args.checkpoint_every)
             probe = plans[-1].name
@@ -221,11 +222,13 @@ def run(args) -> dict:
 
             timings, _, _ = asyncio.run(window())
             window_end_wall = datetime.now(UTC)
+            threads_after = json.loads(service.stats.read_text()).get("thread_cpu", {})
             time.sleep(args.admission_grace_s)  # a probe sent in the window's last moments may still be admitted
             cluster_stats = link("stats")
             passes_p99, by_loop = control_passes(service.stats, window_start)
             raw_p99, raw_by_loop = control_passes(service.stats, window_start, parallel_answers=False)
-            split = pass_parts(json.loads(service.stats.read_text())["passes"], window_start, p99)
+            all_passes = json.loads(service.stats.read_text())["passes"]
+            split = pass_parts(all_passes, window_start, p99)
             n_series, scrape_s = scrape(service.url)
             samples["series"].append(n_series)
             samples["scrape_s"].append(scrape_s)
@@ -266,6 +269,9 @@ def run(args) -> dict:
                 "big_job_wait_s": ((big_running or window_end_wall) - big_submitted).total_seconds(),
                 "node_losses": cluster_stats["lost_nodes"],
                 **split,  # where each loop's pass time went: cpu, cluster wait, database, other
+                "reconcile_slowest_passes": slowest_passes(all_passes, window_start, "reconcile"),
+                # the service process's CPU over the window by thread, in cores: what competes with the passes
+                "primary_cpu_by_thread": cpu_shares(threads_before, threads_after, args.minutes * 60),
             }
             link.conn.close()
             console.print("the big job's events:\n  " + "\n  ".join(db.events(big)[:12]))

@@ -15,6 +15,8 @@ A pass's wall time is split four ways, all on the thread that runs it, so the pa
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -108,3 +110,31 @@ def pass_parts(passes: list[list], since: float, p99: Callable[[list[float]], fl
                     f"{loop}_database_p99_s": p99(database), f"{loop}_other_wait_p99_s": p99(other),
                     f"{loop}_pass_timed_p99_s": p99(wall), f"{loop}_passes_split": len(rows)})
     return out
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's live threads, summed by name (numbered pool threads under one
+    name), from /proc (utime + stime): where the service process's CPU goes beside the passes."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        try:
+            fields = open(f"/proc/self/task/{t.native_id}/stat").read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        name = re.sub(r"[-_ ]?\d+$", "", t.name) or t.name
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_shares(before: dict[str, float], after: dict[str, float], seconds: float, top: int = 8) -> dict[str, float]:
+    """Each thread group's CPU over a window, in cores (CPU seconds per second), the busiest first."""
+    used = {name: (after[name] - before.get(name, 0.0)) / seconds for name in after}
+    return {name: round(v, 3) for name, v in sorted(used.items(), key=lambda kv: -kv[1])[:top]}
+
+
+def slowest_passes(passes: list[list], since: float, loop: str, n: int = 3) -> list[dict[str, float]]:
+    """The `n` slowest passes of a loop that ended after `since`, each split as pass_parts splits them."""
+    rows = sorted((p for p in passes if p[0] == loop and len(p) >= 8 and p[2] + p[3] >= since), key=lambda p: -p[3])
+    return [{"wall": round(p[3], 3), "cpu": round(p[5], 3), "cluster_wait": round(p[6], 3),
+             "database": round(p[7], 3), "other": round(max(0.0, p[3] - p[5] - p[6] - p[7]), 3)} for p in rows[:n]]

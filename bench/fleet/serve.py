@@ -25,7 +25,7 @@ from pathlib import Path
 
 from api.cli.processes import LOG_FORMAT, run_uvicorn, serve_processes, uvicorn_options
 from api.http.app import create_app
-from bench.fleet.pass_time import PassClock, install_database_timing
+from bench.fleet.pass_time import PassClock, install_database_timing, thread_cpu
 from bench.fleet.port import SimulatedClusterPort
 from service.reconciler import Reconciler
 from service.scheduler import Scheduler
@@ -62,7 +62,7 @@ def write_stats(path: Path, port: SimulatedClusterPort) -> None:
         time.sleep(1.0)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"passes": PASSES[:], "in_flight": dict(IN_FLIGHT), "now": time.monotonic(),
-                                   "cluster_calls": port.calls}))
+                                   "cluster_calls": port.calls, "thread_cpu": thread_cpu()}))
         tmp.replace(path)
 
 

@@ -221,7 +221,8 @@ def _extra_of(record: dict) -> dict | None:
     """The point's JSON beyond the columns: a program's own metrics and, on a step whose memory was measured,
     each rank's peak and its breakdown (workers/step_memory.py)."""
     extra = dict(record.get("metrics") or {})
-    for key in ("expert_tokens", "expert_load_imbalance", "val_loss", "mfu"):  # MoE jobs; validation; MFU (GPU)
+    # MoE jobs; validation; MFU (GPU); compressed DDP (what its fp32 all-reduce would have sent)
+    for key in ("expert_tokens", "expert_load_imbalance", "val_loss", "mfu", "comm_bytes_uncompressed"):
         if record.get(key) is not None:
             extra[key] = record[key]
     extra.update(rank_times(record))  # each rank's step and compute time, jobs up to 256 ranks (the console)

@@ -50,6 +50,7 @@ class StepAggregator:
             "grad_norm": ranks[0]["grad_norm"],
             "lr": ranks[0]["lr"],
             "comm_bytes": ranks[0]["comm_bytes"],
+            "comm_bytes_uncompressed": ranks[0].get("comm_bytes_uncompressed"),
             "model_state_bytes": ranks[0].get("model_state_bytes"),
             "peak_flops_per_s": peak,
             "model_params": ranks[0].get("model_params"),

@@ -40,6 +40,18 @@ def steady_steps(steps: list[dict]) -> list[dict]:
     return [s for s in steady if not s.get("memory_tracked")] or steady
 
 
+def compression_summary(kind: str, steps: list[dict]) -> dict[str, Any]:
+    """parallel.compression: the median step's bytes against DDP's fp32 ring all-reduce of the same gradients
+    (`ratio` = fp32 / sent: 2 for fp16, about 32 for onebit/signsgd on 2 ranks)."""
+    pairs = [(s["comm_bytes"], s["comm_bytes_uncompressed"]) for s in steps
+             if s.get("comm_bytes") and s.get("comm_bytes_uncompressed")]
+    if not pairs:
+        return {"kind": kind, "comm_bytes_fp32_per_step": None, "ratio": None}
+    fp32 = statistics.median(u for _, u in pairs)
+    sent = statistics.median(c for c, _ in pairs)
+    return {"kind": kind, "comm_bytes_fp32_per_step": fp32, "ratio": fp32 / sent}
+
+
 def run_summary(run: Any) -> dict[str, Any]:
     """The summary of a JobRun (service/supervisor/run.py) as it stands: last and first step exact, the
     steady-state figures over the run's step sample (service/supervisor/step_history.py)."""
@@ -95,6 +107,8 @@ def run_summary(run: Any) -> dict[str, Any]:
         rows = [s["ps_rows"] for s in steps if s.get("ps_rows") is not None]
         summary["parameter_server"] = {"max_staleness": max(stale), "mean_staleness": statistics.fmean(stale),
                                        "rows_per_step": statistics.median(rows) if rows else None}
+    if spec.parallel.compression is not None:  # what DDP's hook sent against its fp32 all-reduce, per step
+        summary["compression"] = compression_summary(spec.parallel.compression.kind, steps)
     auc = (result.get("validation") or {}).get("auc")
     if auc is not None:  # a binary classifier (train.loss 'bce'): the final validation's AUC
         summary["final_val_auc"] = auc

@@ -30,6 +30,8 @@ STRATEGIES = {
     "pipeline": {"parallel.pp": 2},
     "sdp": {"parallel.sdp": {"mode": "neuron", "coverage": 0.75}, **CHECKED},
     "fp16_compression": {"parallel.compression": {"kind": "fp16"}, **CHECKED},
+    # all-gathers packed signs; every rank decodes every message alike (the replica check agrees)
+    "onebit_compression": {"parallel.compression": {"kind": "onebit"}, **CHECKED},
     "local_sgd": {"parallel.local_sgd": {"period": 2}, **CHECKED},
 }
 

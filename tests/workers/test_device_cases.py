@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED = {"ddp": "ddp", "zero1": "zero", "zero2": "zero", "fsdp2": "fsdp", "hsdp1x1": "fsdp", "tp1": "ddp",
             "sdp_block": "sdp", "fp16_compression": "ddp", "bf16_compression": "ddp", "powersgd": "ddp",
-            "local_sgd": "local_sgd"}
+            "onebit_compression": "ddp", "signsgd_compression": "ddp", "local_sgd": "local_sgd"}
 
 
 def test_every_gpu_configuration_is_valid_and_selects_its_strategy():

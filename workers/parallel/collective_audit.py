@@ -43,6 +43,7 @@ SITES: dict[str, str] = {
     "workers.parallel.compression:plain_hook": DATA,
     "workers.parallel.compression:_cast_hook.<locals>.hook": DATA,
     "workers.parallel.compression:powersgd_hook": DATA,
+    "workers.parallel.sign_compression:sign_hook": DATA,  # onebit/signsgd: all-gather of packed signs
     "workers.parallel.common:global_grad_norm_clip": DATA,
     "workers.parallel.common:average_in_place": DATA,
     "workers.parallel.common:reduce_partial_grads": DATA,

@@ -1,4 +1,5 @@
-"""DDP communication hooks: plain, fp16/bf16-compressed and PowerSGD all-reduces, each metered.
+"""DDP communication hooks: plain, fp16/bf16-compressed and PowerSGD all-reduces, and the 1-bit SGD and
+signSGD all-gathers of packed signs (sign_compression.py), each metered.
 
 (No `from __future__ import annotations`: DDP checks the hooks' real annotations.)
 
@@ -6,7 +7,8 @@ Logical bytes are those the all-reduces are asked to move: the compressed
 buffer for fp16/bf16 (half the fp32 bytes), and for PowerSGD the P and Q
 factors plus the tensors it leaves uncompressed (vectors, small matrices),
 read from the hook's own element counters; before `start_step` PowerSGD runs
-the plain all-reduce so that error feedback sees fixed bucket shapes.
+the plain all-reduce so that error feedback sees fixed bucket shapes. Each compressing hook also notes
+what DDP's fp32 all-reduce of its bucket would have moved: the job's compression ratio.
 """
 
 import weakref
@@ -16,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
+from workers.parallel.sign_compression import SignState, sign_hook
 from workers.storage_tracker import GRADS, note_lasting
 from workers.telemetry import CommMeter, ring_allreduce_bytes
 
@@ -52,6 +55,7 @@ def _cast_hook(dtype: torch.dtype):
         note_lasting([buffer], GRADS, state.owner())  # the reducer's bucket lives across steps: peak memory counts it
         world = dist.get_world_size()
         compressed = buffer.to(dtype).div_(world)
+        state.meter.compressed(ring_allreduce_bytes(buffer.numel() * 4, world))
         state.meter.launched(ring_allreduce_bytes(compressed.numel() * compressed.element_size(), world))
         fut = dist.all_reduce(compressed, async_op=True).get_future()
 
@@ -79,6 +83,7 @@ def powersgd_hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures
     fut = powersgd.powerSGD_hook(inner, bucket)
     numel = buffer.numel() if warm_up else inner.total_numel_after_compression - before
     state.meter.launched(ring_allreduce_bytes(numel * buffer.element_size(), world))
+    state.meter.compressed(ring_allreduce_bytes(buffer.numel() * 4, world))
     state.previous = fut.then(_done(state.meter))
     return state.previous
 
@@ -104,8 +109,14 @@ def _powersgd(ctx):
     return MeteredState(ctx.comm, inner), powersgd_hook
 
 
+def _sign(ctx):
+    c = ctx.spec.parallel.compression
+    return SignState(ctx.comm, c.kind, c.uses_error_feedback), sign_hook
+
+
 # parallel.compression.kind (None = no compression) -> (state, hook) builder
-COMM_HOOKS: dict[str | None, Callable] = {None: _plain, "fp16": _fp16, "bf16": _bf16, "powersgd": _powersgd}
+COMM_HOOKS: dict[str | None, Callable] = {None: _plain, "fp16": _fp16, "bf16": _bf16, "powersgd": _powersgd,
+                                          "onebit": _sign, "signsgd": _sign}
 
 
 def register_comm_hook(ddp, ctx) -> None:

@@ -40,12 +40,27 @@ class PipelineSpec(Strict):
 
 
 class CompressionSpec(Strict):
-    kind: Literal["fp16", "bf16", "powersgd"] = Field(
+    kind: Literal["fp16", "bf16", "powersgd", "onebit", "signsgd"] = Field(
         description="fp16/bf16: all-reduce gradients cast to half precision (half the bytes); powersgd: a "
-                    "low-rank approximation with error feedback (rank sets the size)")
+                    "low-rank approximation with error feedback (rank sets the size); onebit: 1-bit SGD, each "
+                    "gradient's signs packed 8 to a byte with a positive and a negative scale per 128 "
+                    "elements, all-gathered and averaged (Seide et al. 2014); signsgd: signSGD with majority "
+                    "vote, the sign of the sum of the ranks' signs scaled by their mean |gradient| per 128 "
+                    "elements (Bernstein et al. 2018). onebit and signsgd send about 1/26 and 1/29 of fp32's "
+                    "bytes on 2 ranks: an all-gather, so the fraction grows with the world (docs/parallel.md)")
     rank: int = Field(1, ge=1, le=1024, description="powersgd: matrix approximation rank")
     start_step: int = Field(2, ge=2, description="powersgd: plain all-reduce for the first steps "
                                                  "(>= 2: error feedback needs fixed bucket shapes)")
+    error_feedback: bool | None = Field(
+        None, description="onebit/signsgd: add each rank's quantization error (its residual) to its next "
+                          "gradient before quantizing; default true for onebit (1-bit SGD is defined with it), "
+                          "false for signsgd (majority vote as published; with AdamW it trained worse with it, "
+                          "docs/parallel.md); only for onebit and signsgd")
+
+    @property
+    def uses_error_feedback(self) -> bool:
+        """onebit/signsgd: whether residuals are kept (unset: onebit yes, signsgd no)."""
+        return self.kind == "onebit" if self.error_feedback is None else self.error_feedback
 
 
 class LocalSGDSpec(Strict):

@@ -81,7 +81,7 @@ class DDPReducer:
         # in different orders and gloo aborted on the size mismatch (a 4-rank test: "1120 vs 20").
         ddp = DistributedDataParallel(model, device_ids=device_ids,
                                       find_unused_parameters=not hooks_off_the_autograd_thread(ctx.spec))
-        register_comm_hook(ddp, ctx)  # plain, fp16/bf16-compressed or PowerSGD (parallel.compression)
+        register_comm_hook(ddp, ctx)  # plain, fp16/bf16, PowerSGD, onebit or signsgd (parallel.compression)
         return ddp
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:

@@ -110,14 +110,43 @@ def expert_shard_params(spec: JobSpec, facts) -> float:
     return getattr(facts, "expert_params", 0) / ep if ep > 1 else 0.0
 
 
+SIGN_KINDS = ("onebit", "signsgd")  # parallel.compression kinds that all-gather packed signs
+SIGN_CHUNK = 128  # their elements per scale (workers/parallel/sign_compression.py CHUNK)
+
+
 def compressed_fraction(spec) -> float:
-    """Fraction of the fp32 gradient bytes the hook all-reduces (the planner's figure)."""
+    """Fraction of the fp32 gradient bytes the hook all-reduces (the planner's figure): the hook's bytes over
+    DDP's ring all-reduce of the fp32 gradients, 2(k-1)/k x 4 bytes per parameter."""
     c = spec.parallel.compression
     if c is None:
         return 1.0
     if c.kind in ("fp16", "bf16"):
         return 0.5
+    if c.kind in SIGN_KINDS:
+        return _sign_fraction(spec)
     return _powersgd_fraction(spec)
+
+
+def _sign_fraction(spec) -> float:
+    """onebit/signsgd all-gather one message per rank: 1 bit per parameter (8 to a byte) and bf16 scales per
+    piece of at most 128 elements of each tensor (onebit 2, signsgd 1). A rank sends its message to, and
+    receives one from, each of the k-1 others (what a ring all-gather moves per rank, one_pass(k) of the
+    gathered k messages): (k-1)(N/8 + S) bytes against DDP's 2(k-1)/k x 4N, k/64 of it plus the scales
+    (onebit on 2 ranks: 1/32 + 1/128 = 1/25.6). Above 1 from about 50 ranks on: an all-gather grows with
+    the world, a ring all-reduce does not."""
+    import torch  # only for a sign-compression spec: the model's tensors, built on the meta device
+
+    from workers.models import MODEL_BUILDERS
+
+    k = spec.dims.size("dp_cp")
+    if k <= 1:
+        return 1.0
+    with torch.device("meta"):
+        model = MODEL_BUILDERS[type(spec.model)](spec.model)
+    sizes = [p.numel() for p in model.parameters()]
+    n, pieces = sum(sizes), sum(-(-size // SIGN_CHUNK) for size in sizes)
+    scale_bytes = 2 * (2 if spec.parallel.compression.kind == "onebit" else 1) * pieces
+    return (k - 1) * (n / 8 + scale_bytes) / (ring(k) * 4 * n)
 
 
 def _powersgd_fraction(spec) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from workers.parallel.layouts.accounting import (
+    SIGN_KINDS,
     LayoutCost,
     accumulated_grad_bytes,
     compressed_fraction,
@@ -33,6 +34,10 @@ def compression_rules(spec: JobSpec) -> Iterator[Violation]:
             "parallel.compression.kind 'bf16' needs GPU workers: the bf16 hook all-reduces bfloat16, which "
             "gloo (CPU) does not support, so use 'fp16' or 'powersgd' on CPU "
             f"(gpus_per_worker={spec.resources.gpus_per_worker})")
+    if p.compression.error_feedback is not None and p.compression.kind not in SIGN_KINDS:
+        yield Violation("parallel.compression.error_feedback",
+            "parallel.compression.error_feedback applies to kind 'onebit' or 'signsgd' "
+            f"(kind={p.compression.kind!r}: powersgd always keeps its error feedback, fp16/bf16 have none)")
 
 
 def cost(spec: JobSpec, facts) -> LayoutCost:
