@@ -67,7 +67,7 @@ from workers.training.validation import Validation, eval_batches_of, rank_batch_
 class Trainer:
     def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device,
                  job: Storage | str | os.PathLike, uneven: UnevenShares | None = None,
-                 reporter: ProgressReporter | None = None):
+                 reporter: ProgressReporter | None = None, nodes: tuple[str, ...] = ()):
         self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
         # Progress outside the steps (set-up, validation, checkpoint bytes, export): the supervisor's hang
         # timer runs on it (workers/training/progress.py); held until run() has somewhere to send it.
@@ -122,7 +122,9 @@ class Trainer:
         if spec.train.init_from:
             checkpointing.load_weights(init_source(spec.train.init_from, self.storage), model)
         self.strategy = build_strategy(spec)
-        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups)
+        # nodes: the placement's node map (parallel.collectives 'hierarchical' builds its groups from it)
+        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups,
+                                   tuple(nodes))
         self.model = self.strategy.wrap(model, self.ctx)
         self.loss_fn = with_aux_loss(LOSSES[spec.train.loss], self.model)  # + the MoE load-balancing loss
         self.expert_load = expert_load(self.model, spec.dims.coordinates(rank)["tp"])  # MoE: tokens per expert
@@ -245,6 +247,7 @@ class Trainer:
             comm_time_s=comm_time,
             samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
             comm_bytes=self.comm.logical_bytes, model_state_bytes=self.model_state_bytes, stage=fb.stage,
+            cross_node_bytes=self.comm.cross_node_bytes if self.comm.counts_nodes else None,
             skipped=skipped, peak_memory_bytes=memory.peak.peak_bytes if memory.peak else None,
             peak_memory_breakdown=memory.peak.breakdown if memory.peak else None,
             peak_activation_bytes=memory.peak.category_peaks["activations"] if memory.peak else None,
