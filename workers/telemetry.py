@@ -34,6 +34,9 @@ class StepRecord:
     # parallel.compression: DDP's fp32 ring all-reduce bytes of the gradients the hook compressed (None: none)
     comm_bytes_uncompressed: int | None = None
     model_state_bytes: int | None = None
+    # Of comm_bytes, what this rank sent to ranks on other nodes: counted by DDP's hooks from the placement's
+    # node map; None where nothing counted it (no node map, or a layout whose collectives do not count it).
+    cross_node_bytes: int | None = None
     skipped: bool = False  # the update was skipped (non-finite gradients)
     stage: dict | None = None  # pipeline: this rank's stage accounting (see workers/parallel/pipeline/stage_meter.py)
     # The high-water mark during this step (workers/step_memory.py) and what it held by category
@@ -59,6 +62,7 @@ class CommMeter:
         self._lock = threading.Lock()
         # The step clock (workers/training/step_clock.py): on GPU the last launch is also a CUDA event.
         self.clock = clock
+        self.counts_nodes = False  # a hook that knows the node map counts cross_node_bytes
         self.reset()
 
     def reset(self) -> None:
@@ -66,15 +70,17 @@ class CommMeter:
             self.logical_bytes = 0
             # What a compressing DDP hook would have sent as DDP's fp32 ring all-reduce (its ratio's baseline).
             self.uncompressed_bytes = 0
+            self.cross_node_bytes = 0  # of them, sent to a rank on another node (hooks that know the node map)
             self.last_launch = 0.0
             self.last_launch_mark: object | None = None
             self.last_done = 0.0
 
-    def launched(self, logical_bytes: int) -> float:
+    def launched(self, logical_bytes: int, cross_node_bytes: int = 0) -> float:
         now = time.perf_counter()
         mark = self.clock.mark() if self.clock is not None else None
         with self._lock:
             self.logical_bytes += logical_bytes
+            self.cross_node_bytes += cross_node_bytes
             if now >= self.last_launch:
                 self.last_launch, self.last_launch_mark = now, mark
         return now

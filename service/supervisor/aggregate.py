@@ -84,6 +84,9 @@ class StepAggregator:
             joined["expert_load_imbalance"] = max(joined["expert_tokens"]) / mean if mean else None
         if stages:  # pipeline jobs: busy/comm/idle, bubble and activations in flight per stage
             joined["stages"] = stages
+        crossed = [r["cross_node_bytes"] for r in ranks if r.get("cross_node_bytes") is not None]
+        if crossed:  # what every rank together sent to other nodes (DDP's hooks, from the placement's node map)
+            joined["cross_node_bytes"] = sum(crossed)
         stale = [r["ps_staleness"] for r in ranks if r.get("ps_staleness") is not None]
         if stale:  # parameter server: the stalest rows any trainer read this step, and the rows that travelled
             joined["ps_staleness"] = max(stale)

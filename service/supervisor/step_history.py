@@ -19,7 +19,8 @@ RECENT = 4  # whole records at 4,096 ranks are 1-3 MiB each: only the newest few
 MAX_SAMPLES = 2048
 # what the summary reads of a step (service/supervisor/summary.py, pipeline_summary)
 SAMPLED = ("step", "loss", "step_time_s", "samples_per_s", "tokens_per_s", "comm_bytes", "comm_bytes_uncompressed",
-           "bubble_fraction", "memory_tracked", "partial", "stages", "grad_norm", "lr", "ps_staleness", "ps_rows")
+           "cross_node_bytes", "bubble_fraction", "memory_tracked", "partial", "stages", "grad_norm", "lr",
+           "ps_staleness", "ps_rows")
 
 
 class StepHistory:

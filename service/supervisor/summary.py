@@ -88,6 +88,11 @@ def run_summary(run: Any) -> dict[str, Any]:
         "peak_memory_bytes_per_rank": history.peak_memory_per_rank(run.current.world_size),
         "comm_bytes_per_step": statistics.median(comm) if (comm := [s["comm_bytes"] for s in steps
                                                                      if s.get("comm_bytes") is not None]) else None,
+        # What the job's ranks together sent to other nodes per step, as DDP's hook counts it from the
+        # placement's node map (parallel.collectives: flat vs hierarchical); 0 on one node or other layouts.
+        "cross_node_bytes_per_step": statistics.median(cross) if (cross := [s["cross_node_bytes"] for s in steps
+                                                                           if s.get("cross_node_bytes") is not None])
+        else None,
         "restarts": run.restarts,
         "resizes": run.resizes,
         "rollbacks": run.rollbacks,

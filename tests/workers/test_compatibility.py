@@ -22,6 +22,7 @@ ON: dict[str, dict] = {
     "sequence_parallel": {"parallel.tp": 2, "parallel.sequence_parallel": True}, "pp": {"parallel.pp": 2},
     "cp": {"parallel.cp": 2}, "ep": {"parallel.ep": 2, "model.moe": {"experts": 4, "top_k": 2}},
     "compression": {"parallel.compression": {"kind": "fp16"}},
+    "hierarchical": {"parallel.collectives": "hierarchical"},
     "local_sgd": {"parallel.local_sgd": {"period": 2}}, "sdp": {"parallel.sdp": {"coverage": 0.75}},
     "activation_checkpointing": {"parallel.activation_checkpointing": True},
     "mixed_precision": {"parallel.mixed_precision": "bf16"},

@@ -38,6 +38,9 @@ class StrategyContext:
     device: torch.device
     comm: CommMeter
     control: ControlGroups  # the CPU groups of control collectives (workers/parallel/control_group.py)
+    # The placement's node map: the node id of every rank, in rank order (workers/runtime/group.py); empty
+    # where the ranks were not placed by Ray (tests, the device check): one machine.
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass

@@ -44,6 +44,10 @@ SITES: dict[str, str] = {
     "workers.parallel.compression:_cast_hook.<locals>.hook": DATA,
     "workers.parallel.compression:powersgd_hook": DATA,
     "workers.parallel.sign_compression:sign_hook": DATA,  # onebit/signsgd: all-gather of packed signs
+    # parallel.collectives 'hierarchical': on the hook's own thread, over its intra- and cross-node groups
+    "workers.parallel.hierarchical:_even": DATA,
+    "workers.parallel.hierarchical:_through_leaders": DATA,
+    "workers.parallel.hierarchical:HierarchicalGroups.__init__": DATA,  # new_group's store barrier, if any
     "workers.parallel.common:global_grad_norm_clip": DATA,
     "workers.parallel.common:average_in_place": DATA,
     "workers.parallel.common:reduce_partial_grads": DATA,

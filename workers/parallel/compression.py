@@ -9,6 +9,10 @@ factors plus the tensors it leaves uncompressed (vectors, small matrices),
 read from the hook's own element counters; before `start_step` PowerSGD runs
 the plain all-reduce so that error feedback sees fixed bucket shapes. Each compressing hook also notes
 what DDP's fp32 all-reduce of its bucket would have moved: the job's compression ratio.
+
+Bytes crossing nodes: these flat hooks run one ring over every rank (gloo's ring: rank r sends to
+r + 1), so a rank's bytes cross nodes when its successor is on another node of the placement's node
+map (`crosses`). parallel.collectives 'hierarchical' is its own hook (workers/parallel/hierarchical.py).
 """
 
 import weakref
@@ -26,10 +30,15 @@ from workers.telemetry import CommMeter, ring_allreduce_bytes
 class MeteredState:
     def __init__(self, meter: CommMeter, inner=None):
         self.meter, self.inner = meter, inner
+        self.crosses = False  # this rank's ring successor is on another node: what it sends crosses nodes
         self.previous: torch.futures.Future | None = None
         # The DDP module whose buckets the hook sees (peak-memory accounting); weak: DDP's C++ reducer holds
         # this state, and a cycle through C++ would never be collected.
         self.owner: weakref.ref = weakref.ref(self)
+
+
+def _launched(state: MeteredState, nbytes: int) -> None:
+    state.meter.launched(nbytes, nbytes if state.crosses else 0)
 
 
 def _done(meter: CommMeter):
@@ -44,7 +53,7 @@ def plain_hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures.Fu
     buffer = bucket.buffer()
     note_lasting([buffer], GRADS, state.owner())  # the reducer's bucket lives across steps: peak memory counts it
     world = dist.get_world_size()
-    state.meter.launched(ring_allreduce_bytes(buffer.numel() * buffer.element_size(), world))
+    _launched(state, ring_allreduce_bytes(buffer.numel() * buffer.element_size(), world))
     buffer.div_(world)
     return dist.all_reduce(buffer, async_op=True).get_future().then(_done(state.meter))
 
@@ -56,7 +65,7 @@ def _cast_hook(dtype: torch.dtype):
         world = dist.get_world_size()
         compressed = buffer.to(dtype).div_(world)
         state.meter.compressed(ring_allreduce_bytes(buffer.numel() * 4, world))
-        state.meter.launched(ring_allreduce_bytes(compressed.numel() * compressed.element_size(), world))
+        _launched(state, ring_allreduce_bytes(compressed.numel() * compressed.element_size(), world))
         fut = dist.all_reduce(compressed, async_op=True).get_future()
 
         def decompress(f: torch.futures.Future) -> torch.Tensor:
@@ -82,7 +91,7 @@ def powersgd_hook(state: MeteredState, bucket: dist.GradBucket) -> torch.futures
     before = inner.total_numel_after_compression
     fut = powersgd.powerSGD_hook(inner, bucket)
     numel = buffer.numel() if warm_up else inner.total_numel_after_compression - before
-    state.meter.launched(ring_allreduce_bytes(numel * buffer.element_size(), world))
+    _launched(state, ring_allreduce_bytes(numel * buffer.element_size(), world))
     state.meter.compressed(ring_allreduce_bytes(buffer.numel() * 4, world))
     state.previous = fut.then(_done(state.meter))
     return state.previous
@@ -121,9 +130,25 @@ COMM_HOOKS: dict[str | None, Callable] = {None: _plain, "fp16": _fp16, "bf16": _
 
 def register_comm_hook(ddp, ctx) -> None:
     c = ctx.spec.parallel.compression
-    state, hook = COMM_HOOKS[c.kind if c is not None else None](ctx)
+    kind = c.kind if c is not None else None
+    if ctx.spec.parallel.collectives == "hierarchical":
+        from workers.parallel.hierarchical import hierarchical  # it builds on this module's state
+
+        state, hook = hierarchical(ctx, kind)  # compression (fp16/bf16) on the cross-node stage only
+    else:
+        state, hook = COMM_HOOKS[kind](ctx)
+        state.crosses = ring_crosses_nodes(ctx)
+    ctx.comm.counts_nodes = bool(getattr(ctx, "nodes", ()))  # else its cross-node bytes are not known
     state.owner = weakref.ref(ddp)
     ddp.register_comm_hook(state, hook)
+
+
+def ring_crosses_nodes(ctx) -> bool:
+    """Whether this rank's successor in the flat ring is on another node (False without a node map)."""
+    nodes = getattr(ctx, "nodes", ())
+    if not nodes or ctx.world_size < 2 or dist.get_world_size() != len(nodes):
+        return False
+    return nodes[ctx.rank] != nodes[(ctx.rank + 1) % len(nodes)]
 
 
 def hooks_off_the_autograd_thread(spec) -> bool:

@@ -127,6 +127,7 @@ class SignState:
 
     def __init__(self, meter: CommMeter, kind: str, error_feedback: bool):
         self.meter, self.kind, self.error_feedback = meter, kind, error_feedback
+        self.crosses = False  # this rank's ring successor is on another node (compression.register_comm_hook)
         self.codecs: dict[int, SignCodec] = {}
         self.residuals: dict[int, torch.Tensor] = {}
         self.owner: weakref.ref = weakref.ref(self)  # the DDP module (register_comm_hook sets it)
@@ -162,7 +163,8 @@ def sign_hook(state: SignState, bucket: dist.GradBucket) -> torch.futures.Future
         # loss scaler skips) leaves a zero residual, not one that would poison every later step.
         torch.sub(values, local.view_as(values), out=residual).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
     gathered = [torch.empty_like(message) for _ in range(world)]
-    state.meter.launched((world - 1) * message.numel())
+    sent = (world - 1) * message.numel()
+    state.meter.launched(sent, sent if state.crosses else 0)  # a ring all-gather: to this rank's successor
     state.meter.compressed(ring_allreduce_bytes(buffer.numel() * 4, world))
     fut = dist.all_gather(gathered, message, async_op=True).get_future()
 

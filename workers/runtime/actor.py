@@ -131,7 +131,8 @@ class TrainWorker:
 
             return self._setup_program(spec, Rendezvous(master_addr, master_port, agent_store), timeout_s, attempt,
                                        nodes, gpus)
-        start = RankStart(spec, self.rank, self.world_size, self.storage, master_addr, master_port, timeout_s, uneven)
+        start = RankStart(spec, self.rank, self.world_size, self.storage, master_addr, master_port, timeout_s, uneven,
+                          tuple(nodes or ()))
         # TRAINYARD_RANK_PROCESS=false: the loop in this process, as before (a switch to rule it out); and a
         # parameter-server job's, whose loop calls its shard actors (a forked child never calls Ray).
         if not IN_CHILD or spec.parallel.parameter_server is not None:

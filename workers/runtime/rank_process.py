@@ -59,6 +59,7 @@ class RankStart:
     master_port: int
     timeout_s: float
     uneven: UnevenShares | None  # the supervisor's terms for the data split (workers/training/control.py)
+    nodes: tuple[str, ...] = ()  # the node id of every rank (the placement's node map)
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,8 @@ def start_trainer(start: RankStart, emit: Callable[[RankEvent], None] | None = N
         use_compile_cache(str(start.storage))
     reporter = ProgressReporter(start.rank, report_interval_s(spec.fault_tolerance.hang_timeout_s), emit)
     try:
-        trainer = Trainer(spec, start.rank, start.world_size, device, start.storage, start.uneven, reporter)
+        trainer = Trainer(spec, start.rank, start.world_size, device, start.storage, start.uneven, reporter,
+                          nodes=start.nodes)
         step = trainer.resume_from_latest()
     except Exception as exc:
         if is_out_of_memory(exc):  # building or loading the model: no restart would fit it either

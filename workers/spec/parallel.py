@@ -119,6 +119,11 @@ class ParallelSpec(Strict):
         "fp32", description="bf16: autocast with fp32 master weights (FSDP: bf16 gathers, fp32 reduction); "
                             "fp16: the same in fp16, with a dynamic loss scaler")
     compression: CompressionSpec | None = Field(None, description="zero 0, tp 1: compress DDP gradient all-reduces")
+    collectives: Literal["flat", "hierarchical"] = Field(
+        "flat", description="how DDP all-reduces gradients (zero 0, tp 1, pp 1, cp 1, ep 1). flat: one all-reduce over "
+                            "every rank; hierarchical: from the placement's node map, reduce-scatter inside each node, "
+                            "all-reduce across nodes among ranks of equal local index, all-gather inside the node "
+                            "(compression fp16/bf16 then compresses only the cross-node stage; powersgd is refused)")
     local_sgd: LocalSGDSpec | None = Field(None, description="zero 0, tp 1: average parameters every `period` steps")
     sdp: SDPSpec | None = Field(None, description="subnetwork data parallelism over the dp workers (tp 1, pp 1, "
                                                   "zero 0, or zero 3 with dp_shard ranks per subnetwork)")

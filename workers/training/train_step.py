@@ -101,6 +101,7 @@ class StepTraining(RankState):
             samples=fb.samples, tokens=fb.tokens, grad_norm=grad_norm, lr=lr,
             comm_bytes=self.comm.logical_bytes, comm_bytes_uncompressed=self.comm.uncompressed_bytes or None,
             model_state_bytes=self.model_state_bytes, stage=fb.stage,
+            cross_node_bytes=self.comm.cross_node_bytes if self.comm.counts_nodes else None,
             skipped=skipped, peak_memory_bytes=memory.peak.peak_bytes if memory.peak else None,
             peak_memory_breakdown=memory.peak.breakdown if memory.peak else None,
             peak_activation_bytes=memory.peak.category_peaks["activations"] if memory.peak else None,

@@ -61,7 +61,7 @@ __all__ = ["NonFiniteTraining", "SilentDataCorruption", "Trainer", "init_source"
 class Trainer(Finishing):
     def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device,
                  job: Storage | str | os.PathLike, uneven: UnevenShares | None = None,
-                 reporter: ProgressReporter | None = None):
+                 reporter: ProgressReporter | None = None, nodes: tuple[str, ...] = ()):
         self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
         # Progress outside the steps (set-up, validation, checkpoint bytes, export): the supervisor's hang
         # timer runs on it (workers/training/progress.py); held until run() has somewhere to send it.
@@ -115,7 +115,9 @@ class Trainer(Finishing):
         if spec.train.init_from:
             checkpointing.load_weights(init_source(spec.train.init_from, self.storage), model)
         self.strategy = build_strategy(spec)
-        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups)
+        # nodes: the placement's node map (parallel.collectives 'hierarchical' builds its groups from it)
+        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups,
+                                   tuple(nodes))
         self.model = self.strategy.wrap(model, self.ctx)
         self.loss_fn = with_aux_loss(LOSSES[spec.train.loss], self.model)  # + the MoE load-balancing loss
         self.expert_load = expert_load(self.model, spec.dims.coordinates(rank)["tp"])  # MoE: tokens per expert

@@ -23,6 +23,7 @@ FEATURES: dict[str, tuple[str, Callable[[JobSpec], bool]]] = {
     "cp": ("parallel.cp", lambda s: s.parallel.cp > 1),
     "ep": ("parallel.ep", lambda s: s.parallel.ep > 1),
     "compression": ("parallel.compression", lambda s: s.parallel.compression is not None),
+    "hierarchical": ("parallel.collectives", lambda s: s.parallel.collectives == "hierarchical"),
     "local_sgd": ("parallel.local_sgd", lambda s: s.parallel.local_sgd is not None),
     "sdp": ("parallel.sdp", lambda s: s.parallel.sdp is not None),
     "activation_checkpointing": ("parallel.activation_checkpointing", lambda s: s.parallel.activation_checkpointing),
@@ -42,6 +43,8 @@ _CP_DP = "context-parallel ranks reduce gradients with data parallelism over dp 
 _METERED = ("tp's collectives are counted by a TorchDispatchMode, under which compiled blocks would silently run "
             "eager")
 _UNCOMPILED = "its blocks are not built by parallelize, which compiles them"
+_HIERARCHICAL = ("hierarchical collectives are DDP's communication hook over every rank: plain data parallelism "
+                 "only")
 
 UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in {
     **{("compression", f): _DDP_HOOK for f in ("zero1", "zero2", "fsdp", "hsdp", "tp", "pp", "local_sgd", "sdp",
@@ -62,6 +65,8 @@ UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in 
     ("ep", "sequence_parallel"): "tp ranks must route the same tokens: sequence parallelism splits them over tp",
     ("compile", "tp"): _METERED,
     **{("compile", f): f"{f}: {_UNCOMPILED}" for f in ("pp", "sdp")},
+    **{("hierarchical", f): _HIERARCHICAL for f in ("zero1", "zero2", "fsdp", "hsdp", "tp", "pp", "cp", "ep",
+                                                    "local_sgd", "sdp")},
 }.items()}
 
 # Features that are one choice of the same field: never together.
@@ -72,7 +77,7 @@ REQUIRES: dict[str, tuple[str, ...]] = {"sequence_parallel": ("tp",)}
 # Pairs whose refusal comes from this table (the others are refused by the layouts' own rules, and
 # rebalance's by the data-parallel step's capabilities: layouts/__init__.step_need_violations), and the
 # feature whose field it names.
-NEW_AXES = ("ep", "cp", "compile")
+NEW_AXES = ("hierarchical", "ep", "cp", "compile")
 REFUSED_HERE = frozenset(pair for pair in UNSUPPORTED if pair & set(NEW_AXES) and "rebalance" not in pair)
 
 

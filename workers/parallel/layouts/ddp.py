@@ -1,4 +1,4 @@
-"""Plain data parallelism (DDP), with parallel.compression as its communication hook."""
+"""Plain data parallelism (DDP), with parallel.compression and parallel.collectives as its communication hook."""
 
 from __future__ import annotations
 
@@ -40,6 +40,28 @@ def compression_rules(spec: JobSpec) -> Iterator[Violation]:
             f"(kind={p.compression.kind!r}: powersgd always keeps its error feedback, fp16/bf16 have none)")
 
 
+def collectives_rules(spec: JobSpec) -> Iterator[Violation]:
+    """parallel.collectives 'hierarchical' is DDP's hook: the axes it refuses are the compatibility table's
+    (layouts/compatibility.py); here what the table has no feature for."""
+    p = spec.parallel
+    if p.collectives != "hierarchical":
+        return
+    if p.compression is not None and p.compression.kind not in ("fp16", "bf16"):
+        yield Violation("parallel.collectives",
+            f"parallel.collectives 'hierarchical' compresses only its cross-node all-reduce, with a codec of one "
+            f"summed tensor (fp16, bf16); parallel.compression.kind {p.compression.kind!r} is not one (PowerSGD "
+            f"orthogonalises between two all-reduces of the whole group): use 'flat' with it, or kind 'fp16'")
+    if p.parameter_server is not None:
+        yield Violation("parallel.collectives",
+            "parallel.collectives 'hierarchical' is not available with parallel.parameter_server (its trainers' "
+            "dense all-reduce stays flat)")
+
+
+def ddp_rules(spec: JobSpec) -> Iterator[Violation]:
+    yield from compression_rules(spec)
+    yield from collectives_rules(spec)
+
+
 def cost(spec: JobSpec, facts) -> LayoutCost:
     per_rank, k = params_per_rank(spec, facts), spec.dims.size("dp_cp")
     # DDP's reducer keeps a flat copy of every gradient (its buckets) besides `.grad`, across steps.
@@ -51,4 +73,4 @@ def cost(spec: JobSpec, facts) -> LayoutCost:
 
 
 # the last resort
-LAYOUT = Layout("ddp", lambda spec: True, compression_rules, cost)
+LAYOUT = Layout("ddp", lambda spec: True, ddp_rules, cost)
