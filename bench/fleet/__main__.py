@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import random
 import statistics
@@ -175,10 +176,17 @@ def run(args) -> dict:
 
             readers = [(job_id, tokens[j.tenant][1]) for job_id, j in zip(ids, jobs)]
 
+            probes = itertools.count()
+
+            def probe_spec(n: int) -> dict:
+                # Every other probe is a CPU job: on a fleet whose GPUs are all held (running jobs and the
+                # reservations), a 1-GPU probe rarely fits; a CPU job does, and is admitted by the same path.
+                return spec(f"probe-{n}", 1, 60, args.checkpoint_every, gpus_per_worker=next(probes) % 2)
+
             async def window():
                 return await asyncio.gather(
                     steady_load(service.port, tokens[probe][1], readers, args.minutes * 60, args.reads_per_s,
-                                args.submits_per_s, lambda n: spec(f"probe-{n}", 1, 60, args.checkpoint_every)),
+                                args.submits_per_s, probe_spec),
                     asyncio.to_thread(observe), asyncio.to_thread(sample_free))
 
             def sample_free():  # on a connection of its own: the observer's calls take longer than a sample
@@ -188,12 +196,14 @@ def run(args) -> dict:
                     forming = db.forming()
                     created = {(o.job_id, o.epoch) for g in own("groups").values() if g["state"] == "CREATED"
                                if (o := GroupOwner.of_group(g["name"])) is not None}
-                    free = own("available")["GPU"] - spoken_for(forming, created)
-                    samples["free"].append((time.time(), free))
+                    available, now = own("available"), time.time()
+                    for key, column, resource in (("free", 2, "GPU"), ("free_cpu", 3, "CPU")):
+                        held = spoken_for([(f[0], f[1], f[column]) for f in forming], created)
+                        samples[key].append((now, available.get(resource, 0.0) - held))
                     time.sleep(SAMPLE_S)
                 own.conn.close()
 
-            samples: dict[str, list] = {"running": [], "series": [], "scrape_s": [], "free": []}
+            samples: dict[str, list] = {"running": [], "series": [], "scrape_s": [], "free": [], "free_cpu": []}
             big_warm: list[dict] = []  # the big job's supervisor once warmed up (10 steps in)
 
             def observe():
@@ -237,7 +247,12 @@ def run(args) -> dict:
             latencies = db.admission_latencies([i for i, _ in timings.submitted])
             # The probes that fitted (bench/fleet/admission.py); one never admitted counts as waiting for ever.
             reservations = db.reservations()
-            fits = [(job_id, at) for job_id, at in timings.submitted if fitted(samples["free"], at, reservations)]
+            cpu_reservations = db.reservations("cpus")
+            gpu_fits = [(job_id, at) for job_id, at in timings.submitted if job_id in timings.gpu_jobs
+                        if fitted(samples["free"], at, reservations)]
+            cpu_fits = [(job_id, at) for job_id, at in timings.submitted if job_id not in timings.gpu_jobs
+                        if fitted(samples["free_cpu"], at, cpu_reservations)]
+            fits = gpu_fits + cpu_fits
             fitting = [inf if (lat := latencies.get(job_id)) is None else lat for job_id, _ in fits]
             slowest = sorted(fits, key=lambda f: -(latencies.get(f[0]) or inf))[:3]
             last = link("supervisor_state", big)
@@ -254,6 +269,9 @@ def run(args) -> dict:
                 "control_pass_serial_answers_p99_s": raw_p99,
                 "reconcile_pass_serial_answers_p99_s": raw_by_loop["reconcile"],
                 "admission_latency_p99_s": p99(fitting), "admission_probes": len(fitting),
+                "admission_probes_gpu": len(gpu_fits), "admission_probes_cpu": len(cpu_fits),
+                "admission_latency_gpu_p99_s": p99([inf if (lat := latencies.get(j)) is None else lat
+                                                    for j, _ in gpu_fits]),
                 "admission_latency_p50_s": statistics.median(fitting) if fitting else None,
                 "reservations": sum(1 for since, _, _ in reservations if since >= window_start_wall.timestamp()),
                 "api_read_p99_s": p99(timings.reads), "api_submit_p99_s": p99(timings.submits),

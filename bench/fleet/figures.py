@@ -46,14 +46,14 @@ class FleetDatabase:
                              .order_by(JobEvent.id)).all()
         return [f"{kind}: {message}" for kind, message in rows]
 
-    def reservations(self) -> list[tuple[float, float, float]]:
-        """Each reservation the scheduler made, as (from, until, GPUs held) in wall seconds: from its
-        `reserved` event until its job was admitted (or until now, if it still waits)."""
+    def reservations(self, resource: str = "gpus") -> list[tuple[float, float, float]]:
+        """Each reservation the scheduler made, as (from, until, GPUs held; or CPUs: resource 'cpus') in wall
+        seconds: from its `reserved` event until its job was admitted (or until now, if it still waits)."""
         with self.sessions() as s:
             rows = s.execute(select(JobEvent.ts, JobEvent.data, Job.started_at).join(Job, Job.id == JobEvent.job_id)
                              .where(JobEvent.kind == "reserved").order_by(JobEvent.ts)).all()
         now = time.time()
-        return [(ts.timestamp(), started.timestamp() if started else now, float((data or {}).get("gpus", 0.0)))
+        return [(ts.timestamp(), started.timestamp() if started else now, float((data or {}).get(resource, 0.0)))
                 for ts, data, started in rows]
 
     def admitted_between(self, start: datetime, end: datetime, exclude: str) -> int:
@@ -82,11 +82,12 @@ class FleetDatabase:
                 starved.append(tenants[tenant_id].name)
         return sorted(starved)
 
-    def forming(self) -> list[tuple[str, int, float]]:
-        """(job id, supervisor epoch, GPUs) of the admitted jobs whose group may not exist yet."""
+    def forming(self) -> list[tuple[str, int, float, float]]:
+        """(job id, supervisor epoch, GPUs, CPUs) of the admitted jobs whose group may not exist yet."""
         with self.sessions() as s:
-            return [(i, epoch, float(gpus)) for i, epoch, gpus in s.execute(
-                select(Job.id, Job.supervisor_epoch, Job.gpus).where(Job.state.in_(("STARTING", "RECOVERING"))))]
+            return [(i, epoch, float(gpus), float(cpus)) for i, epoch, gpus, cpus in s.execute(
+                select(Job.id, Job.supervisor_epoch, Job.gpus, Job.cpus)
+                .where(Job.state.in_(("STARTING", "RECOVERING"))))]
 
     def tenants_with_queued(self) -> set[str]:
         with self.sessions() as s:

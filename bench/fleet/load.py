@@ -18,6 +18,7 @@ class Timings:
     submits: list[float] = field(default_factory=list)
     errors: dict[int, int] = field(default_factory=dict)
     submitted: list[tuple[str, float]] = field(default_factory=list)  # (job id, wall time of the submit)
+    gpu_jobs: set[str] = field(default_factory=set)  # the submitted jobs that asked for GPUs
 
 
 class Connection:
@@ -66,8 +67,13 @@ async def steady_load(port: int, submitter: str, readers: list[tuple[str, str]],
             return http_request("GET", f"/v1/jobs/{job_id}", token)
         return http_request("GET", "/v1/jobs?limit=50", submitter)
 
-    def submitted(body: bytes) -> None:
-        timings.submitted.append((json.loads(body)["id"], time.time()))
+    def submitted(gpus: bool) -> Callable[[bytes], None]:
+        def note(body: bytes) -> None:
+            job_id = json.loads(body)["id"]
+            timings.submitted.append((job_id, time.time()))
+            if gpus:
+                timings.gpu_jobs.add(job_id)
+        return note
 
     tasks = []
     start = time.monotonic()
@@ -78,8 +84,9 @@ async def steady_load(port: int, submitter: str, readers: list[tuple[str, str]],
         if kind == "read":
             tasks.append(asyncio.create_task(one(read(), timings.reads)))
         else:
-            body = json.dumps(probe_spec(n)).encode()
+            job = probe_spec(n)
+            body = json.dumps(job).encode()
             tasks.append(asyncio.create_task(one(http_request("POST", "/v1/jobs", submitter, body),
-                                                 timings.submits, submitted)))
+                                                 timings.submits, submitted(job["resources"]["gpus_per_worker"] > 0))))
     await asyncio.gather(*tasks)
     return timings

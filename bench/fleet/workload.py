@@ -47,10 +47,11 @@ def queued_jobs(plans: list[TenantPlan], count: int, seed: int, min_steps: int, 
     return jobs
 
 
-def spec(name: str, workers: int, steps: int, checkpoint_every: int) -> dict:
-    """A job as a user writes it: the built-in GPT, one GPU per worker, plain data parallelism."""
+def spec(name: str, workers: int, steps: int, checkpoint_every: int, gpus_per_worker: int = 1) -> dict:
+    """A job as a user writes it: the built-in GPT, one GPU per worker (or none: a CPU job), plain data
+    parallelism."""
     return {"name": name, "model": {"name": "gpt", "n_layers": 1, "d_model": 32, "n_heads": 2, "seq_len": 32},
             "data": {"name": "text:pystdlib"},
             "train": {"steps": steps, "global_batch_size": 4 * workers, "micro_batch_size": 4, "lr": 3e-3},
             "parallel": {"dp": workers}, "checkpoint": {"every_steps": checkpoint_every},
-            "resources": {"workers": workers, "cpus_per_worker": 1, "gpus_per_worker": 1}}
+            "resources": {"workers": workers, "cpus_per_worker": 1, "gpus_per_worker": gpus_per_worker}}
