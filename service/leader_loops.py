@@ -175,12 +175,13 @@ class LeaderLoops:
             wake.wait(max(0.0, started + settings.loop_interval_s - time.monotonic()))
 
     def schedule(self) -> None:
-        with self.reconciler.launch_lock:  # a job admitted is handed its supervisor before a pass looks
+        with self.reconciler.launch_lock:  # admissions committed, each marked launching before a pass looks
             started = time.monotonic()
             try:
-                self.scheduler.tick()
+                self.scheduler.tick(launch=False)
             finally:
                 self.plane.live.control_pass("schedule", time.monotonic() - started)
+        self.scheduler.launch_pending()  # outside the lock: a slow start holds up no reconcile pass
 
     def close(self) -> None:
         """The term is over: both loops stop (joined, so nothing of this term runs on), then the

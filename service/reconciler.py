@@ -110,6 +110,8 @@ class Reconciler:
             lost, reattached = [], []
             for row in rows:
                 handle = self.handles.get(row.id)
+                if handle is None and self.handles.is_launching(row.id):
+                    continue  # admitted, its supervisor being started (service/scheduler_launches.py)
                 if handle is None:
                     handle = self.cluster.find_supervisor(row.supervisor_name)
                     if handle is None:

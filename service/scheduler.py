@@ -53,6 +53,7 @@ from service.restart_history import restarts_used
 from service.scheduler_launches import Launch, launch_all
 from service.settings import Settings
 from service.supervisor.launch import Launcher
+from service.supervisor_handles import Handles
 from workers.runtime.group_owner import GroupOwner
 
 log = logging.getLogger("trainyard.scheduler")
@@ -89,7 +90,7 @@ def never_fits(demand: Demand, total: dict[str, float], largest_node: dict[str, 
 
 class Scheduler:
     def __init__(self, sessions: SessionSource, settings: Settings, launcher: Launcher | None = None,
-                 handles: dict | None = None, metrics: LiveMetrics | None = None,
+                 handles: Handles | None = None, metrics: LiveMetrics | None = None,
                  capacity: Callable[[], Capacity | None] | None = None, cluster: Cluster | None = None,
                  resync_s: float = RESYNC_S, clock: Callable[[], float] = time.time):
         """`capacity`: the cluster's size as the control plane sees it (service/cluster_view.py); None
@@ -103,14 +104,29 @@ class Scheduler:
         self.capacity = capacity or (lambda: ClusterView(grace_s=0).observe(self.cluster.nodes()))
         self.metrics = metrics or LiveMetrics()
         self.launcher = launcher or Launcher(settings, cluster=cluster)
-        self.handles = handles if handles is not None else {}  # shared with the reconciler
+        self.handles = handles if handles is not None else Handles()  # shared with the reconciler
+        self.pending: list[Launch] = []  # admitted this tick, supervisors not started yet (launch_pending)
         self.clock = clock  # "now" for how long a job has waited
         self.feed = QueueFeed(resync_s=resync_s, sessions=sessions)
         self.reserved_for: str | None = None  # the job capacity is held for (sticky across ticks)
         self._marks_checked = False  # a former leader's reserved_at marks cleared (at the first tick)
 
-    def tick(self) -> list[str]:
-        """Admit what fits now; returns the admitted job ids."""
+    def tick(self, launch: bool = True) -> list[str]:
+        """Admit what fits now; returns the admitted job ids. Their supervisors are started after all the
+        admissions are committed: here, or (launch=False) by the caller's `launch_pending`, which the
+        leader's loop runs outside the launch lock so that a slow start holds up no reconcile pass."""
+        try:
+            return self._admit_what_fits()
+        finally:
+            if launch:
+                self.launch_pending()
+
+    def launch_pending(self) -> None:
+        """Start the supervisors of the jobs the last ticks admitted (service/scheduler_launches.py)."""
+        launches, self.pending = self.pending, []
+        launch_all(self.launcher, self.sessions, self.handles, launches)
+
+    def _admit_what_fits(self) -> list[str]:
         now = self.clock()
         with self.sessions() as s:
             self.feed.refresh(s)
@@ -162,8 +178,8 @@ class Scheduler:
         return why
 
     def _admit_all(self, decision: Plan, free: Resources) -> list[str]:
-        """Commit every admission of the tick, then start their supervisors: a job's admission never
-        waits for the cluster calls that start the supervisors of the jobs admitted before it."""
+        """Commit every admission of the tick; their supervisors are started after (launch_pending): a job's
+        admission never waits for the cluster calls that start the supervisors of the jobs admitted before it."""
         left = {"CPU": free.cpus, "GPU": free.gpus}
         admitted: list[str] = []
         launches: list[Launch] = []
@@ -179,9 +195,10 @@ class Scheduler:
                     left["GPU"] -= job.gpus
                     admitted.append(job.id)
                     launches.append(outcome)
+                    self.handles.launching(job.id)  # the reconciler leaves it alone until its start is over
                     self.metrics.decision("backfilled" if ahead_of else "admitted")
         finally:  # what was committed gets its supervisor, even if a later admission raised
-            launch_all(self.launcher, self.sessions, self.handles, launches)
+            self.pending.extend(launches)
         return admitted
 
     def _hold_for(self, reservation: Reservation | None) -> None:

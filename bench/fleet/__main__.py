@@ -288,6 +288,7 @@ def run(args) -> dict:
                 "node_losses": cluster_stats["lost_nodes"],
                 **split,  # where each loop's pass time went: cpu, cluster wait, database, other
                 "reconcile_slowest_passes": slowest_passes(all_passes, window_start, "reconcile"),
+                "launch_p99_s": p99([p[3] for p in all_passes if p[0] == "launch" and p[2] + p[3] >= window_start]),
                 # the service process's CPU over the window by thread, in cores: what competes with the passes
                 "primary_cpu_by_thread": cpu_shares(threads_before, threads_after, args.minutes * 60),
             }

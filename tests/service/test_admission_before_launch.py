@@ -1,6 +1,8 @@
 """A scheduler tick commits every admission before it starts any supervisor (service/scheduler.py,
 service/scheduler_launches.py): while the first job's supervisor start waits on the cluster, the
-second job admitted in the same tick is already STARTING for any other database connection."""
+second job admitted in the same tick is already STARTING for any other database connection; and a
+reconcile pass neither waits for a start under way (it runs outside the launch lock) nor takes its job
+for a lost one."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from service.db import repository as repo
 from service.db import tenants as tenant_repo
 from service.db.engine import make_engine, make_sessionmaker
 from service.lifecycle import JobState
+from service.live_metrics import LiveMetrics
+from service.reconciler import Reconciler
 from service.scheduler import Scheduler
 from service.settings import Settings
 from tests.helpers import spec_of
@@ -20,6 +24,8 @@ class _Supervisor:
         @staticmethod
         def remote(*args):
             return None
+
+    drain = start  # answered by no one: the cluster's gather returns nothing
 
 
 class BlockingCluster:
@@ -70,3 +76,45 @@ def test_the_second_admission_is_committed_while_the_first_supervisor_start_wait
     assert admitted == [[first, second]]
     assert len(cluster.supervisors) == 2  # both supervisors were started once the start went on
     assert set(scheduler.handles) == {first, second}
+
+
+class _ClusterWithoutSupervisors(BlockingCluster):
+    """As BlockingCluster; a reconcile pass that looked for a launching job's supervisor would find none."""
+
+    def find_supervisor(self, name):
+        return None
+
+    def gather(self, refs, timeout_s):
+        return {}
+
+
+def test_a_reconcile_pass_neither_waits_for_a_supervisor_start_nor_takes_its_job_for_lost(sessions, tmp_path,
+                                                                                          monkeypatch):
+    with sessions.begin() as s:
+        tenant = tenant_repo.ensure_tenant(s, "acme")
+        job_id = repo.create_job(s, tenant.id, spec_of(), 0, "sha", None, max_open_jobs=None).id
+    cluster = _ClusterWithoutSupervisors()
+    size = {"CPU": 8.0, "GPU": 0.0}
+    settings = Settings(home=tmp_path, standby_supervisors=0)
+    reconciler = Reconciler(sessions, settings, launcher=object(), metrics=LiveMetrics(), cluster=cluster)
+    scheduler = Scheduler(sessions, settings, handles=reconciler.handles, cluster=cluster,
+                          capacity=lambda: (size, size))
+    recovered: list[str] = []
+    monkeypatch.setattr(reconciler, "recover", recovered.append)
+    with reconciler.launch_lock:  # as the leader's loop: admissions under the lock, starts after it
+        assert scheduler.tick(launch=False) == [job_id]
+    launch = threading.Thread(target=scheduler.launch_pending, daemon=True)
+    launch.start()
+    try:
+        assert cluster.launching.wait(20), "the supervisor start never began"
+        passed = threading.Thread(target=reconciler.tick, daemon=True)
+        passed.start()
+        passed.join(10)
+        assert not passed.is_alive(), "the reconcile pass waited for the supervisor start"
+        assert recovered == []  # a job whose start is under way is not a lost one
+    finally:
+        cluster.release.set()
+        launch.join(20)
+    assert job_id in reconciler.handles and not reconciler.handles.is_launching(job_id)
+    reconciler.tick()
+    assert recovered == []
