@@ -180,9 +180,13 @@ def serve(conn: Connection, cluster: SimulatedCluster) -> None:
         except (EOFError, OSError):
             return
         try:
-            conn.send((True, handlers[op](*args)))
+            answer = (True, handlers[op](*args))
         except Exception as exc:
-            conn.send((False, f"{type(exc).__name__}: {exc}"))
+            answer = (False, f"{type(exc).__name__}: {exc}")
+        try:
+            conn.send(answer)
+        except OSError:  # the caller gave up on this answer and dropped the connection (port.py `rpc`)
+            return
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from workers.runtime.group_owner import GroupOwner
 
 DEFERRED = frozenset({"drain", "ready", "status"})  # answered through gather
 _call_ids = itertools.count(1)
+ANSWER_GRACE_S = 0.05  # past the gather's deadline, for the answers begun before it to come back
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,17 @@ class SimulatedClusterPort:
         # beyond the slowest answer of each (bench/fleet/cluster_process.py `gather`)
         self.serial_s: dict[str, float] = {}
 
-    def rpc(self, op: str, *args) -> Any:
+    def rpc(self, op: str, *args, deadline: float | None = None) -> Any:
+        """One call to the cluster process. With a `deadline` (monotonic), TimeoutError if its answer is
+        not back by then, as `ray.wait` returns on time however slow the actors: the connection is
+        dropped (its late answer with it) and the next call opens a new one."""
         conn = self._thread_conn()
         with waiting_on("cluster_wait"):  # the calling pass's wait for the cluster process
             conn.send((op, args))
+            if deadline is not None and not conn.poll(max(0.0, deadline - time.monotonic())):
+                self._local.conn = None
+                conn.close()
+                raise TimeoutError(f"simulated cluster: {op}: no answer by the deadline")
             ok, value = conn.recv()
         with self._lock:
             self.calls += 1
@@ -153,7 +161,11 @@ class SimulatedClusterPort:
                                    for k, r in refs.items() if isinstance(r, Done)}
         calls = [(k, r.id, r.name, r.method, r.args) for k, r in refs.items() if isinstance(r, Call)]
         if calls:
-            answered, serial_s = self.rpc("gather", calls, time.monotonic() + timeout_s)
+            deadline = time.monotonic() + timeout_s
+            try:
+                answered, serial_s = self.rpc("gather", calls, deadline, deadline=deadline + ANSWER_GRACE_S)
+            except TimeoutError as exc:  # the cluster process did not get to it: nothing back this time
+                answered, serial_s = [(key, ReplyKind.NO_ANSWER.value, None, str(exc)) for key, *_ in calls], 0.0
             for key, kind, value, error in answered:
                 replies[key] = Reply(ReplyKind(kind), value, error)
             thread = threading.current_thread().name
