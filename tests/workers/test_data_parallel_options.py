@@ -62,4 +62,4 @@ def test_the_options_carry_what_the_spec_sets():
 
 def test_uneven_shares_only_where_one_reduction_per_step_weights_every_rank():
     uneven = {f for f in ON if f != "rebalance" and DataParallelOptions.of(_checked(f)).capabilities.uneven_shares}
-    assert uneven == {"zero1", "compression", "activation_checkpointing", "mixed_precision", "compile"}
+    assert uneven == {"zero1", "compression", "activation_checkpointing", "mixed_precision", "compile", "hierarchical"}
