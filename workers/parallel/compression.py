@@ -22,19 +22,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
+from workers.parallel.hierarchical import hierarchical
+from workers.parallel.metered_state import MeteredState
 from workers.parallel.sign_compression import SignState, sign_hook
 from workers.storage_tracker import GRADS, note_lasting
 from workers.telemetry import CommMeter, ring_allreduce_bytes
-
-
-class MeteredState:
-    def __init__(self, meter: CommMeter, inner=None):
-        self.meter, self.inner = meter, inner
-        self.crosses = False  # this rank's ring successor is on another node: what it sends crosses nodes
-        self.previous: torch.futures.Future | None = None
-        # The DDP module whose buckets the hook sees (peak-memory accounting); weak: DDP's C++ reducer holds
-        # this state, and a cycle through C++ would never be collected.
-        self.owner: weakref.ref = weakref.ref(self)
 
 
 def _launched(state: MeteredState, nbytes: int) -> None:
@@ -132,8 +124,6 @@ def register_comm_hook(ddp, ctx) -> None:
     c = ctx.spec.parallel.compression
     kind = c.kind if c is not None else None
     if ctx.spec.parallel.collectives == "hierarchical":
-        from workers.parallel.hierarchical import hierarchical  # it builds on this module's state
-
         state, hook = hierarchical(ctx, kind)  # compression (fp16/bf16) on the cross-node stage only
     else:
         state, hook = COMM_HOOKS[kind](ctx)

@@ -32,7 +32,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from workers.parallel.compression import MeteredState
+from workers.parallel.metered_state import MeteredState
 from workers.storage_tracker import GRADS, note_lasting
 from workers.telemetry import CommMeter, ring_allreduce_bytes
 

@@ -49,8 +49,9 @@ def collectives_rules(spec: JobSpec) -> Iterator[Violation]:
     if p.compression is not None and p.compression.kind not in ("fp16", "bf16"):
         yield Violation("parallel.collectives",
             f"parallel.collectives 'hierarchical' compresses only its cross-node all-reduce, with a codec of one "
-            f"summed tensor (fp16, bf16); parallel.compression.kind {p.compression.kind!r} is not one (PowerSGD "
-            f"orthogonalises between two all-reduces of the whole group): use 'flat' with it, or kind 'fp16'")
+            f"summed tensor (fp16, bf16); parallel.compression.kind {p.compression.kind!r} is not one (powersgd "
+            f"orthogonalises between two all-reduces of the whole group, onebit and signsgd all-gather every "
+            f"rank's signs): use 'flat' with it, or kind 'fp16'")
     if p.parameter_server is not None:
         yield Violation("parallel.collectives",
             "parallel.collectives 'hierarchical' is not available with parallel.parameter_server (its trainers' "
