@@ -4,7 +4,8 @@
 (actor.py). Either way the caller hears about it through a RunListener. The shape follows Ray
 Train v2's controller: `_step()` is one poll of the group and returns None (keep going) or the
 attempt's Outcome; `_apply()` acts on the Outcome. Every decision comes from a pure policy in
-policies/; waiting and sleeping happen only here.
+policies/; waiting and sleeping happen only here. What the ranks report at each poll is taken in by
+RankIntake (rank_intake.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from service.supervisor.capacity import wait_for_capacity
 from service.supervisor.cluster import Cluster, GroupFactory, RayCluster, free_worker_slots
 from service.supervisor.listener import RunListener, SilentListener
 from service.supervisor.logfile import supervisor_log
-from service.supervisor.notices import merged
 from service.supervisor.outcome import Outcome, OutcomeKind
 from service.supervisor.pipeline_balance import PipelineRebalancer
 from service.supervisor.policies.failure import FailureAction, FailureStatus, RestartsUsed, on_failure
@@ -34,6 +34,7 @@ from service.supervisor.policies.rollback import RollbackStatus, on_restart
 from service.supervisor.policies.sizing import GrowthStatus, SizingAction, on_growth
 from service.supervisor.program_steps import ProgramStepJoiner
 from service.supervisor.progress_watch import ProgressWatch
+from service.supervisor.rank_intake import RankIntake, validation_event
 from service.supervisor.resume_point import resume_step
 from service.supervisor.step_history import StepHistory
 from service.supervisor.straggler_response import StragglerResponse
@@ -41,21 +42,12 @@ from service.supervisor.stragglers import StragglerWatch
 from service.supervisor.summary import final_result, layout_of, run_summary
 from service.tracking.listener import tracked
 from workers.events import (
-    CheckpointEvent,
     ExcludedNodesEvent,
     PreemptedEvent,
-    RankCheckpoint,
-    RankEvent,
-    RankNotice,
-    RankProgress,
-    RankShares,
-    RankStep,
     ResizeEvent,
     RestartCause,
     RestartEvent,
     RunEvent,
-    SkippedStepEvent,
-    ValidationEvent,
 )
 from workers.runtime.group import GroupFailure, WorkerGroup
 from workers.runtime.group_owner import GroupOwner
@@ -66,7 +58,7 @@ from workers.training.recovery import RecoveryState
 log = logging.getLogger("trainyard.supervisor")
 
 
-class JobRun:
+class JobRun(RankIntake):
     settle_s = 2.0  # how long freed resources may take to show up after a teardown
     capacity_timeout_s = 120.0  # how long to wait for min_workers before failing
     capacity_poll_s = 0.5
@@ -193,7 +185,7 @@ class JobRun:
                 return Outcome.preempted()
             self.result = final_result(live.group.results)
             if (validation := self.result.get("validation")) is not None:  # what the final validation covered
-                self.listener.on_event(_validation_event(validation, self.result.get("step") or 0, final=True))
+                self.listener.on_event(validation_event(validation, self.result.get("step") or 0, final=True))
             return Outcome.finished()
         now = time.monotonic()
         # No progress in any phase for hang_timeout_s (a program that never reported can only die, not hang).
@@ -291,48 +283,6 @@ class JobRun:
 
     # --- applying what the group reports ------------------------------------------------------
 
-    def _poll(self, live: Attempt) -> int | None:
-        """Take in what the ranks reported since the last poll; the step of a new durable checkpoint, if any."""
-        durable = None
-        for event in live.group.poll():
-            now = time.monotonic()
-            if live.progress is not None and live.progress.observe(event, now):
-                live.last_progress_s = now  # a step, or a phase outside the steps advancing
-            if isinstance(event, RankStep):
-                live.trained = True
-            self._handle(live, event)
-            if isinstance(event, RankCheckpoint) and event.rank == 0:
-                durable = event.step
-        for phase in live.progress.phase_events(time.monotonic()) if live.progress is not None else ():
-            self.listener.on_event(phase)  # a long validation, upload or export, named with its progress
-        self._tell_notices()
-        return durable
-
-    def _handle(self, live: Attempt, event: RankEvent) -> None:
-        if isinstance(event, RankStep):
-            joined = live.aggregator.add(event.record)
-            if joined is not None:
-                for change in live.stragglers.observe(joined):
-                    self.stragglers.on_change(live, change, self.current, self.avoid_nodes)
-                self._pipeline_balance.observe(self.current, joined)
-                self._append_step(joined)
-        elif isinstance(event, RankNotice):  # each rank's own (its store retries): told once per cause, below
-            self._notices.append(event.event)
-        elif isinstance(event, RankProgress):  # taken in by the attempt's ProgressWatch (_poll)
-            return
-        elif event.rank != 0:  # every rank reports the same checkpoint or split: take rank 0's
-            return
-        elif isinstance(event, RankCheckpoint):
-            self.last_checkpoint_step = event.step
-            self.listener.on_event(CheckpointEvent(event.step, event.duration_s))
-        elif isinstance(event, RankShares):  # the ranks switched to a rebalanced split
-            self.stragglers.on_shares(live, event, self.current)
-
-    def _tell_notices(self) -> None:
-        for event in merged(self._notices):  # one event per cause, however many ranks saw it
-            self.listener.on_event(event)
-        self._notices = []
-
     def _reshape_at(self, live: Attempt, durable: int) -> Outcome | None:
         resplit = self._pipeline_balance.take(self.current, durable) if live.grow_to is None else None
         if resplit is not None:
@@ -340,32 +290,6 @@ class JobRun:
         return on_durable_checkpoint(CheckpointStatus(durable, resplit[0] if resplit else None,
                                                       resplit[1].message if resplit else "", live.grow_to,
                                                       live.replace))
-
-    def _take_survivors_reports(self) -> None:
-        """Once a rank failed, what the others reported since the last poll: steps up to the checkpoint the
-        next attempt resumes from are not trained again, so a record left unpolled here is lost for good."""
-        if self._live is not None:
-            for event in self._live.group.poll(self.survivors_poll_timeout_s):
-                if not isinstance(event, RankStep):
-                    self._handle(self._live, event)
-                elif (joined := self._live.aggregator.add(event.record)) is not None:
-                    self._append_step(joined)  # not shown to the straggler watch: this group is over
-            self._tell_notices()
-
-    def _record_partial_steps(self) -> None:
-        # Ranks that died took their last records with them; keep what the survivors reported.
-        if self._live is not None:
-            for record in self._live.aggregator.flush():
-                self._append_step(record)
-
-    def _append_step(self, record: dict) -> None:
-        if record.get("skipped") and not record.get("partial"):
-            self.listener.on_event(SkippedStepEvent(record["step"], record["loss"],
-                                                    record.get("skip_reason") or "non_finite"))
-        if (validation := record.get("validation")) is not None:  # an eval_every validation and its coverage
-            self.listener.on_event(_validation_event(validation, record["step"], final=False))
-        self.steps.append(record)  # a step replayed after a restart replaces what followed it
-        self.listener.on_step(record)
 
     # --- the state this run owns --------------------------------------------------------------
 
@@ -410,10 +334,3 @@ class JobRun:
         live = self._live
         watch = live.progress if live is not None else None
         return watch.phase_view() if watch is not None else None
-
-
-
-def _validation_event(validation: dict, step: int, final: bool) -> ValidationEvent:
-    """A rank's validation figures (workers/training/validation.py Validation, as a dict) as an event."""
-    return ValidationEvent(step, validation["loss"], validation["samples"], validation["batches"],
-                           validation["batch_size"], validation.get("split_samples"), final)
