@@ -17,6 +17,23 @@ class TcpForward:
         self.port = self._listener.getsockname()[1]
         self.uri = f"http://127.0.0.1:{self.port}"
         self._open: list[socket.socket] = []
+        self._held: socket.socket | None = None
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def go_down(self) -> None:
+        """close(), but keep the port bound and not listening: clients are refused as by a server that is
+        gone, and no other process's connection can take the port before come_back() (a busy host
+        hands out freed ports as ephemeral ones within seconds)."""
+        self.close()
+        self._held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._held.bind(("127.0.0.1", self.port))
+
+    def come_back(self) -> None:
+        """Listen again on the port held since go_down()."""
+        assert self._held is not None, "come_back() without go_down()"
+        self._held.listen()
+        self._listener, self._held, self._open = self._held, None, []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:

@@ -35,12 +35,13 @@ from service.supervisor.policies.sizing import GrowthStatus, SizingAction, on_gr
 from service.supervisor.program_steps import ProgramStepJoiner
 from service.supervisor.progress_watch import ProgressWatch
 from service.supervisor.rank_intake import RankIntake, validation_event
-from service.supervisor.resume_point import resume_step
+from service.supervisor.resume_point import resume_step_riding_outages
 from service.supervisor.step_history import StepHistory
 from service.supervisor.straggler_response import StragglerResponse
 from service.supervisor.stragglers import StragglerWatch
 from service.supervisor.summary import final_result, layout_of, run_summary
 from service.tracking.listener import tracked
+from workers.checkpointing.retry import StoreUnavailable
 from workers.events import (
     ExcludedNodesEvent,
     PreemptedEvent,
@@ -122,6 +123,8 @@ class JobRun(RankIntake):
             try:
                 while self._apply(self._attempt(attempt)):
                     attempt += 1
+            except StoreUnavailable as exc:  # the resume point unreadable past TRAINYARD_STORE_RETRY_S
+                self._fail(str(exc))
             finally:
                 if self.tracking is not None:  # the final validation loss, the exported model, the run's end
                     self.tracking.finish(self.result.get("val_loss"))
@@ -294,8 +297,9 @@ class JobRun(RankIntake):
     # --- the state this run owns --------------------------------------------------------------
 
     def _checkpoint_step(self) -> int:
-        """The step the next attempt resumes from: the newest complete checkpoint (a program's own)."""
-        return resume_step(self.storage, self.spec.program is not None)
+        """The step the next attempt resumes from: the newest complete checkpoint (a program's own). The
+        store may be down when a rank failed because of it: read it as the ranks write, with retries."""
+        return resume_step_riding_outages(self.storage, self.spec.program is not None, self.listener.on_event)
 
     def _free_slots(self) -> int:
         return free_worker_slots(self.cluster, WorkerGroup.bundle_of(self.current), frozenset(self.avoid_nodes))

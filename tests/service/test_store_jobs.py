@@ -127,11 +127,10 @@ def flaky_store(ray_cluster, s3_server, monkeypatch):
 def test_store_outage_during_a_save_is_ridden_out(flaky_store, s3_server, monkeypatch):
     forward, job = flaky_store
     monkeypatch.setenv("TRAINYARD_STORE_RETRY_S", "120")
-    port = forward.port
 
     def go_away():  # before the save at step 4; back after longer than the client's own retries
-        forward.close()
-        threading.Timer(30.0, lambda: TcpForward(s3_server.port, listen_port=port)).start()
+        forward.go_down()
+        threading.Timer(30.0, forward.come_back).start()
 
     summary, rec = run(spec_of(**BASE), job, Until(3, go_away))
     assert summary["state"] == "SUCCEEDED" and summary["restarts"] == 0, summary["error"]

@@ -104,10 +104,9 @@ def test_a_save_rides_out_a_store_outage(s3_server, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", forward.uri)  # the store as this process reaches it
     job = Storage.at(bucket + "/jobs/j")
     save(job, 1, 1.0)
-    forward.close()  # the store goes away ...
-    port = forward.port
+    forward.go_down()  # the store goes away ...
     # longer than the client's own retries (botocore and s3fs absorb 5-20 s), so ours must carry it
-    back = threading.Timer(30.0, lambda: TcpForward(s3_server.port, listen_port=port))  # ... and comes back
+    back = threading.Timer(30.0, forward.come_back)  # ... and comes back
     back.start()
     events: list = []
     started = time.monotonic()

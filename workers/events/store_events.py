@@ -9,13 +9,15 @@ from typing import ClassVar
 
 from workers.events.run_event import Json, RunEvent
 
+SUPERVISOR = -1  # the `rank` of a retry made by the job's supervisor, not by a rank
+
 
 @dataclass(frozen=True)
 class StoreRetryEvent(RunEvent):
     """A write to the job's store failed; the rank retries after `delay_s` (bounded backoff)."""
 
     kind: ClassVar[str] = "store_retry"
-    rank: int
+    rank: int  # SUPERVISOR (-1) for the supervisor's own reads
     what: str  # e.g. "checkpoint step 40"
     attempt: int
     delay_s: float
@@ -54,6 +56,8 @@ class StoreRecoveredEvent(RunEvent):
 
 
 def _ranks(rank: int, ranks: int) -> str:
+    if rank < 0:  # SUPERVISOR: the job's supervisor reads the store too (its resume point)
+        return "the supervisor"
     return f"rank {rank}" if ranks == 1 else f"rank {rank} and {ranks - 1} other ranks"
 
 
