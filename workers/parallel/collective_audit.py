@@ -60,6 +60,8 @@ SITES: dict[str, str] = {
     "workers.parallel.pipeline.strategy:PipelineStrategy.forward_backward": DATA,
     "workers.parallel.pipeline.stage_meter:StageMeter._timed_p2p.<locals>.timed": DATA,  # the schedule's p2p
     "workers.parallel.pipeline.strategy:PipelineStrategy.clip_grad_norm": DATA,
+    "workers.parallel.pipeline.chimera:_Links.send": DATA,  # chimera's activations and input gradients
+    "workers.parallel.pipeline.chimera:_Links._issue_up_to": DATA,  # ... received
     "workers.parallel.pipeline.strategy:PipelineRank.forward": DATA,  # evaluation across the stages
     "workers.parallel.pipeline.strategy:PipelineStrategy.full_model_state": DATA,  # TP shards' full_tensor
     "workers.parallel.sdp.sync:HolderSync.average": DATA,

@@ -23,7 +23,8 @@ STRATEGIES: dict[str, type[Strategy]] = {**{s.name: s for s in REGISTRY if s is 
 
 
 def strategy_class(spec: JobSpec) -> type[Strategy]:
-    return STRATEGIES[layout_of(spec).name]
+    cls = STRATEGIES[layout_of(spec).name]
+    return cls.variant(spec) if issubclass(cls, PipelineStrategy) else cls  # chimera: its own schedule
 
 
 def build_strategy(spec: JobSpec) -> Strategy:

@@ -10,15 +10,16 @@ from workers.spec.base import Strict
 from workers.spec.parameter_server import ParameterServerSpec
 
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "looped_bfs",
-                      "zero_bubble", "zbv_zero_bubble", "dualpipe_v")
-SINGLE_STAGE_SCHEDULES = ("gpipe", "1f1b")  # one stage per rank
+                      "zero_bubble", "zbv_zero_bubble", "dualpipe_v", "chimera")
+SINGLE_STAGE_SCHEDULES = ("gpipe", "1f1b", "chimera")  # one stage per rank (chimera: per direction)
 V_SCHEDULES = ("zbv_zero_bubble", "dualpipe_v")  # exactly two stages per rank, V-shaped
 
 
 class PipelineSpec(Strict):
     schedule: Literal[PIPELINE_SCHEDULES] = Field(  # type: ignore[valid-type]
         "1f1b", description="gpipe | 1f1b | interleaved_1f1b | looped_bfs | zero_bubble (interleaved ZB) "
-                            "| zbv_zero_bubble | dualpipe_v")
+                            "| zbv_zero_bubble | dualpipe_v | chimera (two pipelines in opposite directions, "
+                            "each rank a stage of both; even pp and microbatches)")
     microbatches: int | None = Field(
         None, ge=1, description="micro-batches per pipeline flush (each train.micro_batch_size samples); "
                                 "default: all of the step's, global_batch_size / (dp x micro_batch_size)")

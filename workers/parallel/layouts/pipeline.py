@@ -77,6 +77,8 @@ def pipeline_errors(spec: JobSpec) -> Iterator[Violation]:
         yield Violation("parallel.pipeline.microbatches",
             f"parallel.pipeline.microbatches must be >= pp x virtual_stages for 'dualpipe_v' "
             f"(microbatches={m}, pp={p.pp}, virtual_stages={v})")
+    if pipe.schedule == "chimera":
+        yield from _chimera_errors(spec, m)
     if pipe.rebalance_threshold is not None and (v != 1 or spec.checkpoint.every_steps == 0):
         yield Violation("parallel.pipeline.rebalance_threshold",
             f"parallel.pipeline.rebalance_threshold needs one stage per rank (gpipe/1f1b) and "
@@ -96,6 +98,21 @@ def pipeline_errors(spec: JobSpec) -> Iterator[Violation]:
             f"parallel.pipeline.split must have pp x virtual_stages entries summing to model.n_layers, "
             f"each >= 1 except the first and last stage (split={split}, pp={p.pp}, virtual_stages={v}, "
             f"n_layers={layers})")
+
+
+def _chimera_errors(spec: JobSpec, m: int) -> Iterator[Violation]:
+    p = spec.parallel
+    if p.pp % 2:
+        yield Violation("parallel.pp", f"parallel.pp must be even for schedule 'chimera': each rank holds stage r "
+                                       f"of one pipeline and stage pp-1-r of the other (pp={p.pp})")
+    if m % 2:
+        yield Violation("parallel.pipeline.microbatches",
+            f"parallel.pipeline.microbatches must be even for schedule 'chimera': they alternate between its "
+            f"two pipelines (microbatches={m})")
+    for name, degree in (("tp", p.tp), ("cp", p.cp), ("ep", p.ep)):
+        if degree > 1:
+            yield Violation(f"parallel.{name}", f"parallel.{name} must be 1 with schedule 'chimera' "
+                                                f"(not combined yet; {name}={degree})")
 
 
 def cost(spec: JobSpec, facts) -> LayoutCost:  # replicated stages; the planner lists pipelines, auto never picks one

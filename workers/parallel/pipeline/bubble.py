@@ -8,6 +8,7 @@ weight-gradient (W) work, it assumes the zero-bubble paper's T_F = T_B = T_W:
   interleaved_1f1b, looped_bfs   (P-1) / (V M + P-1)
   zero_bubble (ZB-H1, V chunks)  (P-1)(F+B-W) / (V M (F+B+W) + (P-1)(F+B-W)) = (P-1) / (3 V M + P-1)
   zbv_zero_bubble, dualpipe_v    (P-1)(F+B-2W) / (...) = 0
+  chimera                        (P-2) / (2M + P-2)   (Li & Hoefler 2021, Table 2; F = B)
 
 What each stage measurably did is taken by stage_meter.py on the ranks; this module holds
 the theory and joins the ranks' reports, for the supervisor and the API (no torch here); the job
@@ -29,6 +30,8 @@ def theoretical_bubble(schedule: str, pp: int, microbatches: int, virtual_stages
         return (p - 1) / (3 * v * m + p - 1)
     if schedule in ("zbv_zero_bubble", "dualpipe_v"):
         return 0.0
+    if schedule == "chimera":
+        return (p - 2) / (2 * m + p - 2)
     raise ValueError(f"unknown pipeline schedule {schedule!r}")
 
 

@@ -6,7 +6,8 @@ step's micro-batches. Activations are the rank's micro-batches in flight when it
 one chunk's blocks plus the stream tensor the stage keeps for its backward:
   gpipe: every micro-batch of the flush; 1f1b: pp - rank (the first stage holds most);
   looped_bfs: every micro-batch of every chunk; the other multi-stage schedules: their warm-up,
-  (v - 1) x pp + 2 x (pp - 1 - rank) forwards, plus the one in steady state.
+  (v - 1) x pp + 2 x (pp - 1 - rank) forwards, plus the one in steady state; chimera: counted from its
+  plan, on two stages per rank (stage r of one direction, pp-1-r of the other, the outer parts on both ends).
 The last rank's micro-batches also keep the logits and their log-softmax, and its first backward adds the
 loss's gradients; the other ranks' peak is a block's backward.
 """
@@ -17,12 +18,15 @@ import math
 
 from workers.parallel.activations import MicroBatchActivations
 from workers.parallel.layouts.accounting import accumulated_grad_bytes, params_per_rank
+from workers.parallel.pipeline.chimera_schedule import build
 from workers.parallel.pipeline.stage_plan import stage_to_rank
 from workers.spec import SINGLE_STAGE_SCHEDULES, V_SCHEDULES, JobSpec, PipelineSpec, pipeline_microbatches
 
 
 def in_flight(schedule: str, rank: int, pp: int, virtual: int, microbatches: int) -> int:
     """Chunks (one micro-batch through one of the rank's stages) whose activations a rank holds at its peak."""
+    if schedule == "chimera":  # its plan, counted: both directions' forwards whose backward has not run
+        return chimera_in_flight(pp, microbatches)[rank]
     if schedule == "gpipe" or schedule == "looped_bfs":
         return microbatches * virtual
     if schedule in SINGLE_STAGE_SCHEDULES:  # 1f1b
@@ -30,14 +34,30 @@ def in_flight(schedule: str, rank: int, pp: int, virtual: int, microbatches: int
     return min(microbatches * virtual, (virtual - 1) * pp + 2 * (pp - 1 - rank) + 1)
 
 
+def chimera_in_flight(pp: int, microbatches: int) -> list[int]:
+    """Per rank, the most micro-batches (of either direction) between their forward and backward there."""
+    plan = build(pp, microbatches)
+    peaks = []
+    for ops in plan.ops:
+        held = peak = 0
+        for op in ops:
+            held += 1 if op.kind == "F" else -1
+            peak = max(peak, held)
+        peaks.append(peak)
+    return peaks
+
+
 def stage_params(spec: JobSpec, facts) -> list[float]:
     """Parameters each pipeline rank holds: its share of the blocks, and half of those outside them on the
-    first and on the last rank."""
+    first and on the last rank (chimera: two stages' blocks, and all of the outer ones on both ends)."""
     p = spec.parallel
     per_rank = params_per_rank(spec, facts)
     outer = min(facts.outer_params, per_rank)
     block_params = (per_rank - outer) / max(facts.layers, 1)
-    return [facts.layers / p.pp * block_params + outer / 2 * ((r == 0) + (r == p.pp - 1)) for r in range(p.pp)]
+    pipe = p.pipeline or PipelineSpec()
+    copies = 2 if pipe.schedule == "chimera" else 1
+    return [copies * (facts.layers / p.pp * block_params + outer / 2 * ((r == 0) + (r == p.pp - 1)))
+            for r in range(p.pp)]
 
 
 def p2p_bytes(spec: JobSpec, facts, rank: int) -> float:
@@ -64,7 +84,8 @@ def rank_peaks(spec: JobSpec, facts) -> list[tuple[float, float]]:
         state = (4 + 8 + accumulated_grad_bytes(spec)) * params
         chunks = in_flight(pipe.schedule, r, p.pp, virtual, micro)
         act = chunks * (blocks / virtual * a.kept + a.stream)
-        if r == p.pp - 1:
+        heads = (r == p.pp - 1) or (pipe.schedule == "chimera" and r == 0)  # chimera's up pipeline ends on 0
+        if heads:
             act += math.ceil(chunks / virtual) * (a.final + 2 * a.logits) + 2 * a.logits
         else:
             act += a.block_backward

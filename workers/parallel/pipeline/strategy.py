@@ -135,6 +135,16 @@ class PipelineRank(FullNames):
 
 class PipelineStrategy(LoopHooks):
     name = "pipeline"
+    stage_copies = 1  # pipeline ranks holding each stage (chimera: 2, one per direction)
+
+    @classmethod
+    def variant(cls, spec) -> type[PipelineStrategy]:
+        """Chimera runs its own bidirectional schedule on the same stages (chimera.py)."""
+        pipe = spec.parallel.pipeline
+        if pipe is not None and pipe.schedule == "chimera":
+            from workers.parallel.pipeline.chimera import ChimeraStrategy
+            return ChimeraStrategy
+        return cls
 
     @property
     def hooks(self) -> LoopHooks:
@@ -160,7 +170,7 @@ class PipelineStrategy(LoopHooks):
         self.control, self.device = ctx.control, ctx.device
         ctx.control.mirror(spec.dims, "pp")  # makespans, reported losses, the gathered state: host values
         self.plans = plan_stages(spec, self.n_stages, pipe.split)
-        mine = [p for p in self.plans if self.owner(p.stage) == self.pp_rank]
+        mine = self.held_stages()
         model = model.to(ctx.device)
         desc = describe_spec_model(model, spec.model)
         if self.tp > 1:  # PP x TP: shard every block by the model's plan first; stages pass replicated activations
@@ -175,25 +185,34 @@ class PipelineStrategy(LoopHooks):
         take_ring_bytes()  # the probe's ring traffic is no step's
 
         wrapped = PipelineRank(model, desc, probe, mine, self.plans, self)
-        self.stages = [PipelineStage(wrapped.chunks[plan.stage], plan.stage, self.n_stages, ctx.device,
-                                     group=self.pp_group) for plan in mine]
         self.has_first = any(p.stage == 0 for p in mine)
         self.has_last = any(p.stage == self.n_stages - 1 for p in mine)
         # The step's loss function (the trainer's, e.g. poisoned by a nan fault) and micro-batch count.
         self._step_loss, self._step_micro = LOSSES[spec.train.loss], spec.grad_accum_steps
-
-        def scaled_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            return self._step_loss(outputs, targets) / self._step_micro
-
-        stages = self.stages[0] if pipe.schedule in SINGLE_STAGE_SCHEDULES else self.stages
-        self.schedule = SCHEDULES[pipe.schedule](stages, n_microbatches=self.microbatches,
-                                                 loss_fn=scaled_loss, scale_grads=False)
-        params = {_local(p).untyped_storage().data_ptr() for p in wrapped.parameters()}
-        self.meter = StageMeter(self.stages, self.schedule, params)
+        self.probe = probe
+        self.build_schedule(wrapped, mine, ctx)
         self.theoretical = theoretical_bubble(self.schedule_name, self.pp, self.microbatches, self.virtual_stages)
         hidden = torch.empty(probe.hidden_shape, dtype=probe.hidden_dtype)  # one sample micro-batch's
         self.hidden_bytes = hidden.numel() * hidden.element_size()
         return wrapped
+
+    def held_stages(self) -> list[StagePlan]:
+        """The stages this rank runs."""
+        return [p for p in self.plans if self.owner(p.stage) == self.pp_rank]
+
+    def build_schedule(self, wrapped: PipelineRank, mine: list[StagePlan], ctx: StrategyContext) -> None:
+        """torch's PipelineStages and schedule over the rank's stages, metered."""
+        self.stages = [PipelineStage(wrapped.chunks[plan.stage], plan.stage, self.n_stages, ctx.device,
+                                     group=self.pp_group) for plan in mine]
+
+        def scaled_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            return self._step_loss(outputs, targets) / self._step_micro
+
+        stages = self.stages[0] if self.schedule_name in SINGLE_STAGE_SCHEDULES else self.stages
+        self.schedule = SCHEDULES[self.schedule_name](stages, n_microbatches=self.microbatches,
+                                                      loss_fn=scaled_loss, scale_grads=False)
+        params = {_local(p).untyped_storage().data_ptr() for p in wrapped.parameters()}
+        self.meter = StageMeter(self.stages, self.schedule, params)
 
     def owner(self, stage: int) -> int:
         """The pipeline rank (index in the pp group) that holds `stage`."""
@@ -286,7 +305,7 @@ class PipelineStrategy(LoopHooks):
         weights = torch.tensor([1.0 if _sharded(g) or self.tp == 1 else 1.0 / self.tp for g in grads] or [0.0],
                                device=self.device)
         norms = torch._foreach_norm([_local(g) for g in grads]) if grads else [torch.zeros((), device=self.device)]
-        local = (torch.stack(norms).square() * weights).sum().reshape(1)
+        local = (torch.stack(norms).square() * weights).sum().reshape(1) / self.stage_copies
         dist.all_reduce(local, group=self.pp_group)
         if self.tp > 1:
             dist.all_reduce(local, group=self.tp_group)
