@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service.ray_client import connect  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from service.supervisor.run import JobRun  # noqa: E402
-from workers.spec import PIPELINE_SCHEDULES  # noqa: E402
+from workers.spec import PIPELINE_SCHEDULES, SINGLE_STAGE_SCHEDULES  # noqa: E402
 from workers.spec_loading import parse_spec
 
 
@@ -42,7 +42,7 @@ def spec_for(args, pp: int, schedule: str | None, m: int, split=None):
         "parallel": {"pp": pp} if schedule else {},
     }
     if schedule:
-        v = 2 if schedule not in ("gpipe", "1f1b") else 1
+        v = 1 if schedule in SINGLE_STAGE_SCHEDULES else 2
         spec["parallel"]["pipeline"] = {"schedule": schedule, "microbatches": m, "virtual_stages": v,
                                         **({"split": split} if split else {})}
     return parse_spec(spec)

@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 
 from service.supervisor.run import JobRun
 from tests.helpers import Events, spec_of
+from workers.parallel.pipeline.chimera_schedule import simulated_bubble
 from workers.models import build_model
 
 pytestmark = pytest.mark.slow
@@ -37,10 +38,10 @@ def reference(ray_cluster, tmp_path_factory):
 
 
 CASES = [(s, 2) for s in ("gpipe", "1f1b", "interleaved_1f1b", "looped_bfs", "zero_bubble",
-                          "zbv_zero_bubble", "dualpipe_v")] + [("gpipe", 4), ("1f1b", 4)]
-# `make test` runs one schedule of each kind (single-stage, looped, V-shaped) and one deeper pipeline;
-# every schedule at every depth runs in `make test-all`.
-REPRESENTATIVE = {("1f1b", 2), ("interleaved_1f1b", 2), ("zbv_zero_bubble", 2), ("gpipe", 4)}
+                          "zbv_zero_bubble", "dualpipe_v", "chimera")] + [("gpipe", 4), ("1f1b", 4), ("chimera", 4)]
+# `make test` runs one schedule of each kind (single-stage, looped, V-shaped, bidirectional) and one deeper
+# pipeline; every schedule at every depth runs in `make test-all`.
+REPRESENTATIVE = {("1f1b", 2), ("interleaved_1f1b", 2), ("zbv_zero_bubble", 2), ("gpipe", 4), ("chimera", 4)}
 
 
 @pytest.mark.parametrize("schedule,pp", [
@@ -70,6 +71,14 @@ def test_pp2_x_dp2_matches_reference(reference, tmp_path):
     assert [s["loss"] for s in steps] == pytest.approx(reference, rel=REL)
     assert summary["layout"] == {**summary["layout"], "pp": 2, "dp": 2}
     assert len(steps[-1]["stages"]) == 2  # two replicas per stage, averaged
+
+
+@pytest.mark.exhaustive  # make test: chimera at pp 4
+def test_chimera_pp2_x_dp2_matches_reference(reference, tmp_path):
+    spec = pipeline("chimera", **{"resources.workers": 4, "parallel.dp": 2})
+    summary, steps = run(spec, tmp_path, "chimera-dp2")
+    assert [s["loss"] for s in steps] == pytest.approx(reference, rel=REL)  # two copies of each stage x dp 2
+    assert summary["layout"] == {**summary["layout"], "pp": 2, "dp": 2}
 
 
 @pytest.mark.exhaustive  # make test: pp 2 x tp 2 x dp 2 on Llama (test_pipeline_models)
@@ -164,6 +173,22 @@ def test_measured_bubble_close_to_theory(ray_cluster, tmp_path, schedule, m):
         expected = statistics.median(flush_bubble(s, m) for s in steps)
     assert measured == pytest.approx(expected, abs=0.05)
     assert expected == pytest.approx(theory, abs=0.1)  # and the stages are close to balanced
+
+
+@timing
+def test_chimera_measures_lower_than_1f1b_and_close_to_its_schedule(ray_cluster, tmp_path):
+    """pp 2, 4 micro-batches: 1F1B's formula gives 0.2, chimera's 0 (each rank starts one direction).
+    Chimera's measured bubble is compared with its own plan simulated at the forward and backward
+    costs the step measured (the paper's formula assumes F = B; here B is about 2F)."""
+    m = 4
+    one_f_one_b, _, _ = measured_bubble(tmp_path, "1f1b", "1f1b", m)
+    chimera, theory, steps = measured_bubble(tmp_path, "chimera", "chimera", m)
+    assert theory == 0.0
+    assert chimera < one_f_one_b
+    simulated = statistics.median(
+        simulated_bubble(2, m, sum(st["forward_s"] for st in s["stages"]), sum(st["backward_s"] for st in s["stages"]))
+        for s in steps)
+    assert chimera == pytest.approx(simulated, abs=0.1)
 
 
 @timing

@@ -68,6 +68,17 @@ class ChimeraPlan:
     def sends_after(self, op: Op) -> Message | None:
         return _message(self, op)
 
+    def in_flight_peaks(self) -> list[int]:
+        """Per rank, the most micro-batches (of either direction) between their forward and backward there."""
+        peaks = []
+        for ops in self.ops:
+            held = peak = 0
+            for op in ops:
+                held += 1 if op.kind == "F" else -1
+                peak = max(peak, held)
+            peaks.append(peak)
+        return peaks
+
     def needs(self, op: Op) -> Op | None:
         """The op on another rank whose message `op` waits for (None: its input is local)."""
         before = _depends_on(op, self.pp)

@@ -26,25 +26,12 @@ from workers.spec import SINGLE_STAGE_SCHEDULES, V_SCHEDULES, JobSpec, PipelineS
 def in_flight(schedule: str, rank: int, pp: int, virtual: int, microbatches: int) -> int:
     """Chunks (one micro-batch through one of the rank's stages) whose activations a rank holds at its peak."""
     if schedule == "chimera":  # its plan, counted: both directions' forwards whose backward has not run
-        return chimera_in_flight(pp, microbatches)[rank]
+        return build(pp, microbatches).in_flight_peaks()[rank]
     if schedule == "gpipe" or schedule == "looped_bfs":
         return microbatches * virtual
     if schedule in SINGLE_STAGE_SCHEDULES:  # 1f1b
         return min(pp - rank, microbatches)
     return min(microbatches * virtual, (virtual - 1) * pp + 2 * (pp - 1 - rank) + 1)
-
-
-def chimera_in_flight(pp: int, microbatches: int) -> list[int]:
-    """Per rank, the most micro-batches (of either direction) between their forward and backward there."""
-    plan = build(pp, microbatches)
-    peaks = []
-    for ops in plan.ops:
-        held = peak = 0
-        for op in ops:
-            held += 1 if op.kind == "F" else -1
-            peak = max(peak, held)
-        peaks.append(peak)
-    return peaks
 
 
 def stage_params(spec: JobSpec, facts) -> list[float]:
