@@ -91,6 +91,11 @@ class StepAggregator:
         if stale:  # parameter server: the stalest rows any trainer read this step, and the rows that travelled
             joined["ps_staleness"] = max(stale)
             joined["ps_rows"] = sum(r.get("ps_rows") or 0 for r in ranks)
+        lag = [r for r in ranks if r.get("pipeline_staleness") is not None]
+        if lag:  # pipedream / 2BW: the stalest gradient a stage applied, the weight copies its busiest rank held
+            joined["pipeline_staleness"] = max(r["pipeline_staleness"] for r in lag)
+            joined["pipeline_weight_versions"] = max(r["pipeline_weight_versions"] for r in lag)
+            joined["pipeline_stashed_weight_bytes"] = max(r["pipeline_stashed_weight_bytes"] for r in lag)
         val = [r["val_loss"] for r in ranks if r.get("val_loss") is not None]
         if val:
             joined["val_loss"] = statistics.fmean(val)

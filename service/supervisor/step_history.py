@@ -20,7 +20,8 @@ MAX_SAMPLES = 2048
 # what the summary reads of a step (service/supervisor/summary.py, pipeline_summary)
 SAMPLED = ("step", "loss", "step_time_s", "samples_per_s", "tokens_per_s", "comm_bytes", "comm_bytes_uncompressed",
            "cross_node_bytes", "bubble_fraction", "memory_tracked", "partial", "stages", "grad_norm", "lr",
-           "ps_staleness", "ps_rows")
+           "ps_staleness", "ps_rows", "pipeline_staleness", "pipeline_weight_versions",
+           "pipeline_stashed_weight_bytes")
 
 
 class StepHistory:

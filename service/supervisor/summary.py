@@ -112,6 +112,13 @@ def run_summary(run: Any) -> dict[str, Any]:
         rows = [s["ps_rows"] for s in steps if s.get("ps_rows") is not None]
         summary["parameter_server"] = {"max_staleness": max(stale), "mean_staleness": statistics.fmean(stale),
                                        "rows_per_step": statistics.median(rows) if rows else None}
+    lag = [s for s in steps if s.get("pipeline_staleness") is not None]
+    if lag:  # pipedream / pipedream_2bw: how late the applied gradients were, the weight copies kept for them
+        summary["pipeline_async"] = {
+            "max_staleness": max(s["pipeline_staleness"] for s in lag),
+            "mean_staleness": statistics.fmean(s["pipeline_staleness"] for s in lag),
+            "weight_versions": max(s["pipeline_weight_versions"] for s in lag),
+            "stashed_weight_bytes": max(s["pipeline_stashed_weight_bytes"] for s in lag)}
     if spec.parallel.compression is not None:  # what DDP's hook sent against its fp32 all-reduce, per step
         summary["compression"] = compression_summary(spec.parallel.compression.kind, steps)
     auc = (result.get("validation") or {}).get("auc")

@@ -62,6 +62,7 @@ SITES: dict[str, str] = {
     "workers.parallel.pipeline.strategy:PipelineStrategy.clip_grad_norm": DATA,
     "workers.parallel.pipeline.chimera:_Links.send": DATA,  # chimera's activations and input gradients
     "workers.parallel.pipeline.chimera:_Links._issue_up_to": DATA,  # ... received
+    "workers.parallel.pipeline.async_1f1b:AsyncPipelineStrategy._post": DATA,  # pipedream*'s paired p2p
     "workers.parallel.pipeline.strategy:PipelineRank.forward": DATA,  # evaluation across the stages
     "workers.parallel.pipeline.strategy:PipelineStrategy.full_model_state": DATA,  # TP shards' full_tensor
     "workers.parallel.sdp.sync:HolderSync.average": DATA,

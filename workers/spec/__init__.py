@@ -63,6 +63,7 @@ from workers.spec.model import (
     ModelSpec,
 )
 from workers.spec.parallel import (
+    ASYNC_SCHEDULES,
     PIPELINE_SCHEDULES,
     SINGLE_STAGE_SCHEDULES,
     V_SCHEDULES,
@@ -114,6 +115,7 @@ __all__ = [
     "ModelStructure",
     "ParallelSpec",
     "pipeline_microbatches",
+    "ASYNC_SCHEDULES",
     "PIPELINE_SCHEDULES",
     "PipelineSpec",
     "ProgramSpec",

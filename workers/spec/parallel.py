@@ -10,8 +10,10 @@ from workers.spec.base import Strict
 from workers.spec.parameter_server import ParameterServerSpec
 
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "looped_bfs",
-                      "zero_bubble", "zbv_zero_bubble", "dualpipe_v", "chimera")
-SINGLE_STAGE_SCHEDULES = ("gpipe", "1f1b", "chimera")  # one stage per rank (chimera: per direction)
+                      "zero_bubble", "zbv_zero_bubble", "dualpipe_v", "chimera", "pipedream", "pipedream_2bw")
+# one stage per rank (chimera: per direction)
+SINGLE_STAGE_SCHEDULES = ("gpipe", "1f1b", "chimera", "pipedream", "pipedream_2bw")
+ASYNC_SCHEDULES = ("pipedream", "pipedream_2bw")  # no flush: micro-batches stay in flight across steps
 V_SCHEDULES = ("zbv_zero_bubble", "dualpipe_v")  # exactly two stages per rank, V-shaped
 
 
@@ -19,7 +21,9 @@ class PipelineSpec(Strict):
     schedule: Literal[PIPELINE_SCHEDULES] = Field(  # type: ignore[valid-type]
         "1f1b", description="gpipe | 1f1b | interleaved_1f1b | looped_bfs | zero_bubble (interleaved ZB) "
                             "| zbv_zero_bubble | dualpipe_v | chimera (two pipelines in opposite directions, "
-                            "each rank a stage of both; even pp and microbatches)")
+                            "each rank a stage of both; even pp and microbatches) | pipedream (1F1B without "
+                            "flushes, weight stashing) | pipedream_2bw (the same, two weight versions, every "
+                            "update one step late)")
     microbatches: int | None = Field(
         None, ge=1, description="micro-batches per pipeline flush (each train.micro_batch_size samples); "
                                 "default: all of the step's, global_batch_size / (dp x micro_batch_size)")

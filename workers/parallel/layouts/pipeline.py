@@ -8,6 +8,7 @@ from workers.parallel.layouts.accounting import LayoutCost, ring
 from workers.parallel.layouts.layout import Layout
 from workers.parallel.pipeline.memory import p2p_bytes, peak_rank, pipeline_peak, stage_params
 from workers.spec import (
+    ASYNC_SCHEDULES,
     SINGLE_STAGE_SCHEDULES,
     V_SCHEDULES,
     JobSpec,
@@ -79,6 +80,8 @@ def pipeline_errors(spec: JobSpec) -> Iterator[Violation]:
             f"(microbatches={m}, pp={p.pp}, virtual_stages={v})")
     if pipe.schedule == "chimera":
         yield from _chimera_errors(spec, m)
+    if pipe.schedule in ASYNC_SCHEDULES:
+        yield from _async_errors(spec, m, per_step)
     if pipe.rebalance_threshold is not None and (v != 1 or spec.checkpoint.every_steps == 0):
         yield Violation("parallel.pipeline.rebalance_threshold",
             f"parallel.pipeline.rebalance_threshold needs one stage per rank (gpipe/1f1b) and "
@@ -109,9 +112,28 @@ def _chimera_errors(spec: JobSpec, m: int) -> Iterator[Violation]:
         yield Violation("parallel.pipeline.microbatches",
             f"parallel.pipeline.microbatches must be even for schedule 'chimera': they alternate between its "
             f"two pipelines (microbatches={m})")
+    yield from _not_combined(spec, "chimera")
+
+
+def _async_errors(spec: JobSpec, m: int, per_step: int) -> Iterator[Violation]:
+    p, name = spec.parallel, spec.parallel.pipeline.schedule  # type: ignore[union-attr]
+    if m != per_step:
+        yield Violation("parallel.pipeline.microbatches",
+            f"parallel.pipeline.microbatches must be the step's micro-batches, global_batch_size / (dp x "
+            f"micro_batch_size), for {name!r}: it has no flush (microbatches={m}, per step={per_step})")
+    if per_step < p.pp:
+        yield Violation("train.global_batch_size",
+            f"train.global_batch_size must give each step at least parallel.pp micro-batches for {name!r}, "
+            f"so one weight version is owed backwards at a time (per step={per_step}, pp={p.pp})")
+    yield from _not_combined(spec, name)
+
+
+def _not_combined(spec: JobSpec, schedule: str) -> Iterator[Violation]:
+    """The schedules with executors of their own (chimera, pipedream*) run one plain stage per direction."""
+    p = spec.parallel
     for name, degree in (("tp", p.tp), ("cp", p.cp), ("ep", p.ep)):
         if degree > 1:
-            yield Violation(f"parallel.{name}", f"parallel.{name} must be 1 with schedule 'chimera' "
+            yield Violation(f"parallel.{name}", f"parallel.{name} must be 1 with schedule {schedule!r} "
                                                 f"(not combined yet; {name}={degree})")
 
 

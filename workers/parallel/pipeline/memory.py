@@ -7,7 +7,8 @@ one chunk's blocks plus the stream tensor the stage keeps for its backward:
   gpipe: every micro-batch of the flush; 1f1b: pp - rank (the first stage holds most);
   looped_bfs: every micro-batch of every chunk; the other multi-stage schedules: their warm-up,
   (v - 1) x pp + 2 x (pp - 1 - rank) forwards, plus the one in steady state; chimera: counted from its
-  plan, on two stages per rank (stage r of one direction, pp-1-r of the other, the outer parts on both ends).
+  plan, on two stages per rank (stage r of one direction, pp-1-r of the other, the outer parts on both ends);
+  pipedream and pipedream_2bw: as 1f1b, plus two copies of the stage's weights (this step's and the last's).
 The last rank's micro-batches also keep the logits and their log-softmax, and its first backward adds the
 loss's gradients; the other ranks' peak is a block's backward.
 """
@@ -20,7 +21,14 @@ from workers.parallel.activations import MicroBatchActivations
 from workers.parallel.layouts.accounting import accumulated_grad_bytes, params_per_rank
 from workers.parallel.pipeline.chimera_schedule import build
 from workers.parallel.pipeline.stage_plan import stage_to_rank
-from workers.spec import SINGLE_STAGE_SCHEDULES, V_SCHEDULES, JobSpec, PipelineSpec, pipeline_microbatches
+from workers.spec import (
+    ASYNC_SCHEDULES,
+    SINGLE_STAGE_SCHEDULES,
+    V_SCHEDULES,
+    JobSpec,
+    PipelineSpec,
+    pipeline_microbatches,
+)
 
 
 def in_flight(schedule: str, rank: int, pp: int, virtual: int, microbatches: int) -> int:
@@ -68,7 +76,8 @@ def rank_peaks(spec: JobSpec, facts) -> list[tuple[float, float]]:
     blocks = facts.layers / p.pp
     out = []
     for r, params in enumerate(stage_params(spec, facts)):
-        state = (4 + 8 + accumulated_grad_bytes(spec)) * params
+        stashed = 8 if pipe.schedule in ASYNC_SCHEDULES else 0  # pipedream*: two fp32 copies of the stage
+        state = (4 + 8 + accumulated_grad_bytes(spec) + stashed) * params
         chunks = in_flight(pipe.schedule, r, p.pp, virtual, micro)
         act = chunks * (blocks / virtual * a.kept + a.stream)
         heads = (r == p.pp - 1) or (pipe.schedule == "chimera" and r == 0)  # chimera's up pipeline ends on 0

@@ -65,6 +65,7 @@ from workers.parallel.pipeline.stage_meter import StageMeter
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.tensor_parallel import apply_tensor_parallel
 from workers.spec import (
+    ASYNC_SCHEDULES,
     SINGLE_STAGE_SCHEDULES,
     V_SCHEDULES,
     PipelineSpec,
@@ -139,11 +140,14 @@ class PipelineStrategy(LoopHooks):
 
     @classmethod
     def variant(cls, spec) -> type[PipelineStrategy]:
-        """Chimera runs its own bidirectional schedule on the same stages (chimera.py)."""
+        """Chimera (chimera.py) and PipeDream/2BW (async_1f1b.py) run their own schedules on the same stages."""
         pipe = spec.parallel.pipeline
         if pipe is not None and pipe.schedule == "chimera":
             from workers.parallel.pipeline.chimera import ChimeraStrategy
             return ChimeraStrategy
+        if pipe is not None and pipe.schedule in ASYNC_SCHEDULES:  # no flush between steps
+            from workers.parallel.pipeline.async_1f1b import AsyncPipelineStrategy
+            return AsyncPipelineStrategy
         return cls
 
     @property
