@@ -5,6 +5,9 @@ Run from the repository root (a few minutes on a 2-core machine with the default
     .venv/bin/python bench/pipeline.py [--pp 2] [--microbatches 2,4,8] [--schedules gpipe,1f1b,...]
         [--steps 12] [--d-model 128] [--n-layers 4] [--seq-len 64] [--micro-batch-size 4] [--json OUT]
 
+Stash MiB and stale are pipedream's and pipedream_2bw's weight copies (the busiest rank's) and the stalest
+gradient they applied; loss is the final one, to compare convergence on the same steps.
+
 Each row is one `JobRun` on a local Ray with dp=1 and the global batch equal to
 one pipeline flush (microbatches x micro_batch_size), so the bubble is the
 schedule's. The baseline is a plain data-parallel run of the same model and
@@ -92,17 +95,22 @@ def main() -> None:
                 "act_peak_bytes": max((st["activation_bytes_peak"] for st in stages), default=None),
                 "act_peak_microbatches": [st["activation_microbatches_peak"] for st in stages],
                 "final_loss": s["final_loss"],
+                "staleness": (s.get("pipeline_async") or {}).get("max_staleness"),
+                "stashed_weight_bytes": (s.get("pipeline_async") or {}).get("stashed_weight_bytes"),
             })
             r = rows[-1]
             print(f"{schedule:>17} P={args.pp} M={m:<2} {r['samples_per_s']:8.1f} samples/s  vs dp {r['vs_dp']:.2f}  "
                   f"bubble {r['bubble']:.3f} (theory {r['bubble_theory']:.3f}) stages {r['stage_bubbles']}  "
                   f"act peak {r['act_peak_bytes'] / 2**20:.2f} MiB {r['act_peak_microbatches']}", flush=True)
     print()
-    header = f"{'schedule':>17} {'P':>2} {'M':>2} {'samples/s':>10} {'vs dp':>6} {'bubble':>7} {'theory':>7} {'act MiB':>8}"
-    print(header)
+    print(f"{'schedule':>17} {'P':>2} {'M':>2} {'samples/s':>10} {'vs dp':>6} {'bubble':>7} {'theory':>7} "
+          f"{'act MiB':>8} {'stash MiB':>9} {'stale':>5} {'loss':>7}")
     for r in rows:
+        stash = f"{r['stashed_weight_bytes'] / 2**20:9.2f}" if r["stashed_weight_bytes"] else f"{'-':>9}"
+        stale = f"{r['staleness']:5.2f}" if r["staleness"] is not None else f"{'-':>5}"
         print(f"{r['schedule']:>17} {r['pp']:>2} {r['microbatches']:>2} {r['samples_per_s']:>10.1f} {r['vs_dp']:>6.2f} "
-              f"{r['bubble']:>7.3f} {r['bubble_theory']:>7.3f} {r['act_peak_bytes'] / 2**20:>8.2f}")
+              f"{r['bubble']:>7.3f} {r['bubble_theory']:>7.3f} {r['act_peak_bytes'] / 2**20:>8.2f} {stash} {stale} "
+              f"{r['final_loss']:>7.4f}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     import ray
