@@ -23,8 +23,9 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
 from workers.parallel.hierarchical import hierarchical
+from workers.parallel.loop_hooks import NO_HOOKS, LoopHooks
 from workers.parallel.metered_state import MeteredState
-from workers.parallel.sign_compression import SignState, sign_hook
+from workers.parallel.sign_compression import SignResiduals, SignState, sign_hook
 from workers.storage_tracker import GRADS, note_lasting
 from workers.telemetry import CommMeter, ring_allreduce_bytes
 
@@ -120,7 +121,8 @@ COMM_HOOKS: dict[str | None, Callable] = {None: _plain, "fp16": _fp16, "bf16": _
                                           "onebit": _sign, "signsgd": _sign}
 
 
-def register_comm_hook(ddp, ctx) -> None:
+def register_comm_hook(ddp, ctx) -> LoopHooks:
+    """The job's hook on `ddp`; returns what it adds to the loop (onebit/signsgd: residuals checkpointed)."""
     c = ctx.spec.parallel.compression
     kind = c.kind if c is not None else None
     if ctx.spec.parallel.collectives == "hierarchical":
@@ -131,6 +133,7 @@ def register_comm_hook(ddp, ctx) -> None:
     ctx.comm.counts_nodes = bool(getattr(ctx, "nodes", ()))  # else its cross-node bytes are not known
     state.owner = weakref.ref(ddp)
     ddp.register_comm_hook(state, hook)
+    return SignResiduals(state) if isinstance(state, SignState) and state.error_feedback else NO_HOOKS
 
 
 def ring_crosses_nodes(ctx) -> bool:

@@ -25,12 +25,14 @@ The meter counts (world - 1) messages per bucket: what one rank sends, and recei
 the convention of the ring all-reduce's 2(k-1)/k (bytes one rank sends).
 """
 
+import io
 import weakref
 
 import torch
 import torch.distributed as dist
 
 from workers.parallel.layouts.accounting import SIGN_CHUNK
+from workers.parallel.loop_hooks import LoopHooks
 from workers.storage_tracker import GRADS, note_lasting
 from workers.telemetry import CommMeter, ring_allreduce_bytes
 
@@ -40,6 +42,7 @@ SCALES_PER_PIECE = {"onebit": 2, "signsgd": 1}
 # scales (bf16, 2 bytes each): 128 adds 1/128 of fp32's bytes to onebit's 1/32 on 2 ranks; finer pieces
 # track the gradient's magnitudes better (docs/parallel.md has the measurements that chose it).
 CHUNK = SIGN_CHUNK
+RESIDUALS = "residuals-rank{rank}.pt"  # in the checkpoint's directory: pruned with it
 SCALE_DTYPE = torch.bfloat16  # fp32's range: a tiny gradient's scale does not flush to zero as in fp16
 
 
@@ -130,7 +133,16 @@ class SignState:
         self.crosses = False  # this rank's ring successor is on another node (compression.register_comm_hook)
         self.codecs: dict[int, SignCodec] = {}
         self.residuals: dict[int, torch.Tensor] = {}
+        self.restored: dict[int, torch.Tensor] = {}  # from the checkpoint resumed, until each bucket's first use
         self.owner: weakref.ref = weakref.ref(self)  # the DDP module (register_comm_hook sets it)
+
+    def first_residual(self, index: int, buffer: torch.Tensor) -> torch.Tensor:
+        """A bucket's residual at its first use: the checkpoint's where one was restored for it, else zeros."""
+        residual = torch.zeros_like(buffer)
+        kept = self.restored.pop(index, None)
+        if kept is not None and kept.numel() == buffer.numel():
+            residual.copy_(kept.view_as(residual))
+        return residual
 
     def codec(self, bucket: dist.GradBucket) -> SignCodec:
         buffer = bucket.buffer()
@@ -154,7 +166,7 @@ def sign_hook(state: SignState, bucket: dist.GradBucket) -> torch.futures.Future
     if state.error_feedback:
         residual = state.residuals.get(bucket.index())
         if residual is None:
-            residual = state.residuals[bucket.index()] = torch.zeros_like(buffer)
+            residual = state.residuals[bucket.index()] = state.first_residual(bucket.index(), buffer)
             note_lasting([residual], GRADS, owner)  # kept across steps, like the bucket
         values = buffer + residual
     message, local = codec.encode(values)
@@ -174,3 +186,31 @@ def sign_hook(state: SignState, bucket: dist.GradBucket) -> torch.futures.Future
         return buffer
 
     return fut.then(decode)
+
+
+class SignResiduals(LoopHooks):
+    """Error feedback's residuals go with the job's checkpoints (one file per rank in the checkpoint's
+    directory), so a restarted job continues bit-identically. A restart on another world size starts them
+    at zero: a rank's residual is what its own messages lost."""
+
+    def __init__(self, state: SignState):
+        self.state = state
+
+    def before_save(self, wrapped, storage, step: int, rank: int, control) -> None:
+        from workers.checkpointing import checkpoint_root, step_name
+
+        data = io.BytesIO()
+        torch.save({"world": dist.get_world_size(),
+                    "residuals": {i: r.detach().cpu() for i, r in self.state.residuals.items()}}, data)
+        (checkpoint_root(storage) / step_name(step)).write_bytes(RESIDUALS.format(rank=rank), data.getvalue())
+
+    def after_load(self, storage, step: int, rank: int, control) -> None:
+        from workers.checkpointing import checkpoint_root, step_name
+
+        try:
+            raw = (checkpoint_root(storage) / step_name(step)).read_bytes(RESIDUALS.format(rank=rank))
+        except FileNotFoundError:  # a checkpoint of another layout (or from before residuals were kept)
+            return
+        saved = torch.load(io.BytesIO(raw))
+        if saved["world"] == dist.get_world_size():
+            self.state.restored = dict(saved["residuals"])

@@ -20,6 +20,7 @@ from torch import nn
 from workers.parallel.base import StrategyContext, local_clip_grad_norm
 from workers.parallel.common import average_in_place
 from workers.parallel.control_group import ControlGroups
+from workers.parallel.loop_hooks import NO_HOOKS, LoopHooks
 from workers.telemetry import CommMeter
 
 
@@ -54,6 +55,7 @@ class PeriodicAverage:
     """No gradient reduction; the optimizer averages the parameters every `period` steps."""
 
     meters_itself = True  # average_in_place meters the averages
+    hooks: LoopHooks = NO_HOOKS
 
     def __init__(self, period: int) -> None:
         self.period = period

@@ -20,11 +20,13 @@ from workers.parallel.common import global_grad_norm_clip, reduce_partial_grads
 from workers.parallel.compression import hooks_off_the_autograd_thread, register_comm_hook
 from workers.parallel.expert_parallel import sharded_experts
 from workers.parallel.layouts.data_parallel_options import DataParallelOptions
+from workers.parallel.loop_hooks import NO_HOOKS, LoopHooks
 from workers.parallel.parallelize import data_parallel_mesh
 
 
 class GradientReducer(Protocol):
     meters_itself: bool  # its collectives meter their own bytes (DDP's hook); else the step meters them
+    hooks: LoopHooks  # what it adds to the loop's fixed points (onebit/signsgd: residuals in checkpoints)
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         """The module the rank trains (the model itself where nothing wraps it)."""
@@ -66,6 +68,7 @@ class DDPReducer:
     """torch DDP: bucketed all-reduces overlapping the last backward, through the metered comm hook."""
 
     meters_itself = True
+    hooks: LoopHooks = NO_HOOKS
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
@@ -81,7 +84,7 @@ class DDPReducer:
         # in different orders and gloo aborted on the size mismatch (a 4-rank test: "1120 vs 20").
         ddp = DistributedDataParallel(model, device_ids=device_ids,
                                       find_unused_parameters=not hooks_off_the_autograd_thread(ctx.spec))
-        register_comm_hook(ddp, ctx)  # plain, fp16/bf16, PowerSGD, onebit or signsgd (parallel.compression)
+        self.hooks = register_comm_hook(ddp, ctx)  # plain, fp16/bf16, PowerSGD, onebit or signsgd
         return ddp
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
@@ -108,6 +111,7 @@ class LocalGradientAllReduce:
     data-parallel (x cp) group once per step."""
 
     meters_itself = False
+    hooks: LoopHooks = NO_HOOKS
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         return model

@@ -25,7 +25,12 @@ from workers.parallel.replicas import ReplicaGroup, replicated_over
 
 class ReplicateStep:
     name = "replicate"
-    hooks: LoopHooks = NO_HOOKS  # nothing beyond the step: the export gathers DTensor shards as by default
+
+    @property
+    def hooks(self) -> LoopHooks:
+        """Its reducer's (onebit/signsgd: the residuals with the checkpoints); the export gathers DTensor
+        shards as by default."""
+        return self.reducer.hooks if self.reducer is not None else NO_HOOKS
 
     def __init__(self, options: DataParallelOptions | None = None) -> None:
         self.options = options  # from the spec at wrap when the registry builds it bare

@@ -11,12 +11,14 @@ import torch
 from torch import nn
 
 from workers.parallel.base import StrategyContext
+from workers.parallel.loop_hooks import NO_HOOKS, LoopHooks
 from workers.parallel.parallelize import data_parallel_mesh
 from workers.parallel.zero_optimizer import ShardedAdamW
 
 
 class ShardedOptimizerReduce:
     meters_itself = True  # ShardedAdamW meters its collectives
+    hooks: LoopHooks = NO_HOOKS
 
     def __init__(self, stage: int, offload: bool) -> None:
         self.stage, self.offload = stage, offload
