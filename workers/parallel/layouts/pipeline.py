@@ -125,6 +125,12 @@ def _async_errors(spec: JobSpec, m: int, per_step: int) -> Iterator[Violation]:
         yield Violation("train.global_batch_size",
             f"train.global_batch_size must give each step at least parallel.pp micro-batches for {name!r}, "
             f"so one weight version is owed backwards at a time (per step={per_step}, pp={p.pp})")
+    r = spec.resources
+    if r.elastic_range != (r.workers, r.workers):
+        yield Violation("resources.min_workers",
+            f"resources.min_workers and max_workers must equal resources.workers for {name!r}: the gradients a "
+            f"checkpoint owes the next step belong to its ranks' data (min_workers={r.min_workers}, "
+            f"workers={r.workers}, max_workers={r.max_workers})")
     yield from _not_combined(spec, name)
 
 

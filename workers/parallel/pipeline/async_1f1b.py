@@ -295,8 +295,12 @@ class AsyncPipelineStrategy(PipelineStrategy):
         (checkpoint_root(storage) / step_name(step)).write_bytes(OWED.format(rank=rank), data.getvalue())
 
     def after_load(self, storage, step: int, rank: int, control) -> None:
-        """The gradients the checkpointed run owed its next step (a version without weights: none in flight)."""
-        raw = (checkpoint_root(storage) / step_name(step)).read_bytes(OWED.format(rank=rank))
+        """The gradients the checkpointed run owed its next step (a version without weights: none in flight).
+        A checkpoint of another schedule (or one `init_from` names) owes none: the next step applies none."""
+        try:
+            raw = (checkpoint_root(storage) / step_name(step)).read_bytes(OWED.format(rank=rank))
+        except FileNotFoundError:
+            return
         owed = torch.load(io.BytesIO(raw), map_location=next(self.chunk.parameters()).device)
         self.current = WeightVersion({}, dict(owed["grads"]), int(owed["backwards"]))
 
