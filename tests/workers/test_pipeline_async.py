@@ -30,8 +30,9 @@ def one_f_one_b(ray_cluster, tmp_path_factory):
     return summary["final_loss"]
 
 
-@pytest.mark.parametrize("name", [pytest.param("pipedream_2bw"),
-                                  pytest.param("pipedream", marks=pytest.mark.exhaustive)])
+# make test: a crash restart (pipedream) and the bubble (2bw, timing); the 60-step convergence runs in test-all
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("name", ["pipedream_2bw", "pipedream"])
 def test_converges_close_to_1f1b_and_reports_its_staleness(one_f_one_b, tmp_path, name):
     summary, steps = run(schedule(name), tmp_path, name)
     assert summary["final_loss"] < steps[0]["loss"] * 0.9  # it trains
