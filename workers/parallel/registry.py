@@ -11,6 +11,8 @@ from workers.parallel.data_parallel.replicate import ReplicateStep
 from workers.parallel.fsdp import FSDPStrategy
 from workers.parallel.layouts import layout_of
 from workers.parallel.parameter_server.strategy import ParameterServerStrategy
+from workers.parallel.pipeline.async_1f1b import AsyncPipelineStrategy
+from workers.parallel.pipeline.chimera import ChimeraStrategy
 from workers.parallel.pipeline.strategy import PipelineStrategy
 from workers.parallel.sdp.strategy import SDPStrategy
 from workers.spec import JobSpec
@@ -22,9 +24,16 @@ STRATEGIES: dict[str, type[Strategy]] = {**{s.name: s for s in REGISTRY if s is 
                                          **dict.fromkeys(("ddp", "tp", "zero", "local_sgd"), ReplicateStep)}
 
 
+# pipeline schedules that run their own executor on the same stages (no torch schedule)
+PIPELINE_EXECUTORS: dict[str, type[PipelineStrategy]] = {
+    "chimera": ChimeraStrategy, "pipedream": AsyncPipelineStrategy, "pipedream_2bw": AsyncPipelineStrategy}
+
+
 def strategy_class(spec: JobSpec) -> type[Strategy]:
     cls = STRATEGIES[layout_of(spec).name]
-    return cls.variant(spec) if issubclass(cls, PipelineStrategy) else cls  # chimera: its own schedule
+    if cls is PipelineStrategy and spec.parallel.pipeline is not None:
+        return PIPELINE_EXECUTORS.get(spec.parallel.pipeline.schedule, cls)
+    return cls
 
 
 def build_strategy(spec: JobSpec) -> Strategy:

@@ -65,7 +65,6 @@ from workers.parallel.pipeline.stage_meter import StageMeter
 from workers.parallel.replicas import ReplicaGroup, replicated_over
 from workers.parallel.tensor_parallel import apply_tensor_parallel
 from workers.spec import (
-    ASYNC_SCHEDULES,
     SINGLE_STAGE_SCHEDULES,
     V_SCHEDULES,
     PipelineSpec,
@@ -137,18 +136,6 @@ class PipelineRank(FullNames):
 class PipelineStrategy(LoopHooks):
     name = "pipeline"
     stage_copies = 1  # pipeline ranks holding each stage (chimera: 2, one per direction)
-
-    @classmethod
-    def variant(cls, spec) -> type[PipelineStrategy]:
-        """Chimera (chimera.py) and PipeDream/2BW (async_1f1b.py) run their own schedules on the same stages."""
-        pipe = spec.parallel.pipeline
-        if pipe is not None and pipe.schedule == "chimera":
-            from workers.parallel.pipeline.chimera import ChimeraStrategy
-            return ChimeraStrategy
-        if pipe is not None and pipe.schedule in ASYNC_SCHEDULES:  # no flush between steps
-            from workers.parallel.pipeline.async_1f1b import AsyncPipelineStrategy
-            return AsyncPipelineStrategy
-        return cls
 
     @property
     def hooks(self) -> LoopHooks:
