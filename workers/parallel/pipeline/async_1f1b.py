@@ -39,7 +39,7 @@ from torch.func import functional_call
 from workers.checkpointing import checkpoint_root, step_name
 from workers.parallel.base import ForwardBackward, LossFn, StrategyContext
 from workers.parallel.pipeline.split import StagePlan
-from workers.parallel.pipeline.stage_meter import StageTimes
+from workers.parallel.pipeline.stage_meter import StageTimes, saved_activation_bytes
 from workers.parallel.pipeline.strategy import PipelineRank, PipelineStrategy
 from workers.parallel.replicas import local
 
@@ -58,6 +58,11 @@ class WeightVersion:
     @classmethod
     def of(cls, chunk: nn.Module) -> WeightVersion:
         return cls({n: p.detach().clone().requires_grad_(p.requires_grad) for n, p in chunk.named_parameters()})
+
+    @property
+    def storages(self) -> set[int]:
+        """Its tensors' storages: weights autograd saves are not activations."""
+        return {t.untyped_storage().data_ptr() for t in self.params.values()}
 
     def take_grads(self) -> None:
         """Move what backward left on the version's tensors into `grads` (summed)."""
@@ -174,19 +179,8 @@ class AsyncPipelineStrategy(PipelineStrategy):
             held = self._wait(self.posted_input).requires_grad_()
             self.posted_input = None
             inp = held
-        saved: dict[int, int] = {}
-
-        def pack(t: torch.Tensor):
-            try:
-                key = local(t).untyped_storage().data_ptr()
-            except RuntimeError:
-                return t
-            if key not in self.params:
-                saved[key] = local(t).untyped_storage().nbytes()
-            return t
-
         t0 = time.perf_counter()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with saved_activation_bytes(self.params | version.storages) as saved:
             out = functional_call(self.chunk, version.params, (inp,))
             if s == self.last_stage:
                 loss = self.loss_fn(out, y.to(self.device))

@@ -22,7 +22,7 @@ from workers.parallel.base import ForwardBackward, LossFn, StrategyContext
 from workers.parallel.common import average_in_place
 from workers.parallel.pipeline.chimera_schedule import ChimeraPlan, Message, Op, build, pair_order
 from workers.parallel.pipeline.split import StagePlan
-from workers.parallel.pipeline.stage_meter import StageTimes
+from workers.parallel.pipeline.stage_meter import StageTimes, saved_activation_bytes
 from workers.parallel.pipeline.strategy import PipelineRank, PipelineStrategy
 from workers.parallel.replicas import ReplicaGroup, local
 
@@ -53,10 +53,8 @@ class ChimeraStrategy(PipelineStrategy):
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
                          ctx: StrategyContext) -> ForwardBackward:
+        self.check_flushes(micro)
         m = self.microbatches
-        if len(micro) % m:
-            raise ValueError(f"pipeline: {len(micro)} micro-batches this step is not a multiple of "
-                             f"parallel.pipeline.microbatches={m} (uneven data shares are not supported)")
         times = StageTimes()
         losses: list[float] = []
         entered = time.perf_counter()
@@ -179,19 +177,8 @@ class _Flush:
         else:
             held = links.receive(self.s.plan.needs(op), self._buffer, self.times).requires_grad_()
             inp = held
-        saved: dict[int, int] = {}
-
-        def pack(t: torch.Tensor):
-            try:
-                key = local(t).untyped_storage().data_ptr()
-            except RuntimeError:
-                return t
-            if key not in s.params:
-                saved[key] = local(t).untyped_storage().nbytes()
-            return t
-
         t0 = time.perf_counter()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with saved_activation_bytes(s.params) as saved:
             out = chunk(inp)
             if op.stage == s.pp - 1:
                 loss = self.loss_fn(out, target.to(self.device))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -67,6 +68,26 @@ class StageTimes:
         }
 
 
+@contextlib.contextmanager
+def saved_activation_bytes(param_storages: set[int]) -> Iterator[dict[int, int]]:
+    """What autograd saves for backward inside the block, by storage (the parameters' storages apart):
+    the activations a forward leaves in flight until its backward."""
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        try:
+            storage = getattr(t, "_local_tensor", t).untyped_storage()  # DTensor: this rank's piece
+            key = storage.data_ptr()
+        except RuntimeError:  # a wrapper without storage of its own (inside DTensor dispatch)
+            return t
+        if key not in param_storages:
+            saved[key] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield saved
+
+
 class StageMeter:
     """Instruments one rank's torch PipelineStages and schedule for the duration of a step."""
 
@@ -99,20 +120,8 @@ class StageMeter:
         index = stage.stage_index
 
         def forward_one_chunk(chunk_id, *args, **kwargs):
-            saved: dict[int, int] = {}
-
-            def pack(t: torch.Tensor):
-                try:
-                    storage = getattr(t, "_local_tensor", t).untyped_storage()  # DTensor: this rank's piece
-                    key = storage.data_ptr()
-                except RuntimeError:  # a wrapper without storage of its own (inside DTensor dispatch)
-                    return t
-                if key not in self._param_storages:
-                    saved[key] = storage.nbytes()
-                return t
-
             t0 = time.perf_counter()
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with saved_activation_bytes(self._param_storages) as saved:
                 out = forward(chunk_id, *args, **kwargs)
             self.times.forward_s += time.perf_counter() - t0
             if torch.is_grad_enabled() and stage.has_backward:

@@ -223,12 +223,17 @@ class PipelineStrategy(LoopHooks):
 
     # --- one step ----------------------------------------------------------
 
+    def check_flushes(self, micro: list) -> None:
+        """A step runs whole flushes of `microbatches`."""
+        if len(micro) % self.microbatches:
+            raise ValueError(f"pipeline: {len(micro)} micro-batches this step is not a multiple of "
+                             f"parallel.pipeline.microbatches={self.microbatches} (uneven data shares are not "
+                             f"supported)")
+
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
                          ctx: StrategyContext) -> ForwardBackward:
+        self.check_flushes(micro)
         m = self.microbatches
-        if len(micro) % m:
-            raise ValueError(f"pipeline: {len(micro)} micro-batches this step is not a multiple of "
-                             f"parallel.pipeline.microbatches={m} (uneven data shares are not supported)")
         self._step_loss, self._step_micro = loss_fn, len(micro)
         self.meter.reset()
         losses: list[torch.Tensor] = []
