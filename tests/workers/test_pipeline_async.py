@@ -62,6 +62,7 @@ def test_crash_restart_continues_bit_identically(ray_cluster, tmp_path, name):
 
 
 @timing
+@pytest.mark.exhaustive  # make test: chimera's timing test (the same comparison, a synchronous schedule)
 def test_no_flush_measures_a_lower_bubble_than_1f1b(ray_cluster, tmp_path):
     m = 4
     one_f_one_b, _, _ = measured_bubble(tmp_path, "1f1b", "1f1b", m)
