@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 
 from service.supervisor.run import JobRun
 from tests.helpers import Events, spec_of
-from workers.parallel.pipeline.chimera_schedule import simulated_bubble
 from workers.models import build_model
+from workers.parallel.pipeline.chimera_schedule import simulated_bubble
 
 pytestmark = pytest.mark.slow
 
