@@ -67,6 +67,6 @@ def test_no_flush_measures_a_lower_bubble_than_1f1b(ray_cluster, tmp_path):
     m = 4
     one_f_one_b, _, _ = measured_bubble(tmp_path, "1f1b", "1f1b", m)
     two_bw, theory, steps = measured_bubble(tmp_path, "2bw", "pipedream_2bw", m)
-    assert theory == 0.0 and BUBBLE["parallel.pp"] == 2
+    assert theory == pytest.approx(1 / 13) and BUBBLE["parallel.pp"] == 2  # (P-1) / (3M + P-1)
     assert two_bw < one_f_one_b, (two_bw, one_f_one_b)
     assert statistics.median(s["pipeline_staleness"] for s in steps) == 1.0

@@ -9,7 +9,9 @@ weight-gradient (W) work, it assumes the zero-bubble paper's T_F = T_B = T_W:
   zero_bubble (ZB-H1, V chunks)  (P-1)(F+B-W) / (V M (F+B+W) + (P-1)(F+B-W)) = (P-1) / (3 V M + P-1)
   zbv_zero_bubble, dualpipe_v    (P-1)(F+B-2W) / (...) = 0
   chimera                        (P-2) / (2M + P-2)   (Li & Hoefler 2021, Table 2; F = B)
-  pipedream, pipedream_2bw       0 in steady state: no flush, the pipe stays full across steps
+  pipedream, pipedream_2bw       (P-1) F / (M (F+B) + (P-1) F) = (P-1) / (3M + P-1) with B = 2F: no flush,
+                                 but every step ends with the ranks agreeing on its loss (the trainer's
+                                 skip and spike decisions), which drains (P-1) forwards' worth of the pipe
 
 What each stage measurably did is taken by stage_meter.py on the ranks; this module holds
 the theory and joins the ranks' reports, for the supervisor and the API (no torch here); the job
@@ -29,8 +31,10 @@ def theoretical_bubble(schedule: str, pp: int, microbatches: int, virtual_stages
         return (p - 1) / (v * m + p - 1)
     if schedule == "zero_bubble":
         return (p - 1) / (3 * v * m + p - 1)
-    if schedule in ("zbv_zero_bubble", "dualpipe_v", "pipedream", "pipedream_2bw"):
+    if schedule in ("zbv_zero_bubble", "dualpipe_v"):
         return 0.0
+    if schedule in ("pipedream", "pipedream_2bw"):
+        return (p - 1) / (3 * m + p - 1)
     if schedule == "chimera":
         return (p - 2) / (2 * m + p - 2)
     raise ValueError(f"unknown pipeline schedule {schedule!r}")
