@@ -53,7 +53,11 @@ class HookedStep(ReplicateStep):
 
     def __init__(self) -> None:
         super().__init__()
-        self.hooks = RecordingHooks()
+        self.recording = RecordingHooks()
+
+    @property
+    def hooks(self) -> LoopHooks:
+        return self.recording
 
 
 def _run(strategy_class, job: str) -> tuple[list[dict], dict, list[tuple]]:
