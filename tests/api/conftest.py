@@ -21,6 +21,9 @@ QUOTA = 5
 def client(tmp_path):
     """The app on a migrated SQLite database with the admin's token, no Ray and no loops: what a submit
     checks before anything runs (422s and what is stored)."""
+    from api.http.deps import token_cache
+
+    token_cache.clear()  # the process's cache: the same token named another database's tenant before
     settings = Settings(home=tmp_path, admin_token=ADMIN_TOKEN)
     app = create_app(settings)
     plane = ControlPlane(settings)
