@@ -138,6 +138,9 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("trainyard_job_ps_staleness", "gauge",
        "Parameter-server jobs: the stalest embedding rows a trainer read in the last step (steps of some trainer's "
        "updates they may lack; 0 under sync)", ["job"]),
+    _m("trainyard_job_pipeline_staleness", "gauge",
+       "pipedream / pipedream_2bw jobs: how late the gradients the last step applied were, in weight versions "
+       "(2BW: 1; PipeDream: the first stage's late fraction of its micro-batches)", ["job"]),
     _m("trainyard_job_ps_rows", "gauge",
        "Parameter-server jobs: embedding rows pulled and pushed in the last step, all trainers together", ["job"]),
     _m("trainyard_rank_peak_memory_bytes", "gauge",
@@ -225,6 +228,7 @@ def step_updates(job: str, rec: dict, ranks: bool = True) -> list[Update]:
     for key, name in (("tokens_per_s", "trainyard_job_tokens_per_second"), ("grad_norm", "trainyard_job_grad_norm"),
                       ("expert_load_imbalance", "trainyard_job_expert_load_imbalance"),
                       ("ps_staleness", "trainyard_job_ps_staleness"), ("ps_rows", "trainyard_job_ps_rows"),
+                      ("pipeline_staleness", "trainyard_job_pipeline_staleness"),
                       ("bubble_fraction", "trainyard_job_bubble_fraction"),
                       ("bubble_fraction_theoretical", "trainyard_job_bubble_fraction_theoretical")):
         value = rec.get(key)

@@ -182,3 +182,9 @@ def test_mfu_from_the_peak_the_workers_looked_up_and_the_setting_overrides_it():
     cpu = LiveMetrics()  # CPU workers report no peak: no series, and the panel says why (deploy/dashboards.py)
     cpu.drained("j", [{**STEP, "model_params": params, "peak_flops_per_s": None}], layout=layout, spec=spec)
     assert ("trainyard_job_mfu_ratio", (("job", "j"),)) not in samples(cpu)
+
+
+def test_an_asynchronous_pipeline_step_sets_its_staleness():
+    updates = step_updates("j", {**STEP, "pipeline_staleness": 0.25})
+    assert [u.value for u in updates if u.name == "trainyard_job_pipeline_staleness"] == [0.25]
+    assert not [u for u in step_updates("j", STEP) if u.name == "trainyard_job_pipeline_staleness"]
