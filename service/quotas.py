@@ -27,7 +27,7 @@ class NeverWithinQuota(NeverFits):
     """The job alone asks for more workers than the tenant may ever hold."""
 
 
-def locked_usage(s: Session, tenant_id: str) -> tuple[Tenant, usage_repo.Usage]:
+def locked_usage(s: Session, tenant_id: str) -> tuple[Tenant | None, usage_repo.Usage]:
     """The tenant, row-locked, and its usage: read once per transaction. The submits that share a
     transaction (service/db/group_commit.py) then count each other through `Usage.add_queued`."""
     cache = s.info.setdefault("tenant_usage", {})

@@ -15,6 +15,10 @@ class Refusal(Exception):
         self.rule, self.field, self.message = rule, field, message or rule
 
 
+class Unauthenticated(Refusal):
+    """The token no longer names a caller the service knows (its tenant is gone since it was cached)."""
+
+
 class NotAllowed(Refusal):
     """The tenant or the token may not ask for this (user code, fault injection)."""
 

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.lifecycle import IllegalTransition
-from service.refusals import Conflict, InvalidRequest, NotAllowed, OverQuota, Refusal, TooLarge
+from service.refusals import Conflict, InvalidRequest, NotAllowed, OverQuota, Refusal, TooLarge, Unauthenticated
 from workers.spec import SpecError, format_validation_error
 
 INTERNAL_ERROR = "internal error; see the service log"  # the whole 500 message: no internals leak
@@ -34,7 +34,8 @@ def error_response(status: int, message: str, errors: list[dict] | None = None, 
 
 # A service refusal's kind -> its status and extra headers (the first class it is an instance of).
 REFUSAL_STATUS: tuple[tuple[type[Refusal], int, dict | None], ...] = (
-    (NotAllowed, 403, None), (InvalidRequest, 422, None), (Conflict, 409, None), (TooLarge, 413, None),
+    (Unauthenticated, 401, {"WWW-Authenticate": "Bearer"}), (NotAllowed, 403, None), (InvalidRequest, 422, None),
+    (Conflict, 409, None), (TooLarge, 413, None),
     (OverQuota, 429, {"Retry-After": "30"}),  # a quota frees up as jobs finish
 )
 

@@ -31,7 +31,7 @@ from service.db import repository as repo
 from service.db.group_commit import GroupCommit
 from service.db.models import Job
 from service.records import JobRecord, Principal, copy_row
-from service.refusals import Conflict, NeverFits
+from service.refusals import Conflict, NeverFits, Unauthenticated
 from service.scheduler import demand_of, never_fits
 from service.settings import Settings
 from workers.parallel.memory_fit import MemoryBudget, memory_view, memory_violation, node_budget, spec_budget
@@ -128,6 +128,8 @@ def _store(sub: Submission, spec: JobSpec, body_sha: str, storage: Storage,
             audited(s, existing.id)
             return existing, False
         tenant, usage = quotas.locked_usage(s, caller.tenant_id)
+        if tenant is None:  # deleted after the token was cached (auth_cache_s)
+            raise Unauthenticated("authorization: this token's tenant no longer exists", "authorization")
         gates.check_user_code(spec, tenant)
         confined = gates.confine_paths(spec, storage,
                                        lambda job_id: repo.get_job(s, job_id, tenant_id=tenant.id) is not None)
