@@ -138,7 +138,7 @@ def run_torchrun(spec, spec_file: Path, work: Path, tag: str, script: str = "tor
 # --- C: Ray Train ----------------------------------------------------------
 
 
-def run_raytrain(spec, work: Path, tag: str) -> dict:
+def run_raytrain(spec, work: Path, tag: str, workers: int = 2) -> dict:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -148,7 +148,7 @@ def run_raytrain(spec, work: Path, tag: str) -> dict:
     trainer = TorchTrainer(
         ray_train_loop,
         train_loop_config={"spec_json": spec.model_dump(mode="json"), "out_dir": str(out)},
-        scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=False),
         torch_config=TorchConfig(backend="gloo"),
         run_config=RunConfig(name=tag, storage_path=str(work / "raytrain-storage")),
     )
@@ -157,7 +157,7 @@ def run_raytrain(spec, work: Path, tag: str) -> dict:
     t_end = time.time()
     ranks, step_ts, step_times = read_rank_files(out)
     return {**steady_throughput(step_ts, step_times, spec.train.global_batch_size),
-            "ttfs": step_ts[0] - t0, "total_s": t_end - t0,
+            "ttfs": step_ts[0] - t0, "total_s": t_end - t0, "step_time_s": step_times,
             "final_loss": statistics.fmean(r["losses"][-1] for r in ranks),
             "phases": {k: max(r["phases"][k] for r in ranks) - t0 for k in ranks[0]["phases"]}}
 
