@@ -5,6 +5,10 @@ Run from the repository root (a few minutes on a 2-core machine with the default
     .venv/bin/python bench/pipeline.py [--pp 2] [--microbatches 2,4,8] [--schedules gpipe,1f1b,...]
         [--steps 12] [--d-model 128] [--n-layers 4] [--seq-len 64] [--micro-batch-size 4] [--json OUT]
 
+A second table splits each schedule's step into forward, backward (the input-gradient half where the
+schedule splits it), weight-gradient, p2p, idle and the rest (the schedule runtime's own work), against
+the first schedule listed: where a schedule's time goes, e.g. zero-bubble's beside 1F1B's.
+
 Stash MiB and stale are pipedream's and pipedream_2bw's weight copies (the busiest rank's) and the stalest
 gradient they applied; loss is the final one, to compare convergence on the same steps.
 
@@ -49,6 +53,25 @@ def spec_for(args, pp: int, schedule: str | None, m: int, split=None):
         spec["parallel"]["pipeline"] = {"schedule": schedule, "microbatches": m, "virtual_stages": v,
                                         **({"split": split} if split else {})}
     return parse_spec(spec)
+
+
+# Where a step's time goes on a rank (stage_meter.py): compute split as the schedule runs it, p2p calls'
+# own cost, waiting for the neighbour, and the rest of the step (the schedule runtime's own Python).
+TIME_PARTS = ("forward", "backward", "weight_grad", "comm", "idle", "other", "wall")
+
+
+def print_time_parts(rows: list[dict]) -> None:
+    """ms per step, mean over ranks, and each part's change against the first schedule of the same M."""
+    print("\nwhere a step's time goes (ms per step, mean over ranks; x: the first schedule's same part)")
+    print(f"{'schedule':>17} {'M':>2} " + " ".join(f"{p:>14}" for p in TIME_PARTS))
+    first: dict[int, dict] = {}
+    for r in rows:
+        if not r["time_ms"]:
+            continue
+        ref = first.setdefault(r["microbatches"], r["time_ms"])
+        cells = [f"{r['time_ms'][p]:7.1f} x{r['time_ms'][p] / ref[p]:5.2f}" if ref[p] > 0
+                 else f"{r['time_ms'][p]:7.1f} {'':6}" for p in TIME_PARTS]
+        print(f"{r['schedule']:>17} {r['microbatches']:>2} " + " ".join(f"{c:>14}" for c in cells))
 
 
 def valid(args, schedule: str, m: int) -> str | None:
@@ -97,6 +120,8 @@ def main() -> None:
                 "final_loss": s["final_loss"],
                 "staleness": (s.get("pipeline_async") or {}).get("max_staleness"),
                 "stashed_weight_bytes": (s.get("pipeline_async") or {}).get("stashed_weight_bytes"),
+                "time_ms": {part: 1000 * sum(st[f"{part}_s"] for st in stages) / len(stages)
+                            for part in TIME_PARTS} if stages else None,
             })
             r = rows[-1]
             print(f"{schedule:>17} P={args.pp} M={m:<2} {r['samples_per_s']:8.1f} samples/s  vs dp {r['vs_dp']:.2f}  "
@@ -111,6 +136,7 @@ def main() -> None:
         print(f"{r['schedule']:>17} {r['pp']:>2} {r['microbatches']:>2} {r['samples_per_s']:>10.1f} {r['vs_dp']:>6.2f} "
               f"{r['bubble']:>7.3f} {r['bubble_theory']:>7.3f} {r['act_peak_bytes'] / 2**20:>8.2f} {stash} {stale} "
               f"{r['final_loss']:>7.4f}")
+    print_time_parts(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     import ray

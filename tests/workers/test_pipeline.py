@@ -119,6 +119,9 @@ def test_1f1b_holds_fewer_activations_than_gpipe(ray_cluster, tmp_path):
         assert g["activation_microbatches_peak"] == m  # GPipe holds every micro-batch
         assert o["activation_microbatches_peak"] <= 2  # 1F1B at most P
         assert o["activation_bytes_peak"] < g["activation_bytes_peak"] / 3
+    for st in peaks["1f1b"]:  # the summary's parts of a step (bench/pipeline.py's time table) make up its wall
+        parts = sum(st[f"{p}_s"] for p in ("forward", "backward", "weight_grad", "comm", "idle", "other"))
+        assert parts == pytest.approx(st["wall_s"], rel=1e-6)
 
 
 # --- measured bubble ---------------------------------------------------------------------------

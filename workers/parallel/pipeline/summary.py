@@ -30,7 +30,8 @@ def pipeline_summary(spec: JobSpec, steps: list[dict]) -> dict | None:
     stages = [{
         "stage": k,
         **{f: sum(x[f] for x in v_) / len(v_) for f in ("busy_s", "forward_s", "backward_s", "weight_grad_s",
-                                                        "comm_s", "idle_s", "wall_s", "bubble_fraction")},
+                                                        "comm_s", "idle_s", "other_s", "wall_s",
+                                                        "bubble_fraction")},
         "bubble_fraction_theoretical": v_[0]["bubble_fraction_theoretical"],
         "activation_bytes_peak": max(x["activation_bytes_peak"] for x in v_),
         "activation_microbatches_peak": max(x["activation_microbatches_peak"] for x in v_),
