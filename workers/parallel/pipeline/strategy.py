@@ -51,7 +51,6 @@ from workers.parallel.loop_hooks import LoopHooks
 from workers.parallel.mesh import group_mesh
 from workers.parallel.parallelize import data_parallel_mesh, sequence_shard
 from workers.parallel.pipeline.bubble import theoretical_bubble
-from workers.parallel.pipeline.deferred_weight_grad import SPLIT_BACKWARD_SCHEDULES, DeferredWeightGrads
 from workers.parallel.pipeline.probe import Probe
 from workers.parallel.pipeline.probe import probe as probe_model
 from workers.parallel.pipeline.sample import sample_input
@@ -194,7 +193,8 @@ class PipelineStrategy(LoopHooks):
 
     def build_schedule(self, wrapped: PipelineRank, mine: list[StagePlan], ctx: StrategyContext) -> None:
         """torch's PipelineStages and schedule over the rank's stages, metered."""
-        self.stages = [self._stage(wrapped.chunks[plan.stage], plan.stage, ctx) for plan in mine]
+        self.stages = [PipelineStage(wrapped.chunks[plan.stage], plan.stage, self.n_stages, ctx.device,
+                                     group=self.pp_group) for plan in mine]
 
         def scaled_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             return self._step_loss(outputs, targets) / self._step_micro
@@ -204,15 +204,6 @@ class PipelineStrategy(LoopHooks):
                                                       loss_fn=scaled_loss, scale_grads=False)
         params = {_local(p).untyped_storage().data_ptr() for p in wrapped.parameters()}
         self.meter = StageMeter(self.stages, self.schedule, params)
-
-    def _stage(self, chunk: nn.Module, index: int, ctx: StrategyContext) -> PipelineStage:
-        """torch's stage over one chunk; under a zero-bubble schedule its W runs the linears' deferred GEMMs."""
-        deferred = DeferredWeightGrads(chunk) if self.schedule_name in SPLIT_BACKWARD_SCHEDULES else None
-        if deferred is None or not deferred.layers:
-            return PipelineStage(chunk, index, self.n_stages, ctx.device, group=self.pp_group)
-        stage = PipelineStage(chunk, index, self.n_stages, ctx.device, group=self.pp_group, dw_builder=deferred.build)
-        deferred.arm(stage)
-        return stage
 
     def owner(self, stage: int) -> int:
         """The pipeline rank (index in the pp group) that holds `stage`."""
