@@ -22,9 +22,11 @@ def layout_of(spec: JobSpec) -> dict[str, Any]:
 
 
 def final_result(results: list[dict | None]) -> dict[str, Any]:
-    """Rank 0's result of a finished group, with the validation loss averaged over the ranks."""
+    """Rank 0's result of a finished group (the lead's, whose validation it has, where ranks trained alone
+    and rank 0 may be lost), with the validation loss averaged over the ranks."""
     val = [r["val_loss"] for r in results if r is not None and r.get("val_loss") is not None]
-    return {**(results[0] or {}), "val_loss": statistics.fmean(val) if val else None}
+    lead = next((r for r in results if r is not None and "lead" in r), results[0] if results else None)
+    return {**(lead or {}), "val_loss": statistics.fmean(val) if val else None}
 
 
 def _reported_mean(steps: list[dict], key: str) -> float | None:

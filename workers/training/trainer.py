@@ -134,6 +134,8 @@ class Trainer(Finishing):
         self.memory = StepMemory(self.model, self.optimizer, device, every=untracked, first=untracked)  # peak bytes
         self.checkpointer = checkpointing.Checkpointer(self.storage, spec.checkpoint.keep, rank)
         self.checkpointer.progress = (self.recovery or RecoveryState()).progress()
+        # Ranks that train alone (the parameter server's async trainers) save checkpoints by themselves.
+        self.checkpointer.solo = self.strategy.hooks.trains_alone
 
     # --- the loop --------------------------------------------------------
 
@@ -156,6 +158,9 @@ class Trainer(Finishing):
         self.checkpointer.notify = lambda event: emit(RankNotice(self.rank, event))  # store retries, from its thread
         for notice in self.notices:
             emit(RankNotice(self.rank, notice))
+        # Ranks that never meet after their set-up (the parameter server's async trainers): no collective in
+        # the loop, so a lost peer blocks none. One of them (the lead) validates and saves, alone.
+        alone = self.strategy.hooks.trains_alone
         while self.step < spec.train.steps:
             try:
                 record = self.train_step().to_dict()
@@ -168,15 +173,21 @@ class Trainer(Finishing):
                 self.checkpointer.wait()
                 raise
             self.reporter.note(Progress(Phase.TRAINING, self.step, spec.train.steps))
-            if spec.train.eval_every and self.step % spec.train.eval_every == 0:
-                validation = self.evaluate()
+            due = bool(every) and self.step % every == 0 and self.step < spec.train.steps
+            evaluated = bool(spec.train.eval_every) and self.step % spec.train.eval_every == 0
+            writer = alone and (due or evaluated) and self.strategy.hooks.writes_for_all(self.rank)
+            if evaluated and (writer or not alone):
+                validation = self.evaluate(alone=alone)
                 record["val_loss"], record["validation"] = validation.loss, validation.as_record()
-            checkpointed = bool(every) and self.step % every == 0 and self.step < spec.train.steps
+            checkpointed = due and (writer or not alone)
             if checkpointed:
                 self._report_durable(emit, self._wait_for_save())  # at most one save in flight
                 self._save()
-            stop, shares = (control.agree(self.control_groups, may_stop=checkpointed)
-                            if agreement_due(spec, self.step, checkpointed, self.uneven) else (False, None))
+            if alone:  # a stop request is this rank's own: at a checkpoint step, as agreed ones are
+                stop, shares = due and control.stop_event.is_set(), None
+            else:
+                stop, shares = (control.agree(self.control_groups, may_stop=checkpointed)
+                                if agreement_due(spec, self.step, checkpointed, self.uneven) else (False, None))
             emit(RankStep(record))
             if shares is not None:  # a live re-split of the data: the next step splits the global batch anew
                 self.shares = shares
