@@ -11,16 +11,25 @@ from workers.parallel.pipeline.bubble import join_stage_reports
 class StepAggregator:
     def __init__(self, world_size: int, global_batch_size: int):
         self.world_size, self.global_batch_size = world_size, global_batch_size
+        self.expected = set(range(world_size))  # the ranks whose record a step waits for
         self._pending: dict[int, dict[int, dict]] = {}
 
     def add(self, record: dict) -> dict | None:
         """Add one rank's record; return the job-level record once every rank reported the step."""
         ranks = self._pending.setdefault(record["step"], {})
         ranks[record["rank"]] = record
-        if len(ranks) < self.world_size:
+        if not self.expected <= ranks.keys():
             return None
         del self._pending[record["step"]]
         return self._join([ranks[r] for r in sorted(ranks)])
+
+    def drop_rank(self, rank: int) -> list[dict]:
+        """Rank `rank` is lost and the others go on (the parameter server's async trainers): steps wait no
+        more for it; the steps every other rank had already reported, joined (with its record where it had)."""
+        self.expected.discard(rank)
+        self.world_size = len(self.expected)
+        done = [step for step, ranks in self._pending.items() if self.expected <= ranks.keys()]
+        return [self._join([r for _, r in sorted(self._pending.pop(step).items())]) for step in sorted(done)]
 
     def flush(self) -> list[dict]:
         """Steps some ranks reported before the group broke, joined from those ranks only (`partial`)."""

@@ -86,6 +86,7 @@ class JobRun(RankIntake):
         self.used = restarts_before  # the job's restarts by budget, its earlier supervisors' included
         self.lr_scale = 1.0  # learning-rate factor after rollbacks with fault_tolerance.lr_backoff
         self.warm_workers = 0
+        self.lost_trainers: list[int] = []  # ranks of the running attempt lost while the others go on (async PS)
         self.rendezvous: list[tuple[str, int] | None] = []  # TCP store address of every attempt
         self.steps = StepHistory()  # bounded, whatever the run's length (service/supervisor/step_history.py)
         self._notices: list[RunEvent] = []  # the ranks' notices of this poll, merged before they are told
@@ -142,6 +143,7 @@ class JobRun(RankIntake):
             if on_preemption(PreemptionStatus(self._preempt.is_set(), False)) == PreemptionAction.REQUEUE:
                 return Outcome.preempted()
             start_step = group.start(self.start_timeout_s, self.stragglers.rank_terms(self.current))[0]["start_step"]
+            self.lost_trainers = []  # a new group: every rank of the layout runs again
             self.rendezvous.append(group.master)
             self.warm_workers = group.warm_workers
             left = (f"resuming after its last step ({start_step}) into the phases left: final checkpoint, "
@@ -182,7 +184,9 @@ class JobRun(RankIntake):
             self._poll(live)  # every rank is past the checkpoint: keep their last steps
             self._record_partial_steps()
             return reshape
-        if live.group.check():
+        finished = live.group.check()
+        self._shrink_by_lost(live)
+        if finished:
             self._poll(live)
             if "stopped_at" in (live.group.results[0] or {}):
                 return Outcome.preempted()
@@ -205,6 +209,23 @@ class JobRun(RankIntake):
                 log.info("room for %d workers (running %d): regrowing at the next checkpoint",
                          live.grow_to.world_size, self.current.world_size)
         return None
+
+    def _shrink_by_lost(self, live: Attempt) -> None:
+        """Ranks the group lost while the others train on (the parameter server's async trainers,
+        workers/runtime/group.py `sheds_lost_ranks`): a shrink event each, and steps wait no more for them."""
+        take_lost = getattr(live.group, "take_lost", None)
+        for rank, reason in take_lost() if take_lost is not None else ():
+            before = {**self.layout(), "world_size": self.current.world_size - len(self.lost_trainers),
+                      "dp": self.current.dp - len(self.lost_trainers)}
+            self.lost_trainers.append(rank)
+            after = {**before, "world_size": before["world_size"] - 1, "dp": before["dp"] - 1}
+            self.resizes += 1
+            event = ResizeEvent(before, after, f"trainer {rank} lost, the others train on without it "
+                                               f"(parameter server, async; the shards keep running): {reason}")
+            log.warning("resize %s", event.message)
+            self.listener.on_event(event)
+            for record in live.aggregator.drop_rank(rank):
+                self._append_step(record)
 
     def _ask_stop(self, live: Attempt) -> None:
         live.group.request_stop()

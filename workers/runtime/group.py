@@ -20,6 +20,7 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.events import RankEvent, RankProgress, RestartCause
+from workers.parallel.parameter_server.names import kill_named, shard_prefix, tell_lost
 from workers.phases import Progress
 from workers.program.errors import ProgramFailed
 from workers.program.prestarted import ENABLED as PRESTART
@@ -86,6 +87,21 @@ class WorkerGroup:
         self._delivered: dict[int, int] = {}  # follower -> seq of its last event a leader's poll gave us
         self._in_flight: dict[int, ray.ObjectRef] = {}  # rank -> its unanswered poll: one call at a time each
         self._early: list[RankEvent] = []  # reported while start() waited on the set-up
+        # Ranks lost while the others go on (the parameter server's async trainers: `sheds_lost_ranks`),
+        # with why; `newly_lost`: those the supervisor has not been told of yet (take_lost()).
+        self.lost: dict[int, str] = {}
+        self.newly_lost: list[tuple[int, str]] = []
+
+    def sheds_lost_ranks(self) -> bool:
+        """Whether a rank whose actor dies leaves the others training (parallel.parameter_server mode async:
+        the trainers never meet after their set-up, and the shards outlive any of them), down to
+        resources.min_workers live ranks (1 when unset)."""
+        ps = self.spec.parallel.parameter_server
+        return self.spec.program is None and ps is not None and ps.mode == "async"
+
+    def take_lost(self) -> list[tuple[int, str]]:
+        lost, self.newly_lost = self.newly_lost, []
+        return lost
 
     @staticmethod
     def bundle_of(spec: JobSpec) -> dict[str, float]:
@@ -197,6 +213,7 @@ class WorkerGroup:
         events, self._early = self._early, []  # what the ranks reported during their set-up
         targets = ([r for r in self.leaders if r not in self.direct] + sorted(self.direct) if self.leaders
                    else list(range(len(self.actors))))
+        targets = [r for r in targets if r not in self.lost]
         self.calls_per_poll = len(targets)
         deadline = time.monotonic() + timeout_s
         while targets:
@@ -242,6 +259,8 @@ class WorkerGroup:
         """True once every rank finished; raises GroupFailure if any rank failed."""
         ready, _ = ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=0)
         failures = self._collect(ready)
+        if failures and self.sheds_lost_ranks():
+            failures = self._shed(failures)
         if failures:
             # Peers of a dead rank fail too (broken connections); give them a moment so the
             # report names the rank that died rather than the first peer to notice.
@@ -250,7 +269,29 @@ class WorkerGroup:
             rank, exc = min(failures, key=_first_failure)
             retryable = not self._same_user_error(failures) and not _any_unfixable(failures)
             raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", retryable, self._cause(rank, exc)) from exc
-        return all(res is not None for res in self.results)
+        done = all(res is not None for i, res in enumerate(self.results) if i not in self.lost)
+        if done and self.lost and not any(r is not None and ("lead" in r or "stopped_at" in r) for r in self.results):
+            # The live ranks finished but the one that led their final phases was lost in them: redo those.
+            raise GroupFailure(f"the lead trainer was lost in the final phases ({', '.join(self.lost.values())})",
+                               cause=RestartCause.WORKER_LOST)
+        return done
+
+    def _shed(self, failures: list[tuple[int, ray.exceptions.RayError]]) -> list[tuple[int, ray.exceptions.RayError]]:
+        """The failures that fail the group: not the deaths of ranks the others train on without (each is
+        recorded as lost, and the shards are told not to wait for it)."""
+        floor = self.spec.resources.min_workers or 1
+        kept = []
+        for rank, exc in failures:
+            alive = len(self.train_refs) - len(self.lost)
+            if isinstance(exc, ray.exceptions.RayActorError) and alive - 1 >= floor:
+                reason = f"rank {rank} lost: {_reason(exc)}"
+                self.lost[rank] = reason
+                self.newly_lost.append((rank, reason))
+                if self.pg is not None:  # its trainer index is its rank (the parameter server is dp only)
+                    tell_lost(shard_prefix(self.pg.id.hex()), rank)
+            else:
+                kept.append((rank, exc))
+        return kept
 
     def _cause(self, rank: int, exc: ray.exceptions.RayError) -> RestartCause:
         """A rank lost with its node is the cluster's fault (node_lost), else the cause of its error."""
@@ -272,6 +313,8 @@ class WorkerGroup:
         index = {ref: i for i, ref in enumerate(self.train_refs)}  # list.index per ref was quadratic in ranks
         for ref in refs:
             i = index[ref]
+            if i in self.lost:
+                continue
             try:
                 self.results[i] = ray.get(ref, timeout=0)
             except ray.exceptions.GetTimeoutError:
@@ -301,6 +344,11 @@ class WorkerGroup:
             except Exception:  # already dead
                 pass
         self.actors, self.train_refs = [], []
+        if self.pg is not None and self.spec.parallel.parameter_server is not None:
+            try:  # detached, they would end with the placement group anyway: at once, and by name
+                kill_named(shard_prefix(self.pg.id.hex()))
+            except Exception:
+                pass
         if self.pg is not None:
             try:
                 remove_placement_group(self.pg)

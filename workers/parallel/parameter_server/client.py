@@ -55,10 +55,10 @@ class ShardClient:
         rows = []
         for t, table_ids in enumerate(ids):
             dim = max(a[0][t].shape[1] for a in answers)
-            whole = torch.empty(len(table_ids), dim)
+            table = torch.empty(len(table_ids), dim)
             for s, (shard_rows, _) in enumerate(answers):
-                whole[splits[t][s][0]] = shard_rows[t]
-            rows.append(whole.requires_grad_(True))
+                table[splits[t][s][0]] = shard_rows[t]
+            rows.append(table.requires_grad_(True))
         return PulledRows(ids, rows, staleness)
 
     def push(self, step: int, pulled: PulledRows, lr: float) -> int:
