@@ -86,6 +86,33 @@ def test_an_async_rank_0_lost_leaves_the_shards_and_the_other_training(ray_clust
     assert (tmp_path / "lost-0" / "parameter_server" / "step-00000020.pt").exists()  # written by rank 1
 
 
+@pytest.mark.exhaustive  # another ~40 s job
+def test_an_elastic_async_job_re_adds_a_lost_trainer_to_the_running_shards(ray_cluster, tmp_path, monkeypatch):
+    from service.supervisor.run import JobRun
+
+    # resources.max_workers makes it elastic: the lost trainer's place is taken by a new rank that pulls
+    # the shards' current state and trains on; no restart, no restore. Slowed from step 13 (the node's
+    # ranks, 3x), so that the steps left outlast the new rank's start.
+    monkeypatch.setattr(JobRun, "rejoin_after_s", 0.5)
+    spec = spec_with(**{"train.steps": 120, "resources.min_workers": 1, "resources.max_workers": 2},
+                     fault_injection=[{"at_step": 12, "rank": 1, "kind": "crash"},
+                                      {"at_step": 13, "rank": 0, "kind": "slow", "factor": 3.0}])
+    summary, events = run_job(spec, tmp_path / "rejoined")
+    assert summary["state"] == "SUCCEEDED", summary.get("error")
+    assert summary["restarts"] == 0 and not [kind for kind, _ in events.events if kind == "restart"]
+    resizes = [data for kind, data in events.events if kind == "resize"]
+    assert len(resizes) == 2, resizes
+    assert "trainer 1 lost" in resizes[0]["reason"] and resizes[0]["to"]["world_size"] == 1
+    assert "trainer 1 joined the running shards" in resizes[1]["reason"] and resizes[1]["to"]["world_size"] == 2
+    assert summary["world_size"] == 2 and summary["parameter_server"]["lost_trainers"] == []
+    steps = events.steps
+    assert [s["step"] for s in steps] == list(range(1, 121))
+    assert [r["rank"] for r in steps[-1]["ranks"]] == [0, 1]  # the joined rank reports its steps again
+    assert any(len(s["ranks"]) == 1 for s in steps)  # ... which went on without it meanwhile
+    assert mean_loss(steps, slice(-5, None)) < mean_loss(steps, slice(0, 5))
+    assert wait_until(lambda: not shard_actors(), 30), shard_actors()
+
+
 @pytest.mark.exhaustive  # another ~20 s job
 def test_below_min_workers_a_lost_trainer_fails_the_job_and_leaves_no_shard(ray_cluster, tmp_path):
     spec = spec_with(**{"resources.min_workers": 2, "resources.max_workers": 2},

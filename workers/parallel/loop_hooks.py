@@ -33,6 +33,10 @@ class LoopHooks:
         lost rank blocks no other."""
         return False
 
+    def join_step(self) -> int:
+        """Where a rank that joined a running job (StrategyContext.joining) starts: its first step's index."""
+        return 0
+
     def writes_for_all(self, rank: int) -> bool:
         """Whether `rank` writes what one rank writes for the job: rank 0, unless the strategy says."""
         return rank == 0

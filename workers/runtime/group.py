@@ -91,6 +91,9 @@ class WorkerGroup:
         # with why; `newly_lost`: those the supervisor has not been told of yet (take_lost()).
         self.lost: dict[int, str] = {}
         self.newly_lost: list[tuple[int, str]] = []
+        self.joining: dict[int, tuple[object, ray.ObjectRef]] = {}  # rank -> (its new actor, its set-up)
+        self.newly_joined: list[tuple[int, int]] = []  # (rank, the step it joined at), not yet taken
+        self.timeout_s = 120.0  # start()'s, for a joining rank's set-up
 
     def sheds_lost_ranks(self) -> bool:
         """Whether a rank whose actor dies leaves the others training (parallel.parameter_server mode async:
@@ -102,6 +105,49 @@ class WorkerGroup:
     def take_lost(self) -> list[tuple[int, str]]:
         lost, self.newly_lost = self.newly_lost, []
         return lost
+
+    def take_joined(self) -> list[tuple[int, int]]:
+        joined, self.newly_joined = self.newly_joined, []
+        return joined
+
+    def rejoin(self, rank: int) -> None:
+        """Start a new rank in lost rank `rank`'s place (its bundle of the placement group), which sets up alone
+        and joins the running shards (async parameter server: an elastic join); check() starts it training
+        once its set-up answers. Nothing waits here."""
+        if rank not in self.lost or rank in self.joining or self.pg is None:
+            return
+        r = self.spec.resources
+        actor = TrainWorker.options(  # type: ignore[attr-defined]
+            num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker, max_restarts=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank),
+        ).remote(preload=True)
+        setup = actor.rejoin.remote(rank, len(self.train_refs), self.storage.uri, f"rank-{rank}.log", self.store_env,
+                                    self.spec.model_dump(mode="json"), self.timeout_s * 2, self.nodes)
+        self.joining[rank] = (actor, setup)
+
+    def _take_joiners(self) -> None:
+        """Joining ranks whose set-up answered: training from now on (or, if it failed, still lost)."""
+        for rank, (actor, setup) in list(self.joining.items()):
+            ready, _ = ray.wait([setup], timeout=0)
+            if not ready:
+                continue
+            del self.joining[rank]
+            try:
+                answer = ray.get(setup, timeout=0)
+            except ray.exceptions.RayError:  # it stays lost; the actor goes
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:
+                    pass
+                continue
+            self.actors[rank] = actor
+            self.train_refs[rank] = actor.train.remote()  # type: ignore[attr-defined]
+            self.results[rank] = None
+            self._in_flight.pop(rank, None)
+            self._delivered.pop(rank, None)
+            self.direct.add(rank)  # polled itself: it follows no leader
+            del self.lost[rank]
+            self.newly_joined.append((rank, int(answer["start_step"])))
 
     @staticmethod
     def bundle_of(spec: JobSpec) -> dict[str, float]:
@@ -117,6 +163,7 @@ class WorkerGroup:
     def start(self, timeout_s: float, uneven: UnevenShares | None = None) -> list[dict]:
         """Reserve resources, start the actors, rendezvous, load the latest checkpoint, begin training."""
         n = self.spec.world_size
+        self.timeout_s = timeout_s
         # Every bundle avoids the degraded nodes: Ray's default node-id label, matched with "not in".
         selector = ([{"ray.io/node-id": f"!in({','.join(sorted(self.avoid_nodes))})"}] * n
                     if self.avoid_nodes else None)
@@ -257,6 +304,8 @@ class WorkerGroup:
 
     def check(self) -> bool:
         """True once every rank finished; raises GroupFailure if any rank failed."""
+        if self.joining:
+            self._take_joiners()
         ready, _ = ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=0)
         failures = self._collect(ready)
         if failures and self.sheds_lost_ranks():
@@ -343,6 +392,12 @@ class WorkerGroup:
                 ray.kill(a, no_restart=True)
             except Exception:  # already dead
                 pass
+        for actor, _ in self.joining.values():
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+        self.joining = {}
         self.actors, self.train_refs = [], []
         if self.pg is not None and self.spec.parallel.parameter_server is not None:
             try:  # detached, they would end with the placement group anyway: at once, and by name

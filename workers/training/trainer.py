@@ -61,7 +61,9 @@ __all__ = ["NonFiniteTraining", "SilentDataCorruption", "Trainer", "init_source"
 class Trainer(Finishing):
     def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device,
                  job: Storage | str | os.PathLike, uneven: UnevenShares | None = None,
-                 reporter: ProgressReporter | None = None, nodes: tuple[str, ...] = ()):
+                 reporter: ProgressReporter | None = None, nodes: tuple[str, ...] = (), joining: bool = False):
+        """`joining`: this rank joins a running job alone, in a process group of its own (the parameter
+        server's async trainers: an elastic join); `rank` and `world_size` are still its place in the job."""
         self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
         # Progress outside the steps (set-up, validation, checkpoint bytes, export): the supervisor's hang
         # timer runs on it (workers/training/progress.py); held until run() has somewhere to send it.
@@ -70,11 +72,12 @@ class Trainer(Finishing):
         self.storage = Storage.of(job)  # the job's directory: a local one or on an object store
         self.notices = []  # what this rank saw before run() could emit it
         self.dims = spec.dims
-        self.mesh = build_mesh(self.dims, device.type)
+        self.joining = joining
+        self.mesh = build_mesh(self.dims, device.type) if not joining else None  # a world of one: no mesh
         self.control_groups = ControlGroups()  # host-side collectives: gloo, on GPU too
         # Ranks that share a dp index see the same data (tensor/pipeline peers).
         self.dp, self.dp_rank = self.dims.dp, self.dims.coordinates(rank)["dp"]
-        if self.dims.size("dp_cp") > 1:  # every rank together: the validation loss is summed on the CPU
+        if self.dims.size("dp_cp") > 1 and not joining:  # every rank together: the validation loss is summed on the CPU
             self.control_groups.mirror(self.dims, "dp_cp")
         self.accum = spec.grad_accum_steps
         self.clock = clock_for(device)  # host time on CPU, CUDA events on GPU
@@ -116,8 +119,8 @@ class Trainer(Finishing):
             checkpointing.load_weights(init_source(spec.train.init_from, self.storage), model)
         self.strategy = build_strategy(spec)
         # nodes: the placement's node map (parallel.collectives 'hierarchical' builds its groups from it)
-        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups,
-                                   tuple(nodes))
+        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm,  # type: ignore[arg-type]
+                                   self.control_groups, tuple(nodes), joining=joining)
         self.model = self.strategy.wrap(model, self.ctx)
         self.loss_fn = with_aux_loss(LOSSES[spec.train.loss], self.model)  # + the MoE load-balancing loss
         self.expert_load = expert_load(self.model, spec.dims.coordinates(rank)["tp"])  # MoE: tokens per expert
@@ -136,6 +139,12 @@ class Trainer(Finishing):
         self.checkpointer.progress = (self.recovery or RecoveryState()).progress()
         # Ranks that train alone (the parameter server's async trainers) save checkpoints by themselves.
         self.checkpointer.solo = self.strategy.hooks.trains_alone
+
+    def join_running(self) -> int:
+        """A joining rank's start: the step the strategy joined at (no checkpoint is loaded: the running
+        shards hold the model). The step it starts from."""
+        self.step = self.strategy.hooks.join_step()
+        return self.step
 
     # --- the loop --------------------------------------------------------
 

@@ -92,6 +92,15 @@ class ParameterServer:
 
         ray.get([h.leave.remote(trainer) for h in self.handles])
 
+    def rejoin(self, trainer: int) -> int:
+        """Trainer `trainer` joins the running shards (async): from the slowest live trainer's step, which
+        it returns; the rows and dense parameters it pulls are the shards' current ones (nothing restored)."""
+        import ray
+
+        step = int(ray.get(self.handles[0].slowest.remote()))
+        ray.get([h.rejoin.remote(trainer, step) for h in self.handles])
+        return step
+
     def lead(self) -> int:
         import ray
 

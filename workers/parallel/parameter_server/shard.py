@@ -106,6 +106,18 @@ class Shard:
             self.clock.leave(trainer)
             changed.notify_all()
 
+    async def slowest(self) -> int:
+        """The slowest live trainer's clock: where a trainer that joins starts (async)."""
+        return self.clock.slowest
+
+    async def rejoin(self, trainer: int, step: int) -> None:
+        """Trainer `trainer` (lost, or never started) trains again from step `step` (async: elastic join)."""
+        changed = self._condition()
+        async with changed:
+            self.clock.left.discard(trainer)
+            self.clock.clocks[trainer] = step
+            changed.notify_all()
+
     async def lead(self) -> int:
         """The live trainer that writes what one trainer writes for all (checkpoints, the export): the lowest."""
         return min(self.clock.live, default=0)

@@ -84,17 +84,25 @@ class ParameterServerStrategy(LoopHooks):
         # In the job's placement group (the rank actors' own), dealt over its bundles: on the job's nodes,
         # named after it (the supervisor's group kills them by that name). Without one: a token agreed on.
         group = ray.util.get_current_placement_group()
-        tokens: list = [None] * ctx.world_size
-        ctx.control.all_gather_object(tokens, group.id.hex() if group is not None else uuid.uuid4().hex)
-        name = shard_prefix(tokens[0])
-        if ctx.rank == 0:
+        if group is not None:
+            name = shard_prefix(group.id.hex())
+        else:
+            tokens: list = [None] * ctx.world_size
+            ctx.control.all_gather_object(tokens, uuid.uuid4().hex)
+            name = shard_prefix(tokens[0])
+        if ctx.rank == 0 and not ctx.joining:
             self.server = ParameterServer.start(tables, ps, ctx.spec.dp, name=name,
                                                 weight_decay=ctx.spec.train.weight_decay, placement_group=group)
-        ctx.control.barrier()
-        if ctx.rank != 0:
+        if not ctx.joining:
+            ctx.control.barrier()
+        if ctx.rank != 0 or ctx.joining:
             handles = [ray.get_actor(f"{name}-shard-{i}") for i in range(ps.shards)]
             self.server = ParameterServer(handles, RowSharding(ps.shards))
-        self.client = self.server.client(ctx.spec.dims.coordinates(ctx.rank)["dp"])  # type: ignore[union-attr]
+        # The trainer index is the rank's dp coordinate (dp is the only degree beside it), its rank when joining.
+        trainer = ctx.rank if ctx.joining else ctx.spec.dims.coordinates(ctx.rank)["dp"]
+        self.client = self.server.client(trainer)  # type: ignore[union-attr]
+        if ctx.joining:  # an elastic join (async): from the slowest live trainer's step, the shards' state as is
+            self.step = self.server.rejoin(trainer)  # type: ignore[union-attr]
         if self.alone:  # no DDP: nothing is all-reduced, the shards hold the dense part
             return model
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
@@ -186,6 +194,9 @@ class ParameterServerStrategy(LoopHooks):
             self.server.restore(storage.read_bytes(SAVED.format(step=step)))
         self.step = step
         control.barrier()
+
+    def join_step(self) -> int:
+        return self.step
 
     def writes_for_all(self, rank: int) -> bool:
         """Whether this rank writes what one rank writes for the job (checkpoints, validation, export):
