@@ -19,7 +19,7 @@ class StepAggregator:
     def add(self, record: dict) -> dict | None:
         """Add one rank's record; return the job-level record once every rank reported the step."""
         step = record["step"]
-        if step <= self.last_joined and step not in self._pending:
+        if step < self.joined_from.get(record["rank"], 0) and step not in self._pending:
             return None  # a joined rank's record of a step the others finished before it came: told already
         ranks = self._pending.setdefault(step, {})
         ranks[record["rank"]] = record

@@ -173,3 +173,13 @@ def test_shards_save_restore_and_die_with_shutdown(ray_cluster):
         ps.shutdown()
         ray_cluster.util.remove_placement_group(pg)
     assert wait_until(lambda: not [a for a in alive_actors() if a["Name"].startswith("ps-test")], 30)
+
+
+def test_a_lost_trainer_holds_no_clock_up_and_finishing_waits_for_the_live_ones():
+    from workers.parallel.parameter_server.clock import StepClock
+
+    clock = StepClock(3, "async", clocks=[7, 2, 5])
+    assert clock.slowest == 2 and clock.staleness_of(7) == 5
+    clock.leave(1)  # async: the supervisor says trainer 1 is lost
+    assert clock.live == [0, 2] and clock.slowest == 5 and clock.staleness_of(7) == 2
+    assert not clock.finished(7) and (clock.advance(2, 6) or clock.finished(7))
