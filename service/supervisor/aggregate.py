@@ -12,6 +12,7 @@ class StepAggregator:
     def __init__(self, world_size: int, global_batch_size: int):
         self.world_size, self.global_batch_size = world_size, global_batch_size
         self.expected = set(range(world_size))  # the ranks whose record a step waits for
+        self.started = world_size  # the attempt's world size; fewer ranks in a step: lost ones (async PS)
         self.joined_from: dict[int, int] = {}  # a rank that joined a running job -> the first step that waits for it
         self.last_joined = 0  # the newest step joined so far
         self._pending: dict[int, dict[int, dict]] = {}
@@ -69,12 +70,14 @@ class StepAggregator:
         known = [float(p) for p in peaks if p is not None]
         peak = min(known) if known and len(known) == len(peaks) else None
         tokens_per_s = tokens / step_time if step_time > 0 and tokens else None
+        # A step some ranks were lost from (the parameter server's async trainers) trained only their samples.
+        samples = self.global_batch_size if len(ranks) >= self.started else sum(r["samples"] for r in ranks)
         joined = {
             "step": ranks[0]["step"],
             # Equal data slices: the job's loss is the mean of the ranks that compute one.
             "loss": statistics.fmean(r["loss"] for r in ranks if r["loss"] is not None),
             "step_time_s": step_time,
-            "samples_per_s": self.global_batch_size / step_time if step_time > 0 else None,
+            "samples_per_s": samples / step_time if step_time > 0 else None,
             "tokens_per_s": tokens_per_s,
             "grad_norm": ranks[0]["grad_norm"],
             "lr": ranks[0]["lr"],
