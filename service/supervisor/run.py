@@ -218,8 +218,7 @@ class JobRun(RankIntake):
         workers/runtime/group.py `sheds_lost_ranks`): a shrink event each, and steps wait no more for them."""
         take_lost = getattr(live.group, "take_lost", None)
         for rank, reason in take_lost() if take_lost is not None else ():
-            before = {**self.layout(), "world_size": self.current.world_size - len(self.lost_trainers),
-                      "dp": self.current.dp - len(self.lost_trainers)}
+            before = self.layout()
             self.lost_trainers.append(rank)
             self.lost_at[rank] = time.monotonic()
             after = {**before, "world_size": before["world_size"] - 1, "dp": before["dp"] - 1}
@@ -232,8 +231,7 @@ class JobRun(RankIntake):
                 self._append_step(record)
         take_joined = getattr(live.group, "take_joined", None)
         for rank, step in take_joined() if take_joined is not None else ():
-            before = {**self.layout(), "world_size": self.current.world_size - len(self.lost_trainers),
-                      "dp": self.current.dp - len(self.lost_trainers)}
+            before = self.layout()
             self.lost_trainers.remove(rank)
             after = {**before, "world_size": before["world_size"] + 1, "dp": before["dp"] + 1}
             self.resizes += 1
@@ -381,7 +379,13 @@ class JobRun(RankIntake):
         return self.tracking.info() if self.tracking is not None else None
 
     def layout(self, spec: JobSpec | None = None) -> dict[str, Any]:
-        return layout_of(spec or self.current)
+        """`spec`'s layout; by default the running one, less the trainers it lost and trains on without (its
+        world size is the job's gauge, trainyard_job_world_size)."""
+        if spec is not None or not self.lost_trainers:
+            return layout_of(spec or self.current)
+        lost = len(self.lost_trainers)
+        running = layout_of(self.current)
+        return {**running, "world_size": running["world_size"] - lost, "dp": running["dp"] - lost}
 
     def phase(self) -> dict[str, Any] | None:
         """The running attempt's phase outside its steps (`evaluating 1,200/3,125 batches`), None while it
