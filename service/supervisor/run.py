@@ -11,7 +11,6 @@ RankIntake (rank_intake.py).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
@@ -25,6 +24,7 @@ from service.supervisor.capacity import wait_for_capacity
 from service.supervisor.cluster import Cluster, GroupFactory, RayCluster, free_worker_slots
 from service.supervisor.listener import RunListener, SilentListener
 from service.supervisor.logfile import supervisor_log
+from service.supervisor.lost_trainers import LostTrainers
 from service.supervisor.outcome import Outcome, OutcomeKind
 from service.supervisor.pipeline_balance import PipelineRebalancer
 from service.supervisor.policies.failure import FailureAction, FailureStatus, RestartsUsed, on_failure
@@ -60,13 +60,12 @@ from workers.training.recovery import RecoveryState
 log = logging.getLogger("trainyard.supervisor")
 
 
-class JobRun(RankIntake):
+class JobRun(RankIntake, LostTrainers):
     settle_s = 2.0  # how long freed resources may take to show up after a teardown
     capacity_timeout_s = 120.0  # how long to wait for min_workers before failing
     capacity_poll_s = 0.5
     growth_check_s = 2.0
     survivors_poll_timeout_s = 5.0  # a stopped (SIGSTOPped, hung) rank does not hold up the restart longer
-    rejoin_after_s = 2.0  # an elastic async parameter-server job re-adds a lost trainer this long after its loss
 
     def __init__(self, spec: JobSpec, job: Storage | str | os.PathLike, job_id: str,
                  listener: RunListener | None = None, poll_interval_s: float = 0.25, start_timeout_s: float = 120.0,
@@ -88,8 +87,7 @@ class JobRun(RankIntake):
         self.used = restarts_before  # the job's restarts by budget, its earlier supervisors' included
         self.lr_scale = 1.0  # learning-rate factor after rollbacks with fault_tolerance.lr_backoff
         self.warm_workers = 0
-        self.lost_trainers: list[int] = []  # ranks of the running attempt lost while the others go on (async PS)
-        self.lost_at: dict[int, float] = {}  # lost rank -> when (monotonic): a rejoin waits rejoin_after_s
+        self.lost_trainers, self.lost_at = [], {}  # lost_trainers.py
         self.rendezvous: list[tuple[str, int] | None] = []  # TCP store address of every attempt
         self.steps = StepHistory()  # bounded, whatever the run's length (service/supervisor/step_history.py)
         self._notices: list[RunEvent] = []  # the ranks' notices of this poll, merged before they are told
@@ -212,48 +210,6 @@ class JobRun(RankIntake):
                 log.info("room for %d workers (running %d): regrowing at the next checkpoint",
                          live.grow_to.world_size, self.current.world_size)
         return None
-
-    def _shrink_by_lost(self, live: Attempt) -> None:
-        """Ranks the group lost while the others train on (the parameter server's async trainers,
-        workers/runtime/group.py `sheds_lost_ranks`): a shrink event each, and steps wait no more for them."""
-        take_lost = getattr(live.group, "take_lost", None)
-        for rank, reason in take_lost() if take_lost is not None else ():
-            before = self.layout()
-            self.lost_trainers.append(rank)
-            self.lost_at[rank] = time.monotonic()
-            after = {**before, "world_size": before["world_size"] - 1, "dp": before["dp"] - 1}
-            self.resizes += 1
-            event = ResizeEvent(before, after, f"trainer {rank} lost, the others train on without it "
-                                               f"(parameter server, async; the shards keep running): {reason}")
-            log.warning("resize %s", event.message)
-            self.listener.on_event(event)
-            for record in live.aggregator.drop_rank(rank):
-                self._append_step(record)
-        take_joined = getattr(live.group, "take_joined", None)
-        for rank, step in take_joined() if take_joined is not None else ():
-            before = self.layout()
-            self.lost_trainers.remove(rank)
-            after = {**before, "world_size": before["world_size"] + 1, "dp": before["dp"] + 1}
-            self.resizes += 1
-            live.aggregator.add_rank(rank)
-            event = ResizeEvent(before, after, f"trainer {rank} joined the running shards at step {step} (parameter "
-                                               f"server, async: nothing restored)")
-            log.info("resize %s", event.message)
-            self.listener.on_event(event)
-        self._rejoin_lost(live)
-
-    def _rejoin_lost(self, live: Attempt) -> None:
-        """An elastic job (resources.max_workers set) re-adds each lost trainer rejoin_after_s after its loss, in
-        its placement-group bundle: the new rank pulls the shards' current state and trains on (async PS)."""
-        if self.spec.resources.max_workers is None or not self.lost_trainers:
-            return
-        rejoin = getattr(live.group, "rejoin", None)
-        now = time.monotonic()
-        for rank in self.lost_trainers:
-            if rejoin is not None and now - self.lost_at.get(rank, now) >= self.rejoin_after_s:
-                self.lost_at[rank] = math.inf  # asked once; the group starts it when its set-up answers
-                log.info("re-adding trainer %d to the running shards", rank)
-                rejoin(rank)
 
     def _ask_stop(self, live: Attempt) -> None:
         live.group.request_stop()

@@ -20,13 +20,14 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.events import RankEvent, RankProgress, RestartCause
-from workers.parallel.parameter_server.names import kill_named, shard_prefix, tell_lost
+from workers.parallel.parameter_server.names import kill_named, shard_prefix
 from workers.phases import Progress
 from workers.program.errors import ProgramFailed
 from workers.program.prestarted import ENABLED as PRESTART
 from workers.program.session_server import DRAIN_S
 from workers.runtime.actor import TrainWorker
 from workers.runtime.group_owner import GroupOwner
+from workers.runtime.lost_ranks import LostRanks
 from workers.runtime.node_leaders import node_leaders
 from workers.runtime.node_loss import node_lost
 from workers.runtime.pool import take_warm
@@ -67,7 +68,7 @@ PEER_GRACE_S = DRAIN_S + 1.0
 CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, KeyError)  # incl. UserModelError
 
 
-class WorkerGroup:
+class WorkerGroup(LostRanks):
     def __init__(self, spec: JobSpec, storage: Storage, attempt: int, owner: GroupOwner,
                  avoid_nodes: frozenset[str] = frozenset(), interrupted: Callable[[], bool] = lambda: False):
         self.spec, self.storage, self.attempt, self.owner = spec, Storage.of(storage), attempt, owner
@@ -87,67 +88,8 @@ class WorkerGroup:
         self._delivered: dict[int, int] = {}  # follower -> seq of its last event a leader's poll gave us
         self._in_flight: dict[int, ray.ObjectRef] = {}  # rank -> its unanswered poll: one call at a time each
         self._early: list[RankEvent] = []  # reported while start() waited on the set-up
-        # Ranks lost while the others go on (the parameter server's async trainers: `sheds_lost_ranks`),
-        # with why; `newly_lost`: those the supervisor has not been told of yet (take_lost()).
-        self.lost: dict[int, str] = {}
-        self.newly_lost: list[tuple[int, str]] = []
-        self.joining: dict[int, tuple[object, ray.ObjectRef]] = {}  # rank -> (its new actor, its set-up)
-        self.newly_joined: list[tuple[int, int]] = []  # (rank, the step it joined at), not yet taken
         self.timeout_s = 120.0  # start()'s, for a joining rank's set-up
-
-    def sheds_lost_ranks(self) -> bool:
-        """Whether a rank whose actor dies leaves the others training (parallel.parameter_server mode async:
-        the trainers never meet after their set-up, and the shards outlive any of them), down to
-        resources.min_workers live ranks (1 when unset)."""
-        ps = self.spec.parallel.parameter_server
-        return self.spec.program is None and ps is not None and ps.mode == "async"
-
-    def take_lost(self) -> list[tuple[int, str]]:
-        lost, self.newly_lost = self.newly_lost, []
-        return lost
-
-    def take_joined(self) -> list[tuple[int, int]]:
-        joined, self.newly_joined = self.newly_joined, []
-        return joined
-
-    def rejoin(self, rank: int) -> None:
-        """Start a new rank in lost rank `rank`'s place (its bundle of the placement group), which sets up alone
-        and joins the running shards (async parameter server: an elastic join); check() starts it training
-        once its set-up answers. Nothing waits here."""
-        if rank not in self.lost or rank in self.joining or self.pg is None:
-            return
-        r = self.spec.resources
-        actor = TrainWorker.options(  # type: ignore[attr-defined]
-            num_cpus=r.cpus_per_worker, num_gpus=r.gpus_per_worker, max_restarts=0,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank),
-        ).remote(preload=True)
-        setup = actor.rejoin.remote(rank, len(self.train_refs), self.storage.uri, f"rank-{rank}.log", self.store_env,
-                                    self.spec.model_dump(mode="json"), self.timeout_s * 2, self.nodes)
-        self.joining[rank] = (actor, setup)
-
-    def _take_joiners(self) -> None:
-        """Joining ranks whose set-up answered: training from now on (or, if it failed, still lost)."""
-        for rank, (actor, setup) in list(self.joining.items()):
-            ready, _ = ray.wait([setup], timeout=0)
-            if not ready:
-                continue
-            del self.joining[rank]
-            try:
-                answer = ray.get(setup, timeout=0)
-            except ray.exceptions.RayError:  # it stays lost; the actor goes
-                try:
-                    ray.kill(actor, no_restart=True)
-                except Exception:
-                    pass
-                continue
-            self.actors[rank] = actor
-            self.train_refs[rank] = actor.train.remote()  # type: ignore[attr-defined]
-            self.results[rank] = None
-            self._in_flight.pop(rank, None)
-            self._delivered.pop(rank, None)
-            self.direct.add(rank)  # polled itself: it follows no leader
-            del self.lost[rank]
-            self.newly_joined.append((rank, int(answer["start_step"])))
+        self._init_lost_ranks()
 
     @staticmethod
     def bundle_of(spec: JobSpec) -> dict[str, float]:
@@ -325,23 +267,6 @@ class WorkerGroup:
                                cause=RestartCause.WORKER_LOST)
         return done
 
-    def _shed(self, failures: list[tuple[int, ray.exceptions.RayError]]) -> list[tuple[int, ray.exceptions.RayError]]:
-        """The failures that fail the group: not the deaths of ranks the others train on without (each is
-        recorded as lost, and the shards are told not to wait for it)."""
-        floor = self.spec.resources.min_workers or 1
-        kept = []
-        for rank, exc in failures:
-            alive = len(self.train_refs) - len(self.lost)
-            if isinstance(exc, ray.exceptions.RayActorError) and alive - 1 >= floor:
-                reason = f"rank {rank} lost: {_reason(exc)}"
-                self.lost[rank] = reason
-                self.newly_lost.append((rank, reason))
-                if self.pg is not None:  # its trainer index is its rank (the parameter server is dp only)
-                    tell_lost(shard_prefix(self.pg.id.hex()), rank)
-            else:
-                kept.append((rank, exc))
-        return kept
-
     def _cause(self, rank: int, exc: ray.exceptions.RayError) -> RestartCause:
         """A rank lost with its node is the cluster's fault (node_lost), else the cause of its error."""
         cause = restart_cause(exc)
@@ -392,12 +317,7 @@ class WorkerGroup:
                 ray.kill(a, no_restart=True)
             except Exception:  # already dead
                 pass
-        for actor, _ in self.joining.values():
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:
-                pass
-        self.joining = {}
+        self._drop_joiners()
         self.actors, self.train_refs = [], []
         if self.pg is not None and self.spec.parallel.parameter_server is not None:
             try:  # detached, they would end with the placement group anyway: at once, and by name
