@@ -135,9 +135,9 @@ class ParameterServerStrategy(LoopHooks):
             loss_sum += loss.item()
             samples += samples_in(inputs)
         pushed = self.client.push(self.step, rows, lr_at(ctx.spec.train, self.step))
-        dim = rows.rows[0].shape[1] if rows.rows else 0
         self.rows_moved = 2 * pushed  # each row pulled once and its gradient pushed once
-        ctx.comm.logical_bytes += self.rows_moved * dim * 4
+        # fp32 both ways, each row its own width (async's dense rows are whole parameters)
+        ctx.comm.logical_bytes += 2 * 4 * sum(int(r.shape[0]) * int(r.shape[1]) for r in rows.rows)
         self.step += 1
         return ForwardBackward(loss_sum, samples, 0)
 
