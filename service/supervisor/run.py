@@ -189,7 +189,7 @@ class JobRun(RankIntake, LostTrainers):
         self._shrink_by_lost(live)
         if finished:
             self._poll(live)
-            if "stopped_at" in (live.group.results[0] or {}):
+            if any("stopped_at" in (r or {}) for r in live.group.results):  # rank 0's, or a live one's (async PS)
                 return Outcome.preempted()
             self.result = final_result(live.group.results)
             if (validation := self.result.get("validation")) is not None:  # what the final validation covered
