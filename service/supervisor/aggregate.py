@@ -11,16 +11,46 @@ from workers.parallel.pipeline.bubble import join_stage_reports
 class StepAggregator:
     def __init__(self, world_size: int, global_batch_size: int):
         self.world_size, self.global_batch_size = world_size, global_batch_size
+        self.expected = set(range(world_size))  # the ranks whose record a step waits for
+        self.started = world_size  # the attempt's world size; fewer ranks in a step: lost ones (async PS)
+        self.joined_from: dict[int, int] = {}  # a rank that joined a running job -> the first step that waits for it
+        self.last_joined = 0  # the newest step joined so far
         self._pending: dict[int, dict[int, dict]] = {}
 
     def add(self, record: dict) -> dict | None:
         """Add one rank's record; return the job-level record once every rank reported the step."""
-        ranks = self._pending.setdefault(record["step"], {})
+        step = record["step"]
+        if step < self.joined_from.get(record["rank"], 0) and step not in self._pending:
+            return None  # a joined rank's record of a step the others finished before it came: told already
+        ranks = self._pending.setdefault(step, {})
         ranks[record["rank"]] = record
-        if len(ranks) < self.world_size:
+        if not self._expected_at(step) <= ranks.keys():
             return None
-        del self._pending[record["step"]]
+        del self._pending[step]
+        self.last_joined = max(self.last_joined, step)
         return self._join([ranks[r] for r in sorted(ranks)])
+
+    def _expected_at(self, step: int) -> set[int]:
+        return self.expected - {r for r, first in self.joined_from.items() if step < first}
+
+    def add_rank(self, rank: int) -> None:
+        """Rank `rank` joined the running job (the parameter server's async trainers): steps newer than every
+        one reported so far wait for it too (the ones before may have gone without it)."""
+        newest = max([self.last_joined, *self._pending])
+        self.expected.add(rank)
+        self.world_size = len(self.expected)
+        self.joined_from[rank] = newest + 1
+
+    def drop_rank(self, rank: int) -> list[dict]:
+        """Rank `rank` is lost and the others go on (the parameter server's async trainers): steps wait no
+        more for it; the steps every other rank had already reported, joined (with its record where it had)."""
+        self.expected.discard(rank)
+        self.joined_from.pop(rank, None)
+        self.world_size = len(self.expected)
+        done = [step for step, ranks in self._pending.items() if self._expected_at(step) <= ranks.keys()]
+        joined = [self._join([r for _, r in sorted(self._pending.pop(step).items())]) for step in sorted(done)]
+        self.last_joined = max([self.last_joined, *done])
+        return joined
 
     def flush(self) -> list[dict]:
         """Steps some ranks reported before the group broke, joined from those ranks only (`partial`)."""
@@ -40,12 +70,14 @@ class StepAggregator:
         known = [float(p) for p in peaks if p is not None]
         peak = min(known) if known and len(known) == len(peaks) else None
         tokens_per_s = tokens / step_time if step_time > 0 and tokens else None
+        # A step some ranks were lost from (the parameter server's async trainers) trained only their samples.
+        samples = self.global_batch_size if len(ranks) >= self.started else sum(r["samples"] for r in ranks)
         joined = {
             "step": ranks[0]["step"],
             # Equal data slices: the job's loss is the mean of the ranks that compute one.
             "loss": statistics.fmean(r["loss"] for r in ranks if r["loss"] is not None),
             "step_time_s": step_time,
-            "samples_per_s": self.global_batch_size / step_time if step_time > 0 else None,
+            "samples_per_s": samples / step_time if step_time > 0 else None,
             "tokens_per_s": tokens_per_s,
             "grad_norm": ranks[0]["grad_norm"],
             "lr": ranks[0]["lr"],

@@ -57,7 +57,7 @@ class RankIntake:
             if isinstance(event, RankStep):
                 live.trained = True
             self._handle(live, event)
-            if isinstance(event, RankCheckpoint) and event.rank == 0:
+            if isinstance(event, RankCheckpoint) and event.rank == self._reporting_rank(live):
                 durable = event.step
         for phase in live.progress.phase_events(time.monotonic()) if live.progress is not None else ():
             self.listener.on_event(phase)  # a long validation, upload or export, named with its progress
@@ -76,13 +76,20 @@ class RankIntake:
             self._notices.append(event.event)
         elif isinstance(event, RankProgress):  # taken in by the attempt's ProgressWatch (_poll)
             return
-        elif event.rank != 0:  # every rank reports the same checkpoint or split: take rank 0's
+        elif event.rank != self._reporting_rank(live):  # every rank reports the same checkpoint or split: one's
             return
         elif isinstance(event, RankCheckpoint):
             self.last_checkpoint_step = event.step
             self.listener.on_event(CheckpointEvent(event.step, event.duration_s))
         elif isinstance(event, RankShares):  # the ranks switched to a rebalanced split
             self.stragglers.on_shares(live, event, self.current)
+
+    @staticmethod
+    def _reporting_rank(live: Attempt) -> int:
+        """The rank whose checkpoint reports are the job's: rank 0, or the lowest live one once rank 0 was lost
+        (the parameter server's async trainers, whose lead then writes the checkpoints)."""
+        lost = getattr(live.group, "lost", None) or {}
+        return next(r for r in range(len(lost) + 1) if r not in lost)
 
     def _tell_notices(self) -> None:
         for event in merged(self._notices):  # one event per cause, however many ranks saw it

@@ -24,6 +24,7 @@ from service.supervisor.capacity import wait_for_capacity
 from service.supervisor.cluster import Cluster, GroupFactory, RayCluster, free_worker_slots
 from service.supervisor.listener import RunListener, SilentListener
 from service.supervisor.logfile import supervisor_log
+from service.supervisor.lost_trainers import LostTrainers
 from service.supervisor.outcome import Outcome, OutcomeKind
 from service.supervisor.pipeline_balance import PipelineRebalancer
 from service.supervisor.policies.failure import FailureAction, FailureStatus, RestartsUsed, on_failure
@@ -59,7 +60,7 @@ from workers.training.recovery import RecoveryState
 log = logging.getLogger("trainyard.supervisor")
 
 
-class JobRun(RankIntake):
+class JobRun(RankIntake, LostTrainers):
     settle_s = 2.0  # how long freed resources may take to show up after a teardown
     capacity_timeout_s = 120.0  # how long to wait for min_workers before failing
     capacity_poll_s = 0.5
@@ -86,6 +87,7 @@ class JobRun(RankIntake):
         self.used = restarts_before  # the job's restarts by budget, its earlier supervisors' included
         self.lr_scale = 1.0  # learning-rate factor after rollbacks with fault_tolerance.lr_backoff
         self.warm_workers = 0
+        self.lost_trainers, self.lost_at = [], {}  # lost_trainers.py
         self.rendezvous: list[tuple[str, int] | None] = []  # TCP store address of every attempt
         self.steps = StepHistory()  # bounded, whatever the run's length (service/supervisor/step_history.py)
         self._notices: list[RunEvent] = []  # the ranks' notices of this poll, merged before they are told
@@ -142,6 +144,7 @@ class JobRun(RankIntake):
             if on_preemption(PreemptionStatus(self._preempt.is_set(), False)) == PreemptionAction.REQUEUE:
                 return Outcome.preempted()
             start_step = group.start(self.start_timeout_s, self.stragglers.rank_terms(self.current))[0]["start_step"]
+            self.lost_trainers, self.lost_at = [], {}  # a new group: every rank of the layout runs again
             self.rendezvous.append(group.master)
             self.warm_workers = group.warm_workers
             left = (f"resuming after its last step ({start_step}) into the phases left: final checkpoint, "
@@ -182,9 +185,11 @@ class JobRun(RankIntake):
             self._poll(live)  # every rank is past the checkpoint: keep their last steps
             self._record_partial_steps()
             return reshape
-        if live.group.check():
+        finished = live.group.check()
+        self._shrink_by_lost(live)
+        if finished:
             self._poll(live)
-            if "stopped_at" in (live.group.results[0] or {}):
+            if any("stopped_at" in (r or {}) for r in live.group.results):  # rank 0's, or a live one's (async PS)
                 return Outcome.preempted()
             self.result = final_result(live.group.results)
             if (validation := self.result.get("validation")) is not None:  # what the final validation covered
@@ -330,7 +335,13 @@ class JobRun(RankIntake):
         return self.tracking.info() if self.tracking is not None else None
 
     def layout(self, spec: JobSpec | None = None) -> dict[str, Any]:
-        return layout_of(spec or self.current)
+        """`spec`'s layout; by default the running one, less the trainers it lost and trains on without (its
+        world size is the job's gauge, trainyard_job_world_size)."""
+        if spec is not None or not self.lost_trainers:
+            return layout_of(spec or self.current)
+        lost = len(self.lost_trainers)
+        running = layout_of(self.current)
+        return {**running, "world_size": running["world_size"] - lost, "dp": running["dp"] - lost}
 
     def phase(self) -> dict[str, Any] | None:
         """The running attempt's phase outside its steps (`evaluating 1,200/3,125 batches`), None while it

@@ -22,9 +22,11 @@ def layout_of(spec: JobSpec) -> dict[str, Any]:
 
 
 def final_result(results: list[dict | None]) -> dict[str, Any]:
-    """Rank 0's result of a finished group, with the validation loss averaged over the ranks."""
+    """Rank 0's result of a finished group (the lead's, whose validation it has, where ranks trained alone
+    and rank 0 may be lost), with the validation loss averaged over the ranks."""
     val = [r["val_loss"] for r in results if r is not None and r.get("val_loss") is not None]
-    return {**(results[0] or {}), "val_loss": statistics.fmean(val) if val else None}
+    lead = next((r for r in results if r is not None and "lead" in r), results[0] if results else None)
+    return {**(lead or {}), "val_loss": statistics.fmean(val) if val else None}
 
 
 def _reported_mean(steps: list[dict], key: str) -> float | None:
@@ -74,7 +76,7 @@ def run_summary(run: Any) -> dict[str, Any]:
         "final_val_loss": result.get("val_loss"),
         # What the final validation covered (samples, batches per rank, their size, the split's size).
         "final_validation": result.get("validation"),
-        "world_size": run.current.world_size,
+        "world_size": run.current.world_size - len(getattr(run, "lost_trainers", ())),
         "layout": layout_of(run.current),
         "samples_per_s": _reported_mean(steady, "samples_per_s") if spec.program is not None
         else g * len(steady) / step_time if step_time else None,
@@ -111,7 +113,9 @@ def run_summary(run: Any) -> dict[str, Any]:
     if stale:  # parallel.parameter_server: how stale the rows trainers read were, and what travelled
         rows = [s["ps_rows"] for s in steps if s.get("ps_rows") is not None]
         summary["parameter_server"] = {"max_staleness": max(stale), "mean_staleness": statistics.fmean(stale),
-                                       "rows_per_step": statistics.median(rows) if rows else None}
+                                       "rows_per_step": statistics.median(rows) if rows else None,
+                                       # async: ranks lost while the others trained on (the last attempt's)
+                                       "lost_trainers": sorted(getattr(run, "lost_trainers", ()))}
     lag = [s for s in steps if s.get("pipeline_staleness") is not None]
     if lag:  # pipedream / pipedream_2bw: how late the applied gradients were, the weight copies kept for them
         summary["pipeline_async"] = {

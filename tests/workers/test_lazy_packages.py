@@ -10,7 +10,7 @@ import inspect
 import pytest
 
 
-@pytest.mark.parametrize("package", ["workers.parallel", "workers.checkpointing"])
+@pytest.mark.parametrize("package", ["workers.parallel", "workers.checkpointing", "workers.parallel.parameter_server"])
 def test_the_typed_imports_and_the_loaders_table_name_the_same_things(package):
     module = importlib.import_module(package)
     typed: dict[str, str] = {}

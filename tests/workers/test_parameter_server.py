@@ -173,3 +173,41 @@ def test_shards_save_restore_and_die_with_shutdown(ray_cluster):
         ps.shutdown()
         ray_cluster.util.remove_placement_group(pg)
     assert wait_until(lambda: not [a for a in alive_actors() if a["Name"].startswith("ps-test")], 30)
+
+
+def test_a_lost_trainer_holds_no_clock_up_and_finishing_waits_for_the_live_ones():
+    from workers.parallel.parameter_server.clock import StepClock
+
+    clock = StepClock(3, "async", clocks=[7, 2, 5])
+    assert clock.slowest == 2 and clock.staleness_of(7) == 5
+    clock.leave(1)  # async: the supervisor says trainer 1 is lost
+    assert clock.live == [0, 2] and clock.slowest == 5 and clock.staleness_of(7) == 2
+    assert not clock.finished(7) and (clock.advance(2, 6) or clock.finished(7))
+
+
+def test_async_shards_let_a_trainer_leave_and_rejoin_and_end_with_their_placement_group(ray_cluster):
+    from workers.parallel.parameter_server.names import named_shards
+
+    pg = ray_cluster.util.placement_group([{"CPU": 1}], strategy="PACK")
+    ray_cluster.get(pg.ready(), timeout=60)
+    tables = [torch.randn(n, 4) for n in TABLES] + [torch.randn(1, 6)]  # a dense parameter: one row, on shard 0
+    ps = ParameterServer.start(tables, ParameterServerSpec(shards=2, mode="async"), 2, name="ps-elastic",
+                               placement_group=pg)
+    sparse = torch.tensor([[1, 2], [4, 3]])
+    clients = [ps.client(0), ps.client(1)]
+    for step in range(3):
+        rows = clients[0].pull(step, [sparse], whole=1)
+        (rows.lookup(sparse)[0].sum() + rows.whole(2)[0].sum()).backward()
+        clients[0].push(step, rows, 0.1)
+    assert rows.whole(2)[0].shape == (1, 6) and not torch.equal(ps.tables()[2], tables[2])  # trained too
+    assert ps.lead() == 0
+    ps.leave(0)  # trainer 0 lost: trainer 1 leads, and finishing waits for it only
+    assert ps.lead() == 1
+    for step in range(3):
+        clients[1].push(step, clients[1].pull(step, [sparse], whole=1), 0.1)
+    assert ps.finished(3) == 1
+    assert ps.rejoin(0) == 3  # joins at the slowest live trainer's step: the shards' rows as they are
+    assert ps.stats()[0]["left"] == []
+    assert len(named_shards("ps-elastic")) == 2
+    ray_cluster.util.remove_placement_group(pg)  # detached, they end with the group
+    assert wait_until(lambda: not [a for a in alive_actors() if a["Name"].startswith("ps-elastic")], 30)

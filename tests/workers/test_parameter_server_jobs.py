@@ -36,7 +36,7 @@ def spec_for(kind: str):
     if server is not None:
         data["parallel"] = {"parameter_server": server}
     data["checkpoint"] = {"every_steps": 20}  # the shards save with the job's checkpoints
-    if kind.endswith("-crash"):  # rank 0 owns the shards: they die with it
+    if kind.endswith("-crash"):  # sync: the job restarts, and its shards go with the attempt (restored)
         data["fault_injection"] = [{"at_step": 27, "rank": 0, "kind": "crash"}]
     return parse_spec(data, allow_fault_injection=True)
 

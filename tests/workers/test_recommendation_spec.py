@@ -81,6 +81,11 @@ CASES = [
      ["not with zero 3"]),
     ({"parallel.parameter_server": {"shards": 2}, "parallel.local_sgd": {"period": 2}}, "parallel.parameter_server",
      ["combines only with plain data parallelism", "not with local_sgd"]),
+    # async trainers never meet after their set-up: nothing that needs them to agree on a step
+    ({"parallel.parameter_server": {"shards": 2, "mode": "async"}, "fault_tolerance.loss_spike": {"factor": 3.0}},
+     "fault_tolerance.loss_spike", ["mode 'async'", "a collective"]),
+    ({"parallel.parameter_server": {"shards": 2, "mode": "async"}, "fault_tolerance.integrity_check_every": 5},
+     "fault_tolerance.integrity_check_every", ["mode 'async'", "compares replicas"]),
 ]
 
 

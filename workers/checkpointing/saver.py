@@ -55,6 +55,9 @@ class Checkpointer:
         self.meter = self.upload_meter = TransferMeter()  # the bytes of the save in flight (transfer.py)
         self.uploads = StagedUpload(self.storage, rank, self.group, self.policy, lambda event: self.notify(event))
         self.plans = SavePlans()  # the layout is fixed for this Checkpointer's life (save_plans.py)
+        # A rank that saves the whole checkpoint by itself, no collective (the parameter server's async
+        # trainers: their lead saves while the others train, or are lost).
+        self.solo = False
 
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
              throttle: Throttle | None = None) -> None:
@@ -71,7 +74,13 @@ class Checkpointer:
             writer = metered(writer_for(target, f"checkpoint {name}", self.rank, self.policy, notify), self.meter)
         else:  # written to this node's disk, then uploaded in the background (staging.py says why)
             writer = metered(MeteredFileSystemWriter(str(self.uploads.staging_dir(name))), self.meter)
-        pending = dcp.async_save(state, storage_writer=writer, process_group=self.group, planner=self.plans.planner())
+        if self.solo:
+            from torch.distributed.checkpoint import DefaultSavePlanner
+
+            pending = dcp.async_save(state, storage_writer=writer, planner=DefaultSavePlanner(), no_dist=True)
+        else:
+            pending = dcp.async_save(state, storage_writer=writer, process_group=self.group,
+                                     planner=self.plans.planner())
         assert isinstance(pending, Future)  # an AsyncSaveResponse comes only with async staging (not asked for)
         self.upload_meter = TransferMeter()
         self._pending = (pending if self.storage.is_local
@@ -117,7 +126,7 @@ class Checkpointer:
                 raise StoreUnavailable(str(gave_up[0])) from exc
             raise
         self.last_duration_s = time.monotonic() - self._started
-        if self.rank == 0:
+        if self.rank == 0 or self.solo:
             self._prune()
         return self._pending_step
 

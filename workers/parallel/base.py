@@ -41,6 +41,9 @@ class StrategyContext:
     # The placement's node map: the node id of every rank, in rank order (workers/runtime/group.py); empty
     # where the ranks were not placed by Ray (tests, the device check): one machine.
     nodes: tuple[str, ...] = ()
+    # A rank that joins a running job alone (the parameter server's async trainers: an elastic join), in a
+    # process group of its own: no collective with the others, and no mesh (`mesh` is None then).
+    joining: bool = False
 
 
 @dataclass

@@ -26,6 +26,25 @@ if TYPE_CHECKING:
 class LoopHooks:
     """No-op defaults; a strategy's hooks subclass this and override what they take part in."""
 
+    @property
+    def trains_alone(self) -> bool:
+        """Whether the ranks never meet after their set-up (the parameter server's async mode): the loop then
+        takes no collective (no agreement, checkpoints by `writes_for_all` alone, the finish by the lead), so a
+        lost rank blocks no other."""
+        return False
+
+    def join_step(self) -> int:
+        """Where a rank that joined a running job (StrategyContext.joining) starts: its first step's index."""
+        return 0
+
+    def writes_for_all(self, rank: int) -> bool:
+        """Whether `rank` writes what one rank writes for the job: rank 0, unless the strategy says."""
+        return rank == 0
+
+    def wait_for_peers(self, steps: int) -> bool:
+        """Ranks that train alone: wait until every live rank trained its `steps`; whether this one leads."""
+        return True
+
     def after_load(self, storage: Storage, step: int, rank: int, control: ControlGroups) -> None:
         """The rank's model and optimiser were just loaded from the checkpoint of `step`."""
 

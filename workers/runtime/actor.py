@@ -142,6 +142,21 @@ class TrainWorker:
         step_aside()  # the loop, forked at this niceness, keeps it; this process only relays from now on
         return process.ready(self._emit)  # its set-up's progress, polled meanwhile (WorkerGroup.start)
 
+    def rejoin(self, rank: int, world_size: int, job_uri: str, log_name: str, store_env: dict[str, str] | None,
+               spec_json: dict, timeout_s: float, nodes: list[str] | None = None) -> dict:
+        """Take the place of rank `rank` in a running job whose ranks train alone (the parameter server's async
+        trainers: an elastic join): assign() and a set-up in a process group of this rank alone (its own TCP
+        store), from the step the running shards give it. One call, so that nothing else is ordered before it."""
+        from workers.spec import JobSpec
+
+        self.assign(rank, world_size, job_uri, log_name, None, store_env)
+        spec = JobSpec.model_validate(spec_json)
+        addr, port = self.address()
+        start = RankStart(spec, self.rank, self.world_size, self.storage, addr, port, timeout_s, None,
+                          tuple(nodes or ()), join=True)
+        self.trainer, answer = start_trainer(start, self._emit)
+        return answer
+
     def _setup_program(self, spec, master: Rendezvous, timeout_s: float, attempt: int,
                        nodes: list[str] | None, gpus: list[list[str]] | None) -> dict:
         from workers.program.environment import RankPlace

@@ -20,12 +20,14 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.events import RankEvent, RankProgress, RestartCause
+from workers.parallel.parameter_server.names import kill_named, shard_prefix
 from workers.phases import Progress
 from workers.program.errors import ProgramFailed
 from workers.program.prestarted import ENABLED as PRESTART
 from workers.program.session_server import DRAIN_S
 from workers.runtime.actor import TrainWorker
 from workers.runtime.group_owner import GroupOwner
+from workers.runtime.lost_ranks import LostRanks
 from workers.runtime.node_leaders import node_leaders
 from workers.runtime.node_loss import node_lost
 from workers.runtime.pool import take_warm
@@ -66,7 +68,7 @@ PEER_GRACE_S = DRAIN_S + 1.0
 CONFIGURATION_ERRORS = (ValueError, TypeError, ImportError, FileNotFoundError, KeyError)  # incl. UserModelError
 
 
-class WorkerGroup:
+class WorkerGroup(LostRanks):
     def __init__(self, spec: JobSpec, storage: Storage, attempt: int, owner: GroupOwner,
                  avoid_nodes: frozenset[str] = frozenset(), interrupted: Callable[[], bool] = lambda: False):
         self.spec, self.storage, self.attempt, self.owner = spec, Storage.of(storage), attempt, owner
@@ -86,6 +88,8 @@ class WorkerGroup:
         self._delivered: dict[int, int] = {}  # follower -> seq of its last event a leader's poll gave us
         self._in_flight: dict[int, ray.ObjectRef] = {}  # rank -> its unanswered poll: one call at a time each
         self._early: list[RankEvent] = []  # reported while start() waited on the set-up
+        self.timeout_s = 120.0  # start()'s, for a joining rank's set-up
+        self._init_lost_ranks()
 
     @staticmethod
     def bundle_of(spec: JobSpec) -> dict[str, float]:
@@ -101,6 +105,7 @@ class WorkerGroup:
     def start(self, timeout_s: float, uneven: UnevenShares | None = None) -> list[dict]:
         """Reserve resources, start the actors, rendezvous, load the latest checkpoint, begin training."""
         n = self.spec.world_size
+        self.timeout_s = timeout_s
         # Every bundle avoids the degraded nodes: Ray's default node-id label, matched with "not in".
         selector = ([{"ray.io/node-id": f"!in({','.join(sorted(self.avoid_nodes))})"}] * n
                     if self.avoid_nodes else None)
@@ -197,6 +202,7 @@ class WorkerGroup:
         events, self._early = self._early, []  # what the ranks reported during their set-up
         targets = ([r for r in self.leaders if r not in self.direct] + sorted(self.direct) if self.leaders
                    else list(range(len(self.actors))))
+        targets = [r for r in targets if r not in self.lost]
         self.calls_per_poll = len(targets)
         deadline = time.monotonic() + timeout_s
         while targets:
@@ -240,8 +246,12 @@ class WorkerGroup:
 
     def check(self) -> bool:
         """True once every rank finished; raises GroupFailure if any rank failed."""
+        if self.joining:
+            self._take_joiners()
         ready, _ = ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=0)
         failures = self._collect(ready)
+        if failures and self.sheds_lost_ranks():
+            failures = self._shed(failures)
         if failures:
             # Peers of a dead rank fail too (broken connections); give them a moment so the
             # report names the rank that died rather than the first peer to notice.
@@ -250,7 +260,12 @@ class WorkerGroup:
             rank, exc = min(failures, key=_first_failure)
             retryable = not self._same_user_error(failures) and not _any_unfixable(failures)
             raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", retryable, self._cause(rank, exc)) from exc
-        return all(res is not None for res in self.results)
+        done = all(res is not None for i, res in enumerate(self.results) if i not in self.lost)
+        if done and self.lost and not any(r is not None and ("lead" in r or "stopped_at" in r) for r in self.results):
+            # The live ranks finished but the one that led their final phases was lost in them: redo those.
+            raise GroupFailure(f"the lead trainer was lost in the final phases ({', '.join(self.lost.values())})",
+                               cause=RestartCause.WORKER_LOST)
+        return done
 
     def _cause(self, rank: int, exc: ray.exceptions.RayError) -> RestartCause:
         """A rank lost with its node is the cluster's fault (node_lost), else the cause of its error."""
@@ -272,6 +287,8 @@ class WorkerGroup:
         index = {ref: i for i, ref in enumerate(self.train_refs)}  # list.index per ref was quadratic in ranks
         for ref in refs:
             i = index[ref]
+            if i in self.lost:
+                continue
             try:
                 self.results[i] = ray.get(ref, timeout=0)
             except ray.exceptions.GetTimeoutError:
@@ -300,7 +317,13 @@ class WorkerGroup:
                 ray.kill(a, no_restart=True)
             except Exception:  # already dead
                 pass
+        self._drop_joiners()
         self.actors, self.train_refs = [], []
+        if self.pg is not None and self.spec.parallel.parameter_server is not None:
+            try:  # detached, they would end with the placement group anyway: at once, and by name
+                kill_named(shard_prefix(self.pg.id.hex()))
+            except Exception:
+                pass
         if self.pg is not None:
             try:
                 remove_placement_group(self.pg)

@@ -60,6 +60,9 @@ class RankStart:
     timeout_s: float
     uneven: UnevenShares | None  # the supervisor's terms for the data split (workers/training/control.py)
     nodes: tuple[str, ...] = ()  # the node id of every rank (the placement's node map)
+    # Joins a running job alone (an async parameter-server trainer): a process group of its own (rank 0 of
+    # 1, at master_addr:master_port, its own), no checkpoint loaded.
+    join: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,8 @@ def start_trainer(start: RankStart, emit: Callable[[RankEvent], None] | None = N
           f"({'nccl' if use_cuda else 'gloo'}, world {start.world_size}; loop in process {os.getpid()})", flush=True)
     dist.init_process_group(
         "nccl" if use_cuda else "gloo", init_method=f"tcp://{start.master_addr}:{start.master_port}",
-        rank=start.rank, world_size=start.world_size, timeout=timedelta(seconds=start.timeout_s),
+        rank=0 if start.join else start.rank, world_size=1 if start.join else start.world_size,
+        timeout=timedelta(seconds=start.timeout_s),
     )
     if spec.train.compile:  # before anything compiles: a restarted rank on this node finds the job's cache
         from workers.parallel.compiled_blocks import use_compile_cache
@@ -126,8 +130,8 @@ def start_trainer(start: RankStart, emit: Callable[[RankEvent], None] | None = N
     reporter = ProgressReporter(start.rank, report_interval_s(spec.fault_tolerance.hang_timeout_s), emit)
     try:
         trainer = Trainer(spec, start.rank, start.world_size, device, start.storage, start.uneven, reporter,
-                          nodes=start.nodes)
-        step = trainer.resume_from_latest()
+                          nodes=start.nodes, joining=start.join)
+        step = trainer.join_running() if start.join else trainer.resume_from_latest()
     except Exception as exc:
         if is_out_of_memory(exc):  # building or loading the model: no restart would fit it either
             last = reporter.last

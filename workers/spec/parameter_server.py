@@ -49,6 +49,16 @@ def parameter_server_violations(spec: "JobSpec") -> Iterator[Violation]:
     if ps.mode != "bounded" and ps.staleness is not None:
         yield Violation(f"{FIELD}.staleness",
             f"{FIELD}.staleness applies to mode 'bounded' only (mode={ps.mode!r}, staleness={ps.staleness})")
+    if ps.mode == "async":  # the trainers never meet after their set-up (a lost one blocks none): no collective
+        ft = spec.fault_tolerance
+        if ft.loss_spike is not None:
+            yield Violation("fault_tolerance.loss_spike",
+                f"fault_tolerance.loss_spike needs every trainer to agree on each step (a collective), which "
+                f"{FIELD} mode 'async' trainers never do")
+        if ft.integrity_check_every:
+            yield Violation("fault_tolerance.integrity_check_every",
+                f"fault_tolerance.integrity_check_every compares replicas (a collective); {FIELD} mode 'async' "
+                f"keeps none (the shards hold the dense part too) and its trainers never meet")
     if spec.program is not None:
         yield Violation(FIELD, f"{FIELD} needs Trainyard's own loop, not a program (it drives the shards per step)")
         return

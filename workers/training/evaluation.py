@@ -11,20 +11,22 @@ from workers.training.validation import Validation, rank_batch_count, validate
 
 
 class Evaluation(RankState):
-    def evaluate(self, what: str = "validation") -> Validation:
+    def evaluate(self, what: str = "validation", alone: bool = False) -> Validation:
         """The validation loss and what it covered, reporting its batches as they go (a long validation
-        is progress, not a hang)."""
+        is progress, not a hang). `alone`: this rank validates every batch itself, no collective (the
+        parameter server's async lead, whose peers do not meet it)."""
         # The module this rank trains, unless its strategy says otherwise: an SDP rank holds a subnetwork and
         # assembles the whole model (collective); a parameter server copies its shards' rows into the tables.
         model = self.strategy.hooks.evaluation_model(self.model)
         # The reported loss is a host value: summed over dp (x cp) through the CPU mirror of those groups.
-        group = self.control_groups.mirror(self.dims, "dp_cp") if self.dims.size("dp_cp") > 1 else None
-        meter = self.reporter.phase(Phase.EVALUATING, rank_batch_count(self.val_set, self.spec, self.dp,
+        group = self.control_groups.mirror(self.dims, "dp_cp") if self.dims.size("dp_cp") > 1 and not alone else None
+        dp_rank, dp = (0, 1) if alone else (self.dp_rank, self.dp)
+        meter = self.reporter.phase(Phase.EVALUATING, rank_batch_count(self.val_set, self.spec, dp,
                                                                        self.eval_batches), self.step, what)
         progress = meter.update
         if what == "final validation" and self.faults.faults:  # an injected crash may strike halfway through
             def progress(done: int, total: int | None = None) -> None:
                 meter.update(done, total)
                 self.faults.in_final_validation(self.step, done, meter.progress.total or 0)
-        return validate(model, self.val_set, self.spec, self.dp_rank, self.dp, self.device, self.eval_batches,
+        return validate(model, self.val_set, self.spec, dp_rank, dp, self.device, self.eval_batches,
                         group, progress=progress, shard=sequence_shard(self.dims, self.rank))

@@ -22,6 +22,8 @@ class Finishing(StepTraining, Checkpoints, Evaluation):
     def finish(self, emit: Callable[[RankEvent], None]) -> dict:
         """After the last step: the final checkpoint, the final validation, the export, each reporting its
         progress. A restart after the last step resumes into the phases left (final_phases.py)."""
+        if self.strategy.hooks.trains_alone:
+            return self._finish_alone(emit)
         self._report_durable(emit, self._wait_for_save())
         if self.step < self.spec.train.steps:
             return {"stopped_at": self.step}
@@ -52,14 +54,37 @@ class Finishing(StepTraining, Checkpoints, Evaluation):
         self.control_groups.barrier()
         return result
 
-    def _export(self) -> dict[str, object]:
-        """The whole model gathered (a collective), hashed and written by rank 0 (its paths and hash)."""
+    def _finish_alone(self, emit: Callable[[RankEvent], None]) -> dict:
+        """finish() for ranks that never meet (the parameter server's async trainers): each waits until every
+        live rank trained its last step (the shards know), then the lead alone saves the final checkpoint,
+        validates every batch and exports; the others return their step. No collective: a lost rank, rank 0
+        included, blocks nothing. (Its phases are redone by a restart after the last step.)"""
+        self._report_durable(emit, self._wait_for_save())
+        if self.step < self.spec.train.steps:
+            return {"stopped_at": self.step}
+        self.feed.close()
+        if not self.strategy.hooks.wait_for_peers(self.spec.train.steps):
+            return {"step": self.step}
+        if self.resumed_step != self.step:
+            self._save()
+            self._wait_for_save()
+        emit(RankCheckpoint(self.rank, self.step, self.checkpointer.last_duration_s))
+        validation = self.evaluate("final validation", alone=True).as_record()
+        result: dict[str, object] = {"step": self.step, "model_state_bytes": self.model_state_bytes,
+                                     "val_loss": validation["loss"], "validation": validation, "lead": self.rank}
+        result.update(self.strategy.hooks.final_report())
+        result.update(self._export(writer=True))
+        return result
+
+    def _export(self, writer: bool | None = None) -> dict[str, object]:
+        """The whole model gathered (a collective), hashed and written by rank 0 (its paths and hash);
+        `writer`: the rank that writes, when not rank 0 (it gathers nothing then)."""
         exporting = self.reporter.phase(Phase.EXPORTING, total=3, step=self.step, what="final model")
         # DTensor shards gathered; a pipeline rank holds only its stages, an SDP worker its subnetwork, a parameter
         # server's tables are on its shards: their strategies' hooks gather the whole model.
         state = self.strategy.hooks.full_model_state(self.model)
         exporting.update(1)
-        if self.rank != 0:
+        if not (self.rank == 0 if writer is None else writer):
             return {}
         out: dict[str, object] = {"params_sha256": checkpointing.state_sha256(state)}
         exporting.update(2)

@@ -43,7 +43,7 @@ class RankState:
     world_size: int
     device: torch.device
     dims: ParallelDims
-    mesh: DeviceMesh
+    mesh: DeviceMesh | None  # None: a rank that joined a running job alone (Trainer `joining`)
     control_groups: ControlGroups  # host-side collectives: gloo, on GPU too
     dp: int
     dp_rank: int  # ranks that share a dp index see the same data (tensor/pipeline peers)

@@ -61,7 +61,9 @@ __all__ = ["NonFiniteTraining", "SilentDataCorruption", "Trainer", "init_source"
 class Trainer(Finishing):
     def __init__(self, spec: JobSpec, rank: int, world_size: int, device: torch.device,
                  job: Storage | str | os.PathLike, uneven: UnevenShares | None = None,
-                 reporter: ProgressReporter | None = None, nodes: tuple[str, ...] = ()):
+                 reporter: ProgressReporter | None = None, nodes: tuple[str, ...] = (), joining: bool = False):
+        """`joining`: this rank joins a running job alone, in a process group of its own (the parameter
+        server's async trainers: an elastic join); `rank` and `world_size` are still its place in the job."""
         self.spec, self.rank, self.world_size, self.device = spec, rank, world_size, device
         # Progress outside the steps (set-up, validation, checkpoint bytes, export): the supervisor's hang
         # timer runs on it (workers/training/progress.py); held until run() has somewhere to send it.
@@ -70,11 +72,12 @@ class Trainer(Finishing):
         self.storage = Storage.of(job)  # the job's directory: a local one or on an object store
         self.notices = []  # what this rank saw before run() could emit it
         self.dims = spec.dims
-        self.mesh = build_mesh(self.dims, device.type)
+        self.joining = joining
+        self.mesh = build_mesh(self.dims, device.type) if not joining else None  # a world of one: no mesh
         self.control_groups = ControlGroups()  # host-side collectives: gloo, on GPU too
         # Ranks that share a dp index see the same data (tensor/pipeline peers).
         self.dp, self.dp_rank = self.dims.dp, self.dims.coordinates(rank)["dp"]
-        if self.dims.size("dp_cp") > 1:  # every rank together: the validation loss is summed on the CPU
+        if self.dims.size("dp_cp") > 1 and not joining:  # every rank together: the validation loss is summed on the CPU
             self.control_groups.mirror(self.dims, "dp_cp")
         self.accum = spec.grad_accum_steps
         self.clock = clock_for(device)  # host time on CPU, CUDA events on GPU
@@ -116,8 +119,8 @@ class Trainer(Finishing):
             checkpointing.load_weights(init_source(spec.train.init_from, self.storage), model)
         self.strategy = build_strategy(spec)
         # nodes: the placement's node map (parallel.collectives 'hierarchical' builds its groups from it)
-        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm, self.control_groups,
-                                   tuple(nodes))
+        self.ctx = StrategyContext(spec, rank, world_size, self.mesh, device, self.comm,  # type: ignore[arg-type]
+                                   self.control_groups, tuple(nodes), joining=joining)
         self.model = self.strategy.wrap(model, self.ctx)
         self.loss_fn = with_aux_loss(LOSSES[spec.train.loss], self.model)  # + the MoE load-balancing loss
         self.expert_load = expert_load(self.model, spec.dims.coordinates(rank)["tp"])  # MoE: tokens per expert
@@ -134,6 +137,14 @@ class Trainer(Finishing):
         self.memory = StepMemory(self.model, self.optimizer, device, every=untracked, first=untracked)  # peak bytes
         self.checkpointer = checkpointing.Checkpointer(self.storage, spec.checkpoint.keep, rank)
         self.checkpointer.progress = (self.recovery or RecoveryState()).progress()
+        # Ranks that train alone (the parameter server's async trainers) save checkpoints by themselves.
+        self.checkpointer.solo = self.strategy.hooks.trains_alone
+
+    def join_running(self) -> int:
+        """A joining rank's start: the step the strategy joined at (no checkpoint is loaded: the running
+        shards hold the model). The step it starts from."""
+        self.step = self.strategy.hooks.join_step()
+        return self.step
 
     # --- the loop --------------------------------------------------------
 
@@ -156,6 +167,9 @@ class Trainer(Finishing):
         self.checkpointer.notify = lambda event: emit(RankNotice(self.rank, event))  # store retries, from its thread
         for notice in self.notices:
             emit(RankNotice(self.rank, notice))
+        # Ranks that never meet after their set-up (the parameter server's async trainers): no collective in
+        # the loop, so a lost peer blocks none. One of them (the lead) validates and saves, alone.
+        alone = self.strategy.hooks.trains_alone
         while self.step < spec.train.steps:
             try:
                 record = self.train_step().to_dict()
@@ -168,15 +182,21 @@ class Trainer(Finishing):
                 self.checkpointer.wait()
                 raise
             self.reporter.note(Progress(Phase.TRAINING, self.step, spec.train.steps))
-            if spec.train.eval_every and self.step % spec.train.eval_every == 0:
-                validation = self.evaluate()
+            due = bool(every) and self.step % every == 0 and self.step < spec.train.steps
+            evaluated = bool(spec.train.eval_every) and self.step % spec.train.eval_every == 0
+            writer = alone and (due or evaluated) and self.strategy.hooks.writes_for_all(self.rank)
+            if evaluated and (writer or not alone):
+                validation = self.evaluate(alone=alone)
                 record["val_loss"], record["validation"] = validation.loss, validation.as_record()
-            checkpointed = bool(every) and self.step % every == 0 and self.step < spec.train.steps
+            checkpointed = due and (writer or not alone)
             if checkpointed:
                 self._report_durable(emit, self._wait_for_save())  # at most one save in flight
                 self._save()
-            stop, shares = (control.agree(self.control_groups, may_stop=checkpointed)
-                            if agreement_due(spec, self.step, checkpointed, self.uneven) else (False, None))
+            if alone:  # a stop request is this rank's own: at a checkpoint step, as agreed ones are
+                stop, shares = due and control.stop_event.is_set(), None
+            else:
+                stop, shares = (control.agree(self.control_groups, may_stop=checkpointed)
+                                if agreement_due(spec, self.step, checkpointed, self.uneven) else (False, None))
             emit(RankStep(record))
             if shares is not None:  # a live re-split of the data: the next step splits the global batch anew
                 self.shares = shares

@@ -24,8 +24,12 @@ class PulledRows:
 
     def lookup(self, sparse: torch.Tensor) -> list[torch.Tensor]:
         """The embedding rows of a (batch, tables) id tensor, one (batch, dim) tensor per table."""
-        return [rows[torch.searchsorted(ids, sparse[:, t].contiguous())]
-                for t, (ids, rows) in enumerate(zip(self.ids, self.rows))]
+        return [self.rows[t][torch.searchsorted(self.ids[t], sparse[:, t].contiguous())]
+                for t in range(sparse.shape[1])]
+
+    def whole(self, first: int) -> list[torch.Tensor]:
+        """The tables from `first` on, pulled whole (pull's `whole`): one (1, numel) leaf each."""
+        return self.rows[first:]
 
 
 class ShardClient:
@@ -36,10 +40,13 @@ class ShardClient:
         self.shards, self.sharding, self.trainer = shards, sharding, trainer
         self.get = get or ray.get
 
-    def pull(self, step: int, sparse: list[torch.Tensor]) -> PulledRows:
-        """The rows every (batch, tables) id tensor in `sparse` touches, for `step` (waits as the mode says)."""
+    def pull(self, step: int, sparse: list[torch.Tensor], whole: int = 0) -> PulledRows:
+        """The rows every (batch, tables) id tensor in `sparse` touches, for `step` (waits as the mode says);
+        `whole`: that many tables after the sparse ones are single-row tables pulled every step (async's dense
+        parameters, flattened: they all live on shard 0)."""
         every = torch.cat([s.reshape(-1, s.shape[-1]) for s in sparse]).cpu()
         ids = [torch.unique(every[:, t]) for t in range(every.shape[1])]
+        ids += [torch.zeros(1, dtype=ids[0].dtype if ids else torch.long) for _ in range(whole)]
         splits = [self.sharding.split(i) for i in ids]  # [table][shard] -> (positions, local ids)
         calls = [shard.pull.remote(self.trainer, step, [splits[t][s][1] for t in range(len(ids))])
                  for s, shard in enumerate(self.shards)]
@@ -47,11 +54,11 @@ class ShardClient:
         staleness = max((stale for _, stale in answers), default=0)
         rows = []
         for t, table_ids in enumerate(ids):
-            dim = answers[0][0][t].shape[1]
-            whole = torch.empty(len(table_ids), dim)
+            dim = max(a[0][t].shape[1] for a in answers)
+            table = torch.empty(len(table_ids), dim)
             for s, (shard_rows, _) in enumerate(answers):
-                whole[splits[t][s][0]] = shard_rows[t]
-            rows.append(whole.requires_grad_(True))
+                table[splits[t][s][0]] = shard_rows[t]
+            rows.append(table.requires_grad_(True))
         return PulledRows(ids, rows, staleness)
 
     def push(self, step: int, pulled: PulledRows, lr: float) -> int:

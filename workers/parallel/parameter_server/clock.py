@@ -19,14 +19,27 @@ class StepClock:
     mode: str  # sync | bounded | async
     staleness: int = 0  # bounded: the most steps a pull may run ahead of the slowest trainer
     clocks: list[int] = field(default_factory=list)
+    left: set[int] = field(default_factory=set)  # async: trainers lost for good (their clocks stop)
 
     def __post_init__(self) -> None:
         if not self.clocks:
             self.clocks = [0] * self.trainers
 
     @property
+    def live(self) -> list[int]:
+        return [t for t in range(self.trainers) if t not in self.left]
+
+    @property
     def slowest(self) -> int:
-        return min(self.clocks)
+        """The slowest live trainer's clock (a lost one's stopped clock would hold every staleness up)."""
+        return min((self.clocks[t] for t in self.live), default=max(self.clocks, default=0))
+
+    def leave(self, trainer: int) -> None:
+        self.left.add(trainer)
+
+    def finished(self, steps: int) -> bool:
+        """Every live trainer's push of its last step (`steps` in all) is in."""
+        return all(self.clocks[t] >= steps for t in self.live)
 
     def bound(self) -> int | None:
         """How far ahead of the slowest trainer a pull may be; None: unbounded."""

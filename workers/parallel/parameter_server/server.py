@@ -2,10 +2,13 @@
 trainers), reached by each trainer's client, saved and restored with the job's checkpoint, and killed
 with the job.
 
-The shard actors are not detached: Ray ends them when their owner (the process that started them: the
-job's supervisor or its driver) ends, so a job that dies cannot leave them behind; `shutdown` kills them
-at once when the job ends normally. They ask for no CPU of their own (num_cpus=0): sparse row updates are
-a small fraction of a step's work, and a bundle of the job's placement group then fits them beside a rank."""
+Inside a job's placement group the shard actors are detached, so that they outlive the rank that started
+them (a trainer lost under async leaves the shards running), and they end with the placement group: Ray
+kills a placement group's actors when it is removed, which the job's worker group does at every attempt's
+end (workers/runtime/group.py, which also kills them by name first: `kill_named`), and which Ray does itself
+when the supervisor that made the group dies. Outside one (tests) they are owned by their starter. They ask
+for no CPU of their own (num_cpus=0): sparse row updates are a small fraction of a step's work, and a
+bundle of the job's placement group then fits them beside a rank. Their names: names.py."""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ class ParameterServer:
     def start(cls, tables: list[torch.Tensor], spec: ParameterServerSpec, trainers: int, *, name: str | None = None,
               placement_group: Any = None, weight_decay: float = 0.0) -> "ParameterServer":
         """Shards holding `tables` (whole, initial) row by row; the actors named `{name}-shard-{i}` when named,
-        each in bundle i % bundles of `placement_group` when given."""
+        each in bundle i % bundles of `placement_group` when given (then detached: they end with the group)."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -43,6 +46,7 @@ class ParameterServer:
                 bundles = len(placement_group.bundle_specs)
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     placement_group, placement_group_bundle_index=i % bundles)
+                options["lifetime"] = "detached"  # not the starting rank's: the placement group's
             parts = [sharding.local_part(t.detach().cpu(), i) for t in tables]
             handles.append(actor.options(**options).remote(i, parts, trainers, spec.mode, spec.staleness or 0,
                                                            spec.optimizer, weight_decay))
@@ -82,9 +86,36 @@ class ParameterServer:
                              f"the job runs {len(self.handles)}")
         ray.get([h.load_state_dict.remote(s) for h, s in zip(self.handles, saved["states"])])
 
+    def leave(self, trainer: int) -> None:
+        """Trainer `trainer` is lost for good: no shard's clock waits for it (async)."""
+        import ray
+
+        ray.get([h.leave.remote(trainer) for h in self.handles])
+
+    def rejoin(self, trainer: int) -> int:
+        """Trainer `trainer` joins the running shards (async): from the slowest live trainer's step, which
+        it returns; the rows and dense parameters it pulls are the shards' current ones (nothing restored)."""
+        import ray
+
+        step = int(ray.get(self.handles[0].slowest.remote()))
+        ray.get([h.rejoin.remote(trainer, step) for h in self.handles])
+        return step
+
+    def lead(self) -> int:
+        import ray
+
+        return int(ray.get(self.handles[0].lead.remote()))
+
+    def finished(self, steps: int) -> int:
+        """Wait until every live trainer has pushed its last step; the lead trainer then."""
+        import ray
+
+        return int(ray.get(self.handles[0].finished.remote(steps)))
+
     def shutdown(self) -> None:
         import ray
 
         for handle in self.handles:
             ray.kill(handle, no_restart=True)
         self.handles = []
+

@@ -99,9 +99,39 @@ class Shard:
             sq.mul_(beta2).addcmul_(dense, dense, value=1 - beta2)
             rows.addcdiv_(avg, (sq.sqrt() / correction2).add_(ADAMW_EPS), value=-lr / correction1)
 
+    async def leave(self, trainer: int) -> None:
+        """Trainer `trainer` is lost for good (async: the supervisor says so): no clock waits for it."""
+        changed = self._condition()
+        async with changed:
+            self.clock.leave(trainer)
+            changed.notify_all()
+
+    async def slowest(self) -> int:
+        """The slowest live trainer's clock: where a trainer that joins starts (async)."""
+        return self.clock.slowest
+
+    async def rejoin(self, trainer: int, step: int) -> None:
+        """Trainer `trainer` (lost, or never started) trains again from step `step` (async: elastic join)."""
+        changed = self._condition()
+        async with changed:
+            self.clock.left.discard(trainer)
+            self.clock.clocks[trainer] = step
+            changed.notify_all()
+
+    async def lead(self) -> int:
+        """The live trainer that writes what one trainer writes for all (checkpoints, the export): the lowest."""
+        return min(self.clock.live, default=0)
+
+    async def finished(self, steps: int) -> int:
+        """Once every live trainer's push of its last step is in: the lead trainer then."""
+        changed = self._condition()
+        async with changed:
+            await changed.wait_for(lambda: self.clock.finished(steps))
+            return min(self.clock.live, default=0)
+
     def stats(self) -> dict:
         return {"shard": self.shard, "rows_pulled": self.rows_pulled, "rows_pushed": self.rows_pushed,
-                "clocks": list(self.clock.clocks)}
+                "clocks": list(self.clock.clocks), "left": sorted(self.clock.left)}
 
     def state_dict(self) -> dict:
         return {"rows": [r.clone() for r in self.rows], "sums": [s.clone() for s in self.sums],

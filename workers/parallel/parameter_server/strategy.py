@@ -1,20 +1,28 @@
 """Training model 'dlrm' with its embedding tables on parameter-server shards (`parallel.parameter_server`).
 
-Each trainer rank keeps the dense part (bottom and top MLPs) under DDP, all-reduced as in plain data
-parallelism, and pulls from the shards only the embedding rows its step's micro-batches touch; the
-gradients the backward leaves on those rows are pushed back, and the shards update them. Why the dense part
-stays all-reduced: it is small and every sample touches all of it, so a server would receive the whole of it
-from every trainer every step (the all-reduce moves about the same bytes without a hot spot), while an
-embedding table is large and a batch touches few of its rows, which is where a server saves traffic.
+sync and bounded: each trainer rank keeps the dense part (bottom and top MLPs) under DDP, all-reduced as in
+plain data parallelism, and pulls from the shards only the embedding rows its step's micro-batches touch;
+the gradients the backward leaves on those rows are pushed back, and the shards update them. Why the dense
+part stays all-reduced there: it is small and every sample touches all of it, so a server would receive
+the whole of it from every trainer every step (the all-reduce moves about the same bytes without a hot
+spot), while an embedding table is large and a batch touches few of its rows.
 
-Rank 0 starts the shards (named with a token the ranks agree on) so they are owned by a rank's actor and end
-with the job's ranks; the other ranks look them up by name. A checkpoint holds the shards' state beside the
-model's (rank 0 writes it after every trainer's push of the step is in), and a restart restores it."""
+async: the trainers never meet after their set-up, so that a lost trainer cannot block the others: the
+dense parameters live on the server too (each flattened into a one-row table, all on shard 0, updated by
+the shards' optimiser), pulled whole and pushed every step like rows, and nothing is all-reduced. One live
+trainer (the lowest the shards know: `lead`) writes what one writes for all: checkpoints (alone, no
+collective), the final validation and the export, once every live trainer's last push is in
+(`trains_alone`: the loop's collective-free path, workers/training/).
+
+Rank 0 starts the shards, named after the job's placement group (the supervisor kills them by that name
+and they end with the group), detached from rank 0 so they outlive it; the other ranks look them up by
+name. A checkpoint holds the shards' state beside the model's, and a restart restores it."""
 
 from __future__ import annotations
 
 import contextlib
 import uuid
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,6 +35,7 @@ from workers.parallel.compression import register_comm_hook
 from workers.parallel.control_group import ControlGroups
 from workers.parallel.loop_hooks import LoopHooks
 from workers.parallel.parallelize import data_parallel_mesh
+from workers.parallel.parameter_server.names import shard_prefix
 from workers.parallel.parameter_server.server import ParameterServer
 from workers.parallel.parameter_server.sharding import RowSharding
 from workers.parallel.replicas import ReplicaGroup, replicated_over
@@ -44,6 +53,13 @@ class ParameterServerStrategy(LoopHooks):
         self.step = 0  # the next step this trainer pulls for
         self.staleness: int | None = None
         self.rows_moved = 0
+        self.alone = False  # async: the trainers never meet after the set-up (the module's docstring)
+        self.dense: list[tuple[str, torch.Size]] = []  # async: the dense parameters the shards hold, in order
+        self.tables = 0  # embedding tables (the dense parameters' tables come after them)
+
+    @property
+    def trains_alone(self) -> bool:
+        return self.alone
 
     @property
     def hooks(self) -> LoopHooks:
@@ -54,25 +70,41 @@ class ParameterServerStrategy(LoopHooks):
             raise TypeError("parallel.parameter_server trains model 'dlrm' (the spec rules allow no other)")
         ps = ctx.spec.parallel.parameter_server
         assert ps is not None
+        import ray
+
+        self.alone = ps.mode == "async"
         for table in model.embedding_tables():  # the shards train the rows; this copy is the checkpoint's view
             table.weight.requires_grad_(False)
-        tokens: list = [None] * ctx.world_size
-        ctx.control.all_gather_object(tokens, uuid.uuid4().hex)
-        name = f"trainyard-ps-{tokens[0]}"
-        if ctx.rank == 0:
-            import ray
-
-            # In the job's placement group (the rank actors' own), dealt over its bundles: on the job's nodes.
-            self.server = ParameterServer.start([t.weight.detach() for t in model.embedding_tables()], ps,
-                                                ctx.spec.dp, name=name, weight_decay=ctx.spec.train.weight_decay,
-                                                placement_group=ray.util.get_current_placement_group())
-        ctx.control.barrier()
-        if ctx.rank != 0:
-            import ray
-
+        tables = [t.weight.detach() for t in model.embedding_tables()]
+        self.tables = len(tables)
+        if self.alone:  # the dense parameters too, one single-row table each (all on shard 0)
+            dense = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+            self.dense = [(n, p.shape) for n, p in dense]
+            tables += [p.detach().reshape(1, -1) for _, p in dense]
+        # In the job's placement group (the rank actors' own), dealt over its bundles: on the job's nodes,
+        # named after it (the supervisor's group kills them by that name). Without one: a token agreed on.
+        group = ray.util.get_current_placement_group()
+        if group is not None:
+            name = shard_prefix(group.id.hex())
+        else:
+            tokens: list = [None] * ctx.world_size
+            ctx.control.all_gather_object(tokens, uuid.uuid4().hex)
+            name = shard_prefix(tokens[0])
+        if ctx.rank == 0 and not ctx.joining:
+            self.server = ParameterServer.start(tables, ps, ctx.spec.dp, name=name,
+                                                weight_decay=ctx.spec.train.weight_decay, placement_group=group)
+        if not ctx.joining:
+            ctx.control.barrier()
+        if ctx.rank != 0 or ctx.joining:
             handles = [ray.get_actor(f"{name}-shard-{i}") for i in range(ps.shards)]
             self.server = ParameterServer(handles, RowSharding(ps.shards))
-        self.client = self.server.client(ctx.spec.dims.coordinates(ctx.rank)["dp"])  # type: ignore[union-attr]
+        # The trainer index is the rank's dp coordinate (dp is the only degree beside it), its rank when joining.
+        trainer = ctx.rank if ctx.joining else ctx.spec.dims.coordinates(ctx.rank)["dp"]
+        self.client = self.server.client(trainer)  # type: ignore[union-attr]
+        if ctx.joining:  # an elastic join (async): from the slowest live trainer's step, the shards' state as is
+            self.step = self.server.rejoin(trainer)  # type: ignore[union-attr]
+        if self.alone:  # no DDP: nothing is all-reduced, the shards hold the dense part
+            return model
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         ddp = DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
         register_comm_hook(ddp, ctx)  # the dense all-reduce metered as DDP's (comm_bytes_per_step counts it)
@@ -83,23 +115,29 @@ class ParameterServerStrategy(LoopHooks):
 
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
                          ctx: StrategyContext) -> ForwardBackward:
-        rows = self.client.pull(self.step, [inputs["sparse"] for inputs, _ in micro])
+        rows = self.client.pull(self.step, [inputs["sparse"] for inputs, _ in micro], whole=len(self.dense))
         self.staleness = rows.staleness
+        # async: the model runs with the dense parameters just pulled (leaves whose gradients are pushed)
+        pulled = {name: t.to(ctx.device).view(shape)
+                  for (name, shape), t in zip(self.dense, rows.whole(self.tables))}
         loss_sum, samples = 0.0, 0
         for i, batch in enumerate(micro):
             inputs, targets = to_device(batch, ctx.device)
             assert isinstance(inputs, dict)
             looked_up = [r.to(ctx.device) for r in rows.lookup(inputs["sparse"].cpu())]
-            with wrapped.no_sync() if i < len(micro) - 1 else contextlib.nullcontext():  # type: ignore[operator]
-                loss = loss_fn(wrapped(dense=inputs["dense"], sparse=inputs["sparse"], rows=looked_up),
-                               targets) / len(micro)
+            last = i == len(micro) - 1
+            with contextlib.nullcontext() if last or self.alone else wrapped.no_sync():  # type: ignore[operator]
+                args: dict[str, Any] = {"dense": inputs["dense"], "sparse": inputs["sparse"], "rows": looked_up}
+                outputs = (torch.func.functional_call(wrapped, pulled, kwargs=args) if self.alone
+                           else wrapped(**args))
+                loss = loss_fn(outputs, targets) / len(micro)
                 loss.backward()
             loss_sum += loss.item()
             samples += samples_in(inputs)
         pushed = self.client.push(self.step, rows, lr_at(ctx.spec.train, self.step))
-        dim = rows.rows[0].shape[1] if rows.rows else 0
         self.rows_moved = 2 * pushed  # each row pulled once and its gradient pushed once
-        ctx.comm.logical_bytes += self.rows_moved * dim * 4
+        # fp32 both ways, each row its own width (async's dense rows are whole parameters)
+        ctx.comm.logical_bytes += 2 * 4 * sum(int(r.shape[0]) * int(r.shape[1]) for r in rows.rows)
         self.step += 1
         return ForwardBackward(loss_sum, samples, 0)
 
@@ -108,9 +146,13 @@ class ParameterServerStrategy(LoopHooks):
         return {"ps_staleness": self.staleness, "ps_rows": self.rows_moved}
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        if self.alone:  # async: the gradients are pushed already (the spec refuses grad_clip with it)
+            return None
         return local_clip_grad_norm(wrapped, max_norm)  # the dense part's: the shards clip nothing
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        if self.alone:  # async: no replicas, every trainer reads the shards' current values
+            return []
         dense = [p for p in wrapped.parameters() if p.requires_grad]
         return replicated_over(data_parallel_mesh(ctx), dense)
 
@@ -120,14 +162,24 @@ class ParameterServerStrategy(LoopHooks):
         assert self.server is not None
         model = wrapped.module if isinstance(wrapped, DistributedDataParallel) else wrapped
         assert isinstance(model, DLRM)
+        tables = self.server.tables()
+        params = dict(model.named_parameters())
         with torch.no_grad():
-            for table, rows in zip(model.embedding_tables(), self.server.tables()):
+            for table, rows in zip(model.embedding_tables(), tables):
                 table.weight.copy_(rows)
+            for (name, shape), flat in zip(self.dense, tables[self.tables:]):  # async: the dense part too
+                params[name].copy_(flat.view(shape))
 
     def before_save(self, wrapped: nn.Module, storage: Storage, step: int, rank: int,
                     control: ControlGroups) -> None:
         """Every trainer's push of `step` is in (a barrier); rank 0 writes the shards' state; every rank's
-        model gets the current tables, so the checkpoint's model is whole too."""
+        model gets the current tables, so the checkpoint's model is whole too. async: no barrier, the lead
+        trainer alone (the loop saves only there), with whatever the shards hold as it gets there."""
+        if self.alone:
+            self._copy_tables_into(wrapped)
+            assert self.server is not None
+            storage.write_bytes(SAVED.format(step=step), self.server.save())
+            return
         control.barrier()
         self._copy_tables_into(wrapped)
         if rank == 0:
@@ -142,6 +194,22 @@ class ParameterServerStrategy(LoopHooks):
             self.server.restore(storage.read_bytes(SAVED.format(step=step)))
         self.step = step
         control.barrier()
+
+    def join_step(self) -> int:
+        return self.step
+
+    def writes_for_all(self, rank: int) -> bool:
+        """Whether this rank writes what one rank writes for the job (checkpoints, validation, export):
+        rank 0, or under async the lead trainer the shards know (a lost rank 0 is replaced)."""
+        if not self.alone:
+            return rank == 0
+        assert self.server is not None
+        return self.server.lead() == self.client.trainer
+
+    def wait_for_peers(self, steps: int) -> bool:
+        """async: wait until every live trainer's last push is in; whether this rank is the lead then."""
+        assert self.server is not None
+        return self.server.finished(steps) == self.client.trainer
 
     def evaluation_model(self, wrapped: nn.Module) -> nn.Module:
         """Validation looks rows up in the model's own tables: they get the shards' rows first."""
