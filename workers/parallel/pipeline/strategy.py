@@ -4,7 +4,8 @@ Each rank of a pipeline holds one stage (or several: interleaved and V-shaped
 schedules) of any model with repeated blocks, split by `workers.parallel.pipeline.split` and cut by
 `workers.parallel.pipeline.stage` (the model's own forward, restricted to the stage). A step runs the
 rank's micro-batches through the schedule in flushes of `microbatches`,
-all-reduces the gradients over the data-parallel replicas of the same stage,
+has the replicate data-parallel step (workers/parallel/data_parallel/) average the gradients over the
+data-parallel replicas of the same stage (its reducer only: the schedule drives forward and backward),
 and broadcasts the last stage's loss so every rank reports the whole model's
 loss. Per-loss scaling by the step's micro-batch count (scale_grads=False)
 makes the arithmetic the same as the single-process reference's accumulation.
@@ -42,11 +43,11 @@ from workers.parallel.base import (
     ForwardBackward,
     LossFn,
     StrategyContext,
-    adamw,
 )
-from workers.parallel.common import average_in_place
 from workers.parallel.context import apply_context_parallel
 from workers.parallel.context.ring import take_ring_bytes
+from workers.parallel.data_parallel.replicate import ReplicateStep
+from workers.parallel.layouts.data_parallel_options import DataParallelOptions
 from workers.parallel.loop_hooks import LoopHooks
 from workers.parallel.mesh import group_mesh
 from workers.parallel.parallelize import data_parallel_mesh, sequence_shard
@@ -156,8 +157,6 @@ class PipelineStrategy(LoopHooks):
         self.tp, self.tp_rank, self.cp = spec.parallel.tp, coords["tp"], spec.dims.cp
         self.tp_group = ctx.mesh["tp"].get_group()
         self.pp_group = ctx.mesh["pp"].get_group()
-        self.dp_group = data_parallel_mesh(ctx).get_group()  # a stage's replicas: dp (x cp, same gradient math)
-        self.replicas = spec.dims.size("dp_cp")
         self.control, self.device = ctx.control, ctx.device
         ctx.control.mirror(spec.dims, "pp")  # makespans, reported losses, the gathered state: host values
         self.plans = plan_stages(spec, self.n_stages, pipe.split)
@@ -182,6 +181,9 @@ class PipelineStrategy(LoopHooks):
         self._step_loss, self._step_micro = LOSSES[spec.train.loss], spec.grad_accum_steps
         self.probe = probe
         self.build_schedule(wrapped, mine, ctx)
+        # The stages' replicas reduce through the data-parallel step (after the schedule's backward: `reduce`)
+        self.data_parallel = ReplicateStep(DataParallelOptions.of(spec), self.gradient_group())
+        wrapped = self.data_parallel.apply(wrapped, ctx)
         self.theoretical = theoretical_bubble(self.schedule_name, self.pp, self.microbatches, self.virtual_stages)
         hidden = torch.empty(probe.hidden_shape, dtype=probe.hidden_dtype)  # one sample micro-batch's
         self.hidden_bytes = hidden.numel() * hidden.element_size()
@@ -212,8 +214,12 @@ class PipelineStrategy(LoopHooks):
     def global_rank(self, pp_index: int) -> int:
         return dist.get_global_rank(self.pp_group, pp_index)
 
+    def gradient_group(self):
+        """The group a stage's gradients are averaged over: None, the data-parallel step's own (dp x cp)."""
+        return None
+
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
-        return adamw(wrapped.parameters(), ctx.spec)
+        return self.data_parallel.build_optimizer(wrapped, ctx)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
         return replicated_over(data_parallel_mesh(ctx), wrapped.parameters())  # its stages (tp shards), dp x cp
@@ -251,8 +257,7 @@ class PipelineStrategy(LoopHooks):
         loss, makespan = self._pipeline_loss_and_makespan(losses, self.meter.times.wall_s)
         stage = self.meter.times.report(self.pp_rank, self.theoretical, makespan)
         ctx.comm.logical_bytes += self._p2p_bytes(len(micro)) + (take_ring_bytes() if self.shard else 0)
-        if self.replicas > 1:
-            self._allreduce_grads(wrapped, ctx)
+        self.data_parallel.reduce(wrapped, ctx)  # over the stage's replicas (none where dp x cp is 1)
         # Everything here but the stage's own compute was spent blocked on peers (start barrier, p2p
         # transfers and waits, the makespan all-gather, the dp all-reduce): like a DDP rank's comm time,
         # so that compute time (step - comm) blames a slow stage and not the stages waiting for it.
@@ -273,12 +278,6 @@ class PipelineStrategy(LoopHooks):
         self.control.all_gather(every, mine, dim="pp")
         loss = float(every[self.owner(self.n_stages - 1)][1])
         return loss, max(float(t[0]) for t in every)
-
-    def _allreduce_grads(self, wrapped: nn.Module, ctx: StrategyContext) -> float:
-        """Average gradients over the data-parallel replicas of this rank's stages; returns seconds."""
-        t0 = time.perf_counter()
-        average_in_place([_local(p.grad) for p in wrapped.parameters() if p.grad is not None], self.dp_group, ctx.comm)
-        return time.perf_counter() - t0
 
     def _p2p_bytes(self, n_micro: int) -> int:
         """Logical bytes this rank sends per step: activations forward and their gradients backward."""
