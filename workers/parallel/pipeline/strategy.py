@@ -183,7 +183,7 @@ class PipelineStrategy(LoopHooks):
         self.build_schedule(wrapped, mine, ctx)
         # The stages' replicas reduce through the data-parallel step (after the schedule's backward: `reduce`)
         self.data_parallel = ReplicateStep(DataParallelOptions.of(spec), self.gradient_group())
-        wrapped = self.data_parallel.apply(wrapped, ctx)
+        self.data_parallel.apply(wrapped, ctx)  # its reducer wraps nothing (StageAllReduce)
         self.theoretical = theoretical_bubble(self.schedule_name, self.pp, self.microbatches, self.virtual_stages)
         hidden = torch.empty(probe.hidden_shape, dtype=probe.hidden_dtype)  # one sample micro-batch's
         self.hidden_bytes = hidden.numel() * hidden.element_size()
