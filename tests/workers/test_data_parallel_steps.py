@@ -50,3 +50,23 @@ def test_a_pipeline_stage_reduces_through_the_replicate_steps_reducer():
     assert reducer_for(nn.Linear(2, 2), options, chimera_group).group is chimera_group
     plain = DataParallelOptions.of(spec_of(**{"resources.workers": 2}))
     assert isinstance(reducer_for(nn.Linear(2, 2), plain), DDPReducer)  # without stages: DDP, as before
+
+
+def test_a_pipeline_with_zero3_shards_its_stages_with_gpipe_and_1f1b_only():
+    """pp x FSDP2: the pipeline layout, its step's kind "fsdp"; other schedules, ZeRO-1/2, HSDP and tp/cp with it
+    are refused naming the field."""
+    from workers.spec import SPEC_ERRORS, format_validation_error
+
+    keys = {"model.n_layers": 4, "resources.workers": 4, "parallel.pp": 2, "parallel.zero": 3}
+    for schedule in ("1f1b", "gpipe"):
+        spec = spec_of(**keys, **{"parallel.pipeline": {"schedule": schedule}})
+        assert strategy_name(spec) == "pipeline" and DataParallelOptions.of(spec).kind == "fsdp"
+    refused = [({"parallel.pipeline": {"schedule": "interleaved_1f1b"}}, "parallel.pipeline.schedule"),
+               ({"parallel.pipeline": {"schedule": "chimera"}}, "parallel.pipeline.schedule"),
+               ({"parallel.zero": 2}, "parallel.zero"),
+               ({"parallel.dp_shard": 1}, "parallel.dp_shard"),
+               ({"parallel.tp": 2, "resources.workers": 8}, "parallel.tp")]
+    for extra, field in refused:
+        with pytest.raises(SPEC_ERRORS) as info:
+            spec_of(**{**keys, **extra})
+        assert field in {e["field"] for e in format_validation_error(info.value)}, (extra, info.value)

@@ -12,6 +12,7 @@ from service.supervisor.run import JobRun
 from tests.helpers import Events, spec_of
 from workers.models import build_model
 from workers.parallel.pipeline.chimera_schedule import simulated_bubble
+from workers.parallel.planner import estimate
 
 pytestmark = pytest.mark.slow
 
@@ -71,6 +72,20 @@ def test_pp2_x_dp2_matches_reference(reference, tmp_path):
     assert [s["loss"] for s in steps] == pytest.approx(reference, rel=REL)
     assert summary["layout"] == {**summary["layout"], "pp": 2, "dp": 2}
     assert len(steps[-1]["stages"]) == 2  # two replicas per stage, averaged
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_pp2_x_fsdp_dp2_matches_reference(reference, tmp_path, schedule):
+    """pp x FSDP2: each stage sharded over its two replicas by the shard step (parallel.zero 3)."""
+    spec = pipeline(schedule, **{"resources.workers": 4, "parallel.dp": 2, "parallel.zero": 3})
+    summary, steps = run(spec, tmp_path, f"pp2-fsdp-{schedule}")
+    assert [s["loss"] for s in steps] == pytest.approx(reference, rel=1e-4)
+    assert summary["layout"] == {**summary["layout"], "pp": 2, "dp": 2, "zero": 3, "strategy": "pipeline"}
+    predicted = estimate(spec)  # each stage's state halved over its replicas; FSDP's gathers metered as its own
+    assert summary["model_state_bytes_per_rank"] == pytest.approx(predicted.model_state_bytes_per_rank, rel=0.1)
+    assert summary["comm_bytes_per_step"] == pytest.approx(predicted.comm_bytes_per_step, rel=0.1)
+    exported = load_file(summary["export_path"])  # FSDP shards and both stages gathered
+    assert set(exported) == set(build_model(spec).state_dict())
 
 
 @pytest.mark.exhaustive  # make test: chimera at pp 4

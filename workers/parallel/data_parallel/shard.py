@@ -12,6 +12,9 @@ one DeviceMesh:
 Traffic per step with resharding: all-gather forward + all-gather of the blocks in backward + reduce-scatter =
 (3 - root share)(K-1)/K x parameter bytes, just under 1.5x DDP; without it, 1.0x.
 Expert shards (parallel.ep) are reduced beside it, over the ranks that hold the same shard.
+A pipeline (pp x FSDP2, workers/parallel/pipeline/strategy.py) shards each rank's stage with it: its held blocks
+(`shard_blocks`) before the stage hooks them, the stage as its root (`shard_root`) after; torch's pipeline stage
+drives FSDP's gradient sync (no reduce-scatter until the last micro-batch's backward).
 """
 
 from __future__ import annotations
@@ -46,19 +49,26 @@ def shard_mesh(ctx: StrategyContext, options: DataParallelOptions) -> DeviceMesh
     return ctx.mesh[options.group[0], shard]
 
 
-def shard_blocks(model: nn.Module, blocks: Iterable[nn.Module], mesh: DeviceMesh, options: DataParallelOptions,
-                 ignored: set[nn.Parameter] | None = None) -> nn.Module:
-    """`fully_shard` each block, then the root (in place: fully_shard swaps a module's class for an FSDP
-    subclass and returns it)."""
+def shard_blocks(blocks: Iterable[nn.Module], mesh: DeviceMesh, options: DataParallelOptions,
+                 ignored: set[nn.Parameter] | None = None) -> None:
+    """`fully_shard` each block: one FSDP unit per repeated block."""
     half = HALF.get(options.mixed_precision)
     mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
-    for block in blocks:  # one FSDP unit per repeated block
+    for block in blocks:
         fully_shard(block, mesh=mesh, reshard_after_forward=options.reshard_after_forward, mp_policy=mp,
                     ignored_params=ignored)
+
+
+def shard_root(model: nn.Module, mesh: DeviceMesh, options: DataParallelOptions,
+               ignored: set[nn.Parameter] | None = None) -> nn.Module:
+    """`fully_shard` the root, after its blocks (in place: fully_shard swaps a module's class for an FSDP
+    subclass and returns it)."""
+    half = HALF.get(options.mixed_precision)
     # fp32 logits: the loss (and fp16's scaled loss, far above 65504) is computed in fp32
-    root_mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32, output_dtype=torch.float32)
+    mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32, output_dtype=torch.float32) if half \
+        else MixedPrecisionPolicy()
     fully_shard(model, mesh=mesh, reshard_after_forward=root_reshard_after_forward(options.reshard_after_forward),
-                mp_policy=root_mp if half else mp, ignored_params=ignored)
+                mp_policy=mp, ignored_params=ignored)
     return model
 
 
@@ -81,7 +91,22 @@ class ShardStep:
         # sharding them again over dp_mod_ep would need FSDP2 over a 2-D (dp_mod_ep, ep) DTensor for little
         # memory (dp_mod_ep is dp / ep). They are reduced as under DDP (reduce_expert_grads).
         experts = set(sharded_experts(model)) or None
-        return shard_blocks(model, model_description(model, ctx).blocks(model), self.dp_mesh, options, experts)
+        shard_blocks(model_description(model, ctx).blocks(model), self.dp_mesh, options, experts)
+        return shard_root(model, self.dp_mesh, options, experts)
+
+    def shard_stage_blocks(self, blocks: Iterable[nn.Module], ctx: StrategyContext) -> None:
+        """A pipeline rank's held blocks, each its unit (before its stage registers hooks on them)."""
+        self.options = options = self.options or DataParallelOptions.of(ctx.spec)
+        self.dp_mesh = shard_mesh(ctx, options)
+        shard_blocks(blocks, self.dp_mesh, options)
+
+    def shard_stage(self, stage: nn.Module) -> nn.Module:
+        """A pipeline stage as the root unit of its blocks (torch's PipelineStage drives its gradient sync)."""
+        assert self.options is not None and self.dp_mesh is not None, "shard_stage_blocks runs first"
+        return shard_root(stage, self.dp_mesh, self.options)
+
+    def reduce(self, wrapped: nn.Module, ctx: StrategyContext) -> None:
+        """Nothing after a pipeline's schedule: FSDP2 reduce-scattered in the last micro-batch's backward."""
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
         return adamw(wrapped.parameters(), ctx.spec)

@@ -16,10 +16,15 @@ activations it passes go to the next stage's rank of the same cp index (its peer
 in the pp group), each cp rank's loss is the mean over its equal share of tokens
 (the job's loss, the mean over ranks, is the mean over all tokens), and
 gradients are averaged over dp x cp.
+
+Under pp x FSDP2 (parallel.zero 3, schedules gpipe and 1f1b) the shard step shards each rank's stage over its
+replicas instead (workers/parallel/data_parallel/shard.py): its held blocks each an FSDP unit, the stage their
+root; torch's PipelineStage keeps FSDP from reducing until a flush's last backward, then reduce-scatters.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -47,9 +52,11 @@ from workers.parallel.base import (
 from workers.parallel.context import apply_context_parallel
 from workers.parallel.context.ring import take_ring_bytes
 from workers.parallel.data_parallel.replicate import ReplicateStep
+from workers.parallel.data_parallel.shard import ShardStep
 from workers.parallel.layouts.data_parallel_options import DataParallelOptions
 from workers.parallel.loop_hooks import LoopHooks
 from workers.parallel.mesh import group_mesh
+from workers.parallel.metering import metered_calls
 from workers.parallel.parallelize import data_parallel_mesh, sequence_shard
 from workers.parallel.pipeline.bubble import theoretical_bubble
 from workers.parallel.pipeline.probe import Probe
@@ -174,16 +181,26 @@ class PipelineStrategy(LoopHooks):
         probe = probe_model(model, desc, sample.to(ctx.device) if isinstance(sample, torch.Tensor) else sample)
         take_ring_bytes()  # the probe's ring traffic is no step's
 
+        options = DataParallelOptions.of(spec)
+        self.sharded = options.kind == "fsdp"  # pp x FSDP2: the shard step shards each stage over its replicas
+        self.data_parallel: ReplicateStep | ShardStep
+        if self.sharded:  # the held blocks first: FSDP's forward hooks run before the stage's own (stage.py)
+            self.data_parallel = ShardStep(options)
+            blocks = desc.blocks(model)
+            self.data_parallel.shard_stage_blocks([blocks[i] for p in mine for i in p.blocks], ctx)
         wrapped = PipelineRank(model, desc, probe, mine, self.plans, self)
+        if self.sharded:
+            for chunk in wrapped.chunks.values():  # each stage the root of its blocks (PipelineStage drives it)
+                self.data_parallel.shard_stage(chunk)
         self.has_first = any(p.stage == 0 for p in mine)
         self.has_last = any(p.stage == self.n_stages - 1 for p in mine)
         # The step's loss function (the trainer's, e.g. poisoned by a nan fault) and micro-batch count.
         self._step_loss, self._step_micro = LOSSES[spec.train.loss], spec.grad_accum_steps
         self.probe = probe
         self.build_schedule(wrapped, mine, ctx)
-        # The stages' replicas reduce through the data-parallel step (after the schedule's backward: `reduce`)
-        self.data_parallel = ReplicateStep(DataParallelOptions.of(spec), self.gradient_group())
-        self.data_parallel.apply(wrapped, ctx)  # its reducer wraps nothing (StageAllReduce)
+        if not self.sharded:  # the stages' replicas reduce through the replicate step, after the schedule's backward
+            self.data_parallel = ReplicateStep(options, self.gradient_group())
+            self.data_parallel.apply(wrapped, ctx)  # its reducer wraps nothing (StageAllReduce)
         self.theoretical = theoretical_bubble(self.schedule_name, self.pp, self.microbatches, self.virtual_stages)
         hidden = torch.empty(probe.hidden_shape, dtype=probe.hidden_dtype)  # one sample micro-batch's
         self.hidden_bytes = hidden.numel() * hidden.element_size()
@@ -222,6 +239,8 @@ class PipelineStrategy(LoopHooks):
         return self.data_parallel.build_optimizer(wrapped, ctx)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        if self.sharded:
+            return []  # every shard of a stage lives on one rank
         return replicated_over(data_parallel_mesh(ctx), wrapped.parameters())  # its stages (tp shards), dp x cp
 
     def describe_split(self) -> list[dict]:
@@ -245,7 +264,8 @@ class PipelineStrategy(LoopHooks):
         losses: list[torch.Tensor] = []
         entered = time.perf_counter()
         self.control.barrier("pp")  # the pipeline's ranks start the flush together: a common clock
-        with self.meter.measuring():
+        # pp x FSDP2: the shard step's gathers and reduce-scatters, counted as under FSDP alone
+        with self.meter.measuring(), metered_calls(ctx.comm) if self.sharded else contextlib.nullcontext():
             for start in range(0, len(micro), m):  # one pipeline flush per `microbatches` micro-batches
                 flush = micro[start:start + m]
                 if self.shard is not None:
@@ -302,6 +322,9 @@ class PipelineStrategy(LoopHooks):
         norms = torch._foreach_norm([_local(g) for g in grads]) if grads else [torch.zeros((), device=self.device)]
         local = (torch.stack(norms).square() * weights).sum().reshape(1) / self.stage_copies
         dist.all_reduce(local, group=self.pp_group)
+        if self.sharded:  # FSDP: each replica holds a shard of every gradient of its stage
+            assert isinstance(self.data_parallel, ShardStep) and self.data_parallel.dp_mesh is not None
+            dist.all_reduce(local, group=self.data_parallel.dp_mesh.get_group())
         if self.tp > 1:
             dist.all_reduce(local, group=self.tp_group)
         total = local.sqrt()
