@@ -123,6 +123,21 @@ def test_checkpoints_reshard_between_pipeline_and_data_parallel(ray_cluster, tmp
     assert set(exported) == set(build_model(spec_of(**base)).state_dict())
 
 
+def test_a_pp_x_fsdp_checkpoint_reshards_to_and_from_data_parallel(ray_cluster, tmp_path):
+    """pp 2 x FSDP2 (dp 2) writes each stage's shards through DCP; dp 2 resumes them, and a zero 3 (dp 2)
+    checkpoint resumes under pp 2 x FSDP2: the losses continue the reference's."""
+    base = {**BASE, "train.lr_schedule": "constant", "train.steps": 8, "train.warmup_steps": 0}
+    _, ref = run(spec_of(**base), tmp_path, "ref")
+    layouts = {"pp2fsdp": {"resources.workers": 4, "parallel.pp": 2, "parallel.dp": 2, "parallel.zero": 3},
+               "dp2": {"resources.workers": 2}, "fsdp2": {"resources.workers": 2, "parallel.zero": 3}}
+    for first, second in [("pp2fsdp", "dp2"), ("fsdp2", "pp2fsdp")]:
+        name = f"{first}-then-{second}"
+        run(spec_of(**{**base, **layouts[first], "train.steps": 4}), tmp_path, name)
+        summary, steps = run(spec_of(**base, **layouts[second]), tmp_path, name)  # resumes at step 4
+        assert [s["step"] for s in steps] == [5, 6, 7, 8]
+        assert [s["loss"] for s in steps] == pytest.approx([s["loss"] for s in ref[4:]], rel=1e-4)
+
+
 def test_1f1b_holds_fewer_activations_than_gpipe(ray_cluster, tmp_path):
     m = 8
     peaks = {}
