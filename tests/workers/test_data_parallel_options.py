@@ -12,9 +12,10 @@ from workers.parallel.layouts.compatibility import composes
 from workers.parallel.layouts.data_parallel_options import DataParallelOptions
 from workers.spec_loading import parse_spec
 
-# The step kinds each layout runs: tp and the pipeline's stages replicate, as plain DDP does.
-KINDS_OF_LAYOUT = {"ddp": {"replicate"}, "tp": {"replicate"}, "pipeline": {"replicate"}, "zero": {"zero1", "zero2"},
-                   "fsdp": {"fsdp"}, "local_sgd": {"local_sgd"}, "sdp": {"sdp"}}
+# The step kinds each layout runs: tp and the pipeline's stages replicate, as plain DDP does (a pipeline's stages
+# shard under zero 3).
+KINDS_OF_LAYOUT = {"ddp": {"replicate"}, "tp": {"replicate"}, "pipeline": {"replicate", "fsdp"},
+                   "zero": {"zero1", "zero2"}, "fsdp": {"fsdp"}, "local_sgd": {"local_sgd"}, "sdp": {"sdp"}}
 # The table's examples that submit accepts: each feature alone and every pair that composes.
 EXAMPLES = [(), *((f,) for f in ON if f != "rebalance"),
             *((a, b) for a, b in PAIRS if "rebalance" not in (a, b) and composes(a, b))]

@@ -83,7 +83,7 @@ def _fsdp_case(rank, world, port, queue, spec_data):
     from workers.models.description import describe_spec_model
     from workers.parallel import StrategyContext
     from workers.parallel.control_group import ControlGroups
-    from workers.parallel.fsdp import FSDPStrategy
+    from workers.parallel.data_parallel.shard import ShardStep
     from workers.parallel.mesh import build_mesh
     from workers.spec_loading import parse_spec
     from workers.telemetry import CommMeter
@@ -94,7 +94,7 @@ def _fsdp_case(rank, world, port, queue, spec_data):
     model = build_model(spec)
     desc = describe_spec_model(model, spec.model)
     ctx = StrategyContext(spec, rank, world, mesh, torch.device("cpu"), CommMeter(), ControlGroups())
-    wrapped = FSDPStrategy().wrap(model, ctx)
+    wrapped = ShardStep().wrap(model, ctx)
     blocks = desc.blocks(wrapped)
     units = [m for m in wrapped.modules() if isinstance(m, FSDPModule)]
     sharded = all(isinstance(p, DTensor) and p.placements == (Shard(0),) and p.device_mesh.size() == 2

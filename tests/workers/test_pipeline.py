@@ -12,6 +12,7 @@ from service.supervisor.run import JobRun
 from tests.helpers import Events, spec_of
 from workers.models import build_model
 from workers.parallel.pipeline.chimera_schedule import simulated_bubble
+from workers.parallel.planner import estimate
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +74,20 @@ def test_pp2_x_dp2_matches_reference(reference, tmp_path):
     assert len(steps[-1]["stages"]) == 2  # two replicas per stage, averaged
 
 
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_pp2_x_fsdp_dp2_matches_reference(reference, tmp_path, schedule):
+    """pp x FSDP2: each stage sharded over its two replicas by the shard step (parallel.zero 3)."""
+    spec = pipeline(schedule, **{"resources.workers": 4, "parallel.dp": 2, "parallel.zero": 3})
+    summary, steps = run(spec, tmp_path, f"pp2-fsdp-{schedule}")
+    assert [s["loss"] for s in steps] == pytest.approx(reference, rel=1e-4)
+    assert summary["layout"] == {**summary["layout"], "pp": 2, "dp": 2, "zero": 3, "strategy": "pipeline"}
+    predicted = estimate(spec)  # each stage's state halved over its replicas; FSDP's gathers metered as its own
+    assert summary["model_state_bytes_per_rank"] == pytest.approx(predicted.model_state_bytes_per_rank, rel=0.1)
+    assert summary["comm_bytes_per_step"] == pytest.approx(predicted.comm_bytes_per_step, rel=0.1)
+    exported = load_file(summary["export_path"])  # FSDP shards and both stages gathered
+    assert set(exported) == set(build_model(spec).state_dict())
+
+
 @pytest.mark.exhaustive  # make test: chimera at pp 4
 def test_chimera_pp2_x_dp2_matches_reference(reference, tmp_path):
     spec = pipeline("chimera", **{"resources.workers": 4, "parallel.dp": 2})
@@ -106,6 +121,21 @@ def test_checkpoints_reshard_between_pipeline_and_data_parallel(ray_cluster, tmp
         assert [s["loss"] for s in steps] == pytest.approx([s["loss"] for s in ref[4:]], rel=REL)
     exported = load_file(str(tmp_path / "dp2-then-pp2" / "model.safetensors"))  # gathered from both stages
     assert set(exported) == set(build_model(spec_of(**base)).state_dict())
+
+
+def test_a_pp_x_fsdp_checkpoint_reshards_to_and_from_data_parallel(ray_cluster, tmp_path):
+    """pp 2 x FSDP2 (dp 2) writes each stage's shards through DCP; dp 2 resumes them, and a zero 3 (dp 2)
+    checkpoint resumes under pp 2 x FSDP2: the losses continue the reference's."""
+    base = {**BASE, "train.lr_schedule": "constant", "train.steps": 8, "train.warmup_steps": 0}
+    _, ref = run(spec_of(**base), tmp_path, "ref")
+    layouts = {"pp2fsdp": {"resources.workers": 4, "parallel.pp": 2, "parallel.dp": 2, "parallel.zero": 3},
+               "dp2": {"resources.workers": 2}, "fsdp2": {"resources.workers": 2, "parallel.zero": 3}}
+    for first, second in [("pp2fsdp", "dp2"), ("fsdp2", "pp2fsdp")]:
+        name = f"{first}-then-{second}"
+        run(spec_of(**{**base, **layouts[first], "train.steps": 4}), tmp_path, name)
+        summary, steps = run(spec_of(**base, **layouts[second]), tmp_path, name)  # resumes at step 4
+        assert [s["step"] for s in steps] == [5, 6, 7, 8]
+        assert [s["loss"] for s in steps] == pytest.approx([s["loss"] for s in ref[4:]], rel=1e-4)
 
 
 def test_1f1b_holds_fewer_activations_than_gpipe(ray_cluster, tmp_path):

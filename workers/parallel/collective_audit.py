@@ -38,7 +38,7 @@ SITES: dict[str, str] = {
     "workers.models": DATA,  # DTensor ops inside a tensor-parallel model's forward
     "workers.model_io:call_model": DATA,  # FSDP's all-gathers before a forward (evaluation)
     "workers.parallel.base:accumulate": DATA,  # FSDP / TP backward hooks under loss.backward()
-    "workers.parallel.fsdp:fsdp_forward_backward": DATA,
+    "workers.parallel.data_parallel.shard:sharded_forward_backward": DATA,
     "workers.parallel.data_parallel.reducers:DDPReducer.wrap": DATA,  # DDP's initial parameter broadcast
     "workers.parallel.compression:plain_hook": DATA,
     "workers.parallel.compression:_cast_hook.<locals>.hook": DATA,

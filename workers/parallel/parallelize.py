@@ -1,7 +1,7 @@
 """The parallelisms inside a data-parallel replica, applied in one fixed order (torchtitan's): tensor
 (+ Megatron sequence) parallel, then context parallel, then expert parallel, then activation
-checkpointing; the data-parallel step (workers/parallel/data_parallel/: replicate, with DDP or a local
-all-reduce; ZeRO, FSDP2/HSDP, local SGD still as strategies) wraps what this returns. Each is a plain
+checkpointing; the data-parallel step (workers/parallel/data_parallel/: replicate, with DDP, a local all-reduce,
+ZeRO-1/2 or local SGD; or shard, FSDP2/HSDP) wraps what this returns. Each is a plain
 function over the model's description and the job's one mesh."""
 
 from __future__ import annotations

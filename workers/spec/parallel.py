@@ -98,7 +98,8 @@ class ParallelSpec(Strict):
                                          "the model's tensor-parallel plan; must divide the attention (and "
                                          "key/value) heads")
     pp: int = Field(1, ge=1, description="pipeline-parallel degree: the model is cut into pp stages at block "
-                                         "boundaries, run by pipeline.schedule; needs zero 0 and fp32")
+                                         "boundaries, run by pipeline.schedule; needs fp32 and zero 0, or zero 3 "
+                                         "(FSDP2 over each stage's replicas) with schedule gpipe or 1f1b")
     cp: int = Field(1, ge=1, description="context-parallel degree: every micro-batch's sequence is split over cp ranks "
                                          "(2 x cp chunks, load-balanced for causal attention) and attention passes "
                                          "keys and values around the cp ring; 2 x cp must divide the sequence length")

@@ -1,5 +1,6 @@
-"""How the replicate step reduces gradients over its group. ZeRO-1/2 (sharded_optimizer.py) and local SGD
-(local_sgd.py) by the options' kind; otherwise by the parameters' type: DDP (with its communication hook,
+"""How the replicate step reduces gradients over its group. A pipeline stage's replicas (parallel.pp > 1): one
+flat all-reduce of the stage's gradients after the schedule's backward; ZeRO-1/2 (sharded_optimizer.py) and local
+SGD (local_sgd.py) by the options' kind; otherwise by the parameters' type: DDP (with its communication hook,
 workers/parallel/compression.py) where they are plain tensors, or one all-reduce of each gradient's local
 piece where tensor parallelism made them DTensors (DDP does not take DTensors)."""
 
@@ -16,12 +17,13 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from workers.parallel.base import StrategyContext, adamw, local_clip_grad_norm
-from workers.parallel.common import global_grad_norm_clip, reduce_partial_grads
+from workers.parallel.common import average_in_place, global_grad_norm_clip, reduce_partial_grads
 from workers.parallel.compression import hooks_off_the_autograd_thread, register_comm_hook
 from workers.parallel.expert_parallel import sharded_experts
 from workers.parallel.layouts.data_parallel_options import DataParallelOptions
 from workers.parallel.loop_hooks import NO_HOOKS, LoopHooks
 from workers.parallel.parallelize import data_parallel_mesh
+from workers.parallel.replicas import local
 
 
 class GradientReducer(Protocol):
@@ -47,12 +49,15 @@ class GradientReducer(Protocol):
         """Whether the group's replicas hold the same parameters now (local SGD: only right after an average)."""
 
 
-def reducer_for(model: nn.Module, options: DataParallelOptions) -> GradientReducer:
-    """ZeRO-1/2 and local SGD by kind; then DTensor parameters (tensor parallelism) outside the expert shards:
-    the local all-reduce; else DDP."""
+def reducer_for(model: nn.Module, options: DataParallelOptions, group=None) -> GradientReducer:
+    """A pipeline stage's: the flat all-reduce (over `group` where given, else dp x cp); ZeRO-1/2 and local SGD
+    by kind; then DTensor parameters (tensor parallelism) outside the expert shards: the local all-reduce; else
+    DDP."""
     from workers.parallel.data_parallel.local_sgd import PeriodicAverage  # they import this module's protocol
     from workers.parallel.data_parallel.sharded_optimizer import ShardedOptimizerReduce
 
+    if options.dims.pp > 1:
+        return StageAllReduce(group)
     if options.kind in ("zero1", "zero2"):
         return ShardedOptimizerReduce(stage=1 if options.kind == "zero1" else 2, offload=options.offload_optimizer)
     if options.kind == "local_sgd":
@@ -128,6 +133,40 @@ class LocalGradientAllReduce:
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         return global_grad_norm_clip(wrapped, max_norm)
+
+    def replicas_identical(self) -> bool:
+        return True
+
+
+class StageAllReduce:
+    """A pipeline stage's replicas (parallel.pp > 1): the schedule runs forward and backward (every stage's
+    micro-batches, no reduction between them); then each gradient's local piece (a tp shard's own) is averaged over
+    the stage's replicas in one flat all-reduce. Over dp x cp, or a group the pipeline names (chimera: a stage's
+    two copies and their replicas). The pipeline clips: the norm spans its stages."""
+
+    meters_itself = True  # average_in_place meters its all-reduce
+    hooks: LoopHooks = NO_HOOKS
+
+    def __init__(self, group=None) -> None:
+        self.group = group
+
+    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
+        return model
+
+    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
+        return adamw(wrapped.parameters(), ctx.spec)
+
+    def no_sync(self, wrapped: nn.Module) -> AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def reduce(self, wrapped: nn.Module, ctx: StrategyContext) -> None:
+        group = self.group if self.group is not None else data_parallel_mesh(ctx).get_group()
+        if dist.get_world_size(group) == 1:
+            return
+        average_in_place([local(p.grad) for p in wrapped.parameters() if p.grad is not None], group, ctx.comm)
+
+    def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
+        raise NotImplementedError("a pipeline clips by the norm over all its stages (PipelineStrategy.clip_grad_norm)")
 
     def replicas_identical(self) -> bool:
         return True

@@ -3,7 +3,9 @@ same tensor-parallel shards) and averages its gradients over the group once per 
 parallelism (layout "ddp", with parallel.compression as DDP's hook), dp x tp (layout "tp"), ZeRO-1/2 (layout
 "zero": the sharded optimizer reduces) and local SGD (layout "local_sgd": no per-step gradient sync) are this
 one step with its options; its reducer follows the options' kind and the parameters' type (reducers.py).
-Expert shards (parallel.ep) are reduced beside it, over the ranks that hold the same shard."""
+Expert shards (parallel.ep) are reduced beside it, over the ranks that hold the same shard. A pipeline
+(workers/parallel/pipeline/) applies it to each rank's stages and calls its `reduce` after the schedule's
+backward: the schedule drives forward and backward, the step reduces."""
 
 from __future__ import annotations
 
@@ -32,8 +34,9 @@ class ReplicateStep:
         shards as by default."""
         return self.reducer.hooks if self.reducer is not None else NO_HOOKS
 
-    def __init__(self, options: DataParallelOptions | None = None) -> None:
+    def __init__(self, options: DataParallelOptions | None = None, group=None) -> None:
         self.options = options  # from the spec at wrap when the registry builds it bare
+        self.group = group  # where not the options' dp x cp: chimera's stage copies and their replicas
         self.reducer: GradientReducer | None = None
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
@@ -42,7 +45,7 @@ class ReplicateStep:
 
     def apply(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
         self.options = self.options or DataParallelOptions.of(ctx.spec)
-        self.reducer = reducer_for(model, self.options)
+        self.reducer = reducer_for(model, self.options, self.group)
         return self.reducer.wrap(model, ctx)
 
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
@@ -60,6 +63,10 @@ class ReplicateStep:
         if ctx.spec.parallel.ep > 1:  # the step's all-to-all (forward and backward) and the experts' all-reduce
             ctx.comm.logical_bytes += take_step_bytes(wrapped) + reduce_expert_grads(wrapped, ctx)
         return fb
+
+    def reduce(self, wrapped: nn.Module, ctx: StrategyContext) -> None:
+        """The reduction alone, for a driver that ran forward and backward itself (a pipeline's schedule)."""
+        self._reducer().reduce(wrapped, ctx)
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         return self._reducer().clip_grad_norm(wrapped, max_norm)

@@ -36,7 +36,8 @@ FEATURES: dict[str, tuple[str, Callable[[JobSpec], bool]]] = {
 _DDP_HOOK = "compression is a DDP communication hook: plain data parallelism only"
 _AVERAGES = "local SGD averages parameters of whole replicas: plain data parallelism only"
 _SHARES = "straggler rebalancing gives data-parallel ranks uneven micro-batch counts"
-_STAGES = "pipeline stages pass replicated fp32 activations and hold whole stages"
+_STAGES = ("pipeline stages pass replicated fp32 activations; their replicas hold whole stages or, under zero 3 "
+           "(gpipe, 1f1b), FSDP shards over all of dp")
 _SUBNETS = "each SDP worker trains its own subnetwork of whole blocks"
 _EP_DP = "expert shards are reduced beside the data-parallel step's gradients: DDP, FSDP and tp only so far"
 _CP_DP = "context-parallel ranks reduce gradients with data parallelism over dp x cp: DDP, FSDP/HSDP and tp so far"
@@ -54,7 +55,7 @@ UNSUPPORTED: dict[frozenset[str], str] = {frozenset(pair): why for pair, why in 
     ("zero2", "tp"): "ZeRO-1/2 shard over dp only: zero 3 is FSDP x TP",
     **{("rebalance", f): _SHARES + " (their collectives would not match)" for f in (
         "zero2", "fsdp", "hsdp", "pp", "sdp", "tp", "local_sgd", "cp")},
-    **{("pp", f): _STAGES for f in ("zero1", "zero2", "fsdp", "hsdp", "mixed_precision", "sequence_parallel",
+    **{("pp", f): _STAGES for f in ("zero1", "zero2", "hsdp", "mixed_precision", "sequence_parallel",
                                     "activation_checkpointing", "sdp")},
     **{("sdp", f): _SUBNETS for f in ("tp", "zero1", "zero2", "sequence_parallel")},
     ("sdp", "fsdp"): "SDP with zero 3 shards each subnetwork over parallel.dp_shard ranks: set it (HSDP)",

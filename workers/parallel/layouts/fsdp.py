@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from workers.parallel.fsdp_root import gathered_per_micro_batch
+from workers.parallel.data_parallel.shard_root import gathered_per_micro_batch
 from workers.parallel.layouts.accounting import (
     LayoutCost,
     accumulated_grad_bytes,

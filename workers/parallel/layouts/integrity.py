@@ -15,8 +15,8 @@ CHANGES_AT_REST: frozenset[str] = frozenset()
 
 def replica_count(spec: JobSpec, layout: str) -> int:
     """How many ranks hold each replicated tensor of the layout (1: nothing is replicated)."""
-    if layout == "fsdp":
-        return spec.dims.dp_replicate  # HSDP's replicas; 1 when fully sharded
+    if layout == "fsdp" or (layout == "pipeline" and spec.parallel.zero == 3):
+        return spec.dims.dp_replicate  # HSDP's replicas; 1 when fully sharded (pp x FSDP2 too)
     if layout == "sdp":
         return sdp_workers(spec)  # the embeddings, attention and head are held by every worker
     return spec.dp

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from workers.parallel.layouts.accounting import LayoutCost, ring
+from workers.parallel.layouts.accounting import LayoutCost, one_pass, ring
 from workers.parallel.layouts.layout import Layout
 from workers.parallel.pipeline.memory import p2p_bytes, peak_rank, pipeline_peak, stage_params
 from workers.spec import (
@@ -18,12 +18,15 @@ from workers.spec import (
     structure_of,
 )
 
+# pp x FSDP2 (zero 3): the single-stage schedules whose flush torch's PipelineStage ends with FSDP's reduce-scatter,
+# checked against the single-process reference (tests/workers/test_pipeline.py)
+SHARDED_STAGE_SCHEDULES = ("gpipe", "1f1b")
+
 
 def pipeline_errors(spec: JobSpec) -> Iterator[Violation]:
     p, pipe = spec.parallel, spec.parallel.pipeline
-    if p.zero and p.pp > 1:
-        yield Violation("parallel.zero",
-            f"parallel.zero must be 0 with pipeline parallelism (zero={p.zero}, pp={p.pp})")
+    if p.pp > 1:
+        yield from _sharded_stage_errors(spec)
     if p.mixed_precision != "fp32" and p.pp > 1:
         yield Violation("parallel.mixed_precision",
             f"parallel.mixed_precision must be 'fp32' with pipeline parallelism: the stages exchange fp32 "
@@ -134,6 +137,28 @@ def _async_errors(spec: JobSpec, m: int, per_step: int) -> Iterator[Violation]:
     yield from _not_combined(spec, name)
 
 
+def _sharded_stage_errors(spec: JobSpec) -> Iterator[Violation]:
+    """pp x zero: FSDP2 (zero 3) shards plain stages over dp, with schedules gpipe and 1f1b; no ZeRO-1/2."""
+    p = spec.parallel
+    schedule = (p.pipeline or PipelineSpec()).schedule
+    if p.zero in (1, 2):
+        yield Violation("parallel.zero",
+            f"parallel.zero must be 0 or 3 with pipeline parallelism (zero={p.zero}, pp={p.pp})")
+    elif p.zero == 3 and schedule not in SHARDED_STAGE_SCHEDULES:
+        yield Violation("parallel.pipeline.schedule",
+            f"parallel.zero 3 (FSDP) with pipeline parallelism runs schedules {', '.join(SHARDED_STAGE_SCHEDULES)} "
+            f"only (schedule={schedule!r}, zero=3)")
+    elif p.zero == 3 and p.dp_shard is not None:
+        yield Violation("parallel.dp_shard", f"parallel.dp_shard (HSDP) is not available with parallel.pp > 1: "
+                                             f"FSDP shards each stage over all its replicas (dp_shard={p.dp_shard}, "
+                                             f"pp={p.pp})")
+    elif p.zero == 3:
+        for name, degree in (("tp", p.tp), ("cp", p.cp)):
+            if degree > 1:
+                yield Violation(f"parallel.{name}", f"parallel.{name} must be 1 with parallel.zero 3 and "
+                                                    f"parallel.pp > 1 (not combined yet; {name}={degree})")
+
+
 def _not_combined(spec: JobSpec, schedule: str) -> Iterator[Violation]:
     """The schedules with executors of their own (chimera, pipedream*) run one plain stage per direction."""
     p = spec.parallel
@@ -148,6 +173,14 @@ def cost(spec: JobSpec, facts) -> LayoutCost:  # replicated stages; the planner 
     held = stage_params(spec, facts)[rank]
     state, activations = pipeline_peak(spec, facts)
     replicas = spec.dp * spec.parallel.cp  # a stage's gradients are averaged over dp x cp
+    if spec.parallel.zero == 3:  # pp x FSDP2 (torch's PipelineStage: no reshard after a backward but the flush's
+        # last): the blocks gathered for every micro-batch's forward and once more for the flush's backwards, the
+        # stage's root once per flush; the gradients reduce-scattered once per flush
+        flushes = spec.grad_accum_steps / pipeline_microbatches(spec)
+        root = min(facts.outer_params / 2 * ((rank == 0) + (rank == spec.parallel.pp - 1)), held)
+        gathered = (held - root) * (spec.grad_accum_steps + flushes) + root * flushes
+        comm = one_pass(replicas) * 4 * (gathered + flushes * held) + p2p_bytes(spec, facts, rank)
+        return LayoutCost(16 * held / replicas, comm, state, activation_bytes=activations)
     comm = ring(replicas) * 4 * held + p2p_bytes(spec, facts, rank)
     return LayoutCost(16 * held, comm, state, activation_bytes=activations)
 

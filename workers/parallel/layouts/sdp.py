@@ -58,7 +58,7 @@ def sdp_errors(spec: JobSpec) -> Iterator[Violation]:
                 f"parallel.sdp with parallel.zero 3 needs mode 'block' and masking 'forward': FSDP shards whole "
                 f"blocks of the subnetwork (mode={sdp.mode!r}, masking={sdp.masking!r})")
     elif p.dp_shard is not None:
-        return  # FSDPStrategy's rules already refuse dp_shard without zero 3
+        return  # the fsdp layout's rules (layouts/fsdp.py) already refuse dp_shard without zero 3
     if r.min_workers not in (None, r.workers) or r.max_workers not in (None, r.workers):
         yield Violation("parallel.sdp",
             f"parallel.sdp needs a fixed world size (resources.min_workers = max_workers = workers): the masks "

@@ -131,8 +131,7 @@ class AsyncPipelineStrategy(PipelineStrategy):
         loss, makespan = self._loss_and_makespan()
         stage = self.times.report(self.pp_rank, self.theoretical, makespan)
         ctx.comm.logical_bytes += self._p2p_bytes(len(micro))
-        if self.replicas > 1:
-            self._allreduce_grads(wrapped, ctx)
+        self.data_parallel.reduce(wrapped, ctx)  # over the stage's replicas (none where dp x cp is 1)
         comm_s = max(0.0, time.perf_counter() - entered - stage["busy_s"])
         counts = self.pp_rank == 0 and self.tp_rank == 0
         samples = sum(x.shape[0] for x, _ in micro) if counts else 0

@@ -19,7 +19,6 @@ import torch.distributed as dist
 from torch import nn
 
 from workers.parallel.base import ForwardBackward, LossFn, StrategyContext
-from workers.parallel.common import average_in_place
 from workers.parallel.pipeline.chimera_schedule import ChimeraPlan, Message, Op, build, pair_order
 from workers.parallel.pipeline.split import StagePlan
 from workers.parallel.pipeline.stage_meter import StageTimes, saved_activation_bytes
@@ -45,7 +44,6 @@ class ChimeraStrategy(PipelineStrategy):
             group = dist.new_group(ranks)
             if self.pp_rank in (a, self.pp - 1 - a):
                 self.copies_group, self.copies_ranks = group, tuple(ranks)
-        self.replicas = len(self.copies_ranks)
         self.params = {local(p).untyped_storage().data_ptr() for p in wrapped.parameters()}
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
@@ -67,7 +65,7 @@ class ChimeraStrategy(PipelineStrategy):
         loss, makespan = self._pipeline_loss_and_makespan(losses, times.wall_s)
         stage = times.report(self.pp_rank, self.theoretical, makespan)
         ctx.comm.logical_bytes += self._p2p_bytes(len(micro))
-        self._allreduce_grads(wrapped, ctx)
+        self.data_parallel.reduce(wrapped, ctx)  # over the stage's two copies and their replicas
         comm_s = max(0.0, time.perf_counter() - entered - stage["busy_s"])
         counts = self.pp_rank == 0  # rank 0 feeds the down pipeline and sees every micro-batch: count once
         samples = sum(x.shape[0] for x, _ in micro) if counts else 0
@@ -81,11 +79,8 @@ class ChimeraStrategy(PipelineStrategy):
         self.control.all_gather(every, mine, dim="pp")
         return float(sum(float(t[1]) for t in every)), max(float(t[0]) for t in every)
 
-    def _allreduce_grads(self, wrapped: nn.Module, ctx: StrategyContext) -> float:
-        t0 = time.perf_counter()
-        average_in_place([local(p.grad) for p in wrapped.parameters() if p.grad is not None],
-                         self.copies_group, ctx.comm)
-        return time.perf_counter() - t0
+    def gradient_group(self):
+        return self.copies_group  # a stage's two copies (ranks r and P-1-r) and their dp replicas
 
     def _p2p_bytes(self, n_micro: int) -> int:
         sends = sum(self.plan.sends_after(op) is not None for op in self.plan.ops[self.pp_rank])

@@ -78,6 +78,8 @@ def rank_peaks(spec: JobSpec, facts) -> list[tuple[float, float]]:
     for r, params in enumerate(stage_params(spec, facts)):
         stashed = 8 if pipe.schedule in ASYNC_SCHEDULES else 0  # pipedream*: two fp32 copies of the stage
         state = (4 + 8 + accumulated_grad_bytes(spec) + stashed) * params
+        if p.zero == 3:  # pp x FSDP2: parameters and AdamW state sharded over dp, gradients whole through a flush
+            state = (4 + 8) / spec.dp * params + 4 * params
         chunks = in_flight(pipe.schedule, r, p.pp, virtual, micro)
         act = chunks * (blocks / virtual * a.kept + a.stream)
         heads = (r == p.pp - 1) or (pipe.schedule == "chimera" and r == 0)  # chimera's up pipeline ends on 0

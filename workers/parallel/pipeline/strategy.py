@@ -4,7 +4,8 @@ Each rank of a pipeline holds one stage (or several: interleaved and V-shaped
 schedules) of any model with repeated blocks, split by `workers.parallel.pipeline.split` and cut by
 `workers.parallel.pipeline.stage` (the model's own forward, restricted to the stage). A step runs the
 rank's micro-batches through the schedule in flushes of `microbatches`,
-all-reduces the gradients over the data-parallel replicas of the same stage,
+has the replicate data-parallel step (workers/parallel/data_parallel/) average the gradients over the
+data-parallel replicas of the same stage (its reducer only: the schedule drives forward and backward),
 and broadcasts the last stage's loss so every rank reports the whole model's
 loss. Per-loss scaling by the step's micro-batch count (scale_grads=False)
 makes the arithmetic the same as the single-process reference's accumulation.
@@ -15,10 +16,15 @@ activations it passes go to the next stage's rank of the same cp index (its peer
 in the pp group), each cp rank's loss is the mean over its equal share of tokens
 (the job's loss, the mean over ranks, is the mean over all tokens), and
 gradients are averaged over dp x cp.
+
+Under pp x FSDP2 (parallel.zero 3, schedules gpipe and 1f1b) the shard step shards each rank's stage over its
+replicas instead (workers/parallel/data_parallel/shard.py): its held blocks each an FSDP unit, the stage their
+root; torch's PipelineStage keeps FSDP from reducing until a flush's last backward, then reduce-scatters.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -42,13 +48,15 @@ from workers.parallel.base import (
     ForwardBackward,
     LossFn,
     StrategyContext,
-    adamw,
 )
-from workers.parallel.common import average_in_place
 from workers.parallel.context import apply_context_parallel
 from workers.parallel.context.ring import take_ring_bytes
+from workers.parallel.data_parallel.replicate import ReplicateStep
+from workers.parallel.data_parallel.shard import ShardStep
+from workers.parallel.layouts.data_parallel_options import DataParallelOptions
 from workers.parallel.loop_hooks import LoopHooks
 from workers.parallel.mesh import group_mesh
+from workers.parallel.metering import metered_calls
 from workers.parallel.parallelize import data_parallel_mesh, sequence_shard
 from workers.parallel.pipeline.bubble import theoretical_bubble
 from workers.parallel.pipeline.probe import Probe
@@ -156,8 +164,6 @@ class PipelineStrategy(LoopHooks):
         self.tp, self.tp_rank, self.cp = spec.parallel.tp, coords["tp"], spec.dims.cp
         self.tp_group = ctx.mesh["tp"].get_group()
         self.pp_group = ctx.mesh["pp"].get_group()
-        self.dp_group = data_parallel_mesh(ctx).get_group()  # a stage's replicas: dp (x cp, same gradient math)
-        self.replicas = spec.dims.size("dp_cp")
         self.control, self.device = ctx.control, ctx.device
         ctx.control.mirror(spec.dims, "pp")  # makespans, reported losses, the gathered state: host values
         self.plans = plan_stages(spec, self.n_stages, pipe.split)
@@ -175,13 +181,26 @@ class PipelineStrategy(LoopHooks):
         probe = probe_model(model, desc, sample.to(ctx.device) if isinstance(sample, torch.Tensor) else sample)
         take_ring_bytes()  # the probe's ring traffic is no step's
 
+        options = DataParallelOptions.of(spec)
+        self.sharded = options.kind == "fsdp"  # pp x FSDP2: the shard step shards each stage over its replicas
+        self.data_parallel: ReplicateStep | ShardStep
+        if self.sharded:  # the held blocks first: FSDP's forward hooks run before the stage's own (stage.py)
+            self.data_parallel = ShardStep(options)
+            blocks = desc.blocks(model)
+            self.data_parallel.shard_stage_blocks([blocks[i] for p in mine for i in p.blocks], ctx)
         wrapped = PipelineRank(model, desc, probe, mine, self.plans, self)
+        if self.sharded:
+            for chunk in wrapped.chunks.values():  # each stage the root of its blocks (PipelineStage drives it)
+                self.data_parallel.shard_stage(chunk)
         self.has_first = any(p.stage == 0 for p in mine)
         self.has_last = any(p.stage == self.n_stages - 1 for p in mine)
         # The step's loss function (the trainer's, e.g. poisoned by a nan fault) and micro-batch count.
         self._step_loss, self._step_micro = LOSSES[spec.train.loss], spec.grad_accum_steps
         self.probe = probe
         self.build_schedule(wrapped, mine, ctx)
+        if not self.sharded:  # the stages' replicas reduce through the replicate step, after the schedule's backward
+            self.data_parallel = ReplicateStep(options, self.gradient_group())
+            self.data_parallel.apply(wrapped, ctx)  # its reducer wraps nothing (StageAllReduce)
         self.theoretical = theoretical_bubble(self.schedule_name, self.pp, self.microbatches, self.virtual_stages)
         hidden = torch.empty(probe.hidden_shape, dtype=probe.hidden_dtype)  # one sample micro-batch's
         self.hidden_bytes = hidden.numel() * hidden.element_size()
@@ -212,10 +231,16 @@ class PipelineStrategy(LoopHooks):
     def global_rank(self, pp_index: int) -> int:
         return dist.get_global_rank(self.pp_group, pp_index)
 
+    def gradient_group(self):
+        """The group a stage's gradients are averaged over: None, the data-parallel step's own (dp x cp)."""
+        return None
+
     def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
-        return adamw(wrapped.parameters(), ctx.spec)
+        return self.data_parallel.build_optimizer(wrapped, ctx)
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
+        if self.sharded:
+            return []  # every shard of a stage lives on one rank
         return replicated_over(data_parallel_mesh(ctx), wrapped.parameters())  # its stages (tp shards), dp x cp
 
     def describe_split(self) -> list[dict]:
@@ -239,7 +264,8 @@ class PipelineStrategy(LoopHooks):
         losses: list[torch.Tensor] = []
         entered = time.perf_counter()
         self.control.barrier("pp")  # the pipeline's ranks start the flush together: a common clock
-        with self.meter.measuring():
+        # pp x FSDP2: the shard step's gathers and reduce-scatters, counted as under FSDP alone
+        with self.meter.measuring(), metered_calls(ctx.comm) if self.sharded else contextlib.nullcontext():
             for start in range(0, len(micro), m):  # one pipeline flush per `microbatches` micro-batches
                 flush = micro[start:start + m]
                 if self.shard is not None:
@@ -251,8 +277,7 @@ class PipelineStrategy(LoopHooks):
         loss, makespan = self._pipeline_loss_and_makespan(losses, self.meter.times.wall_s)
         stage = self.meter.times.report(self.pp_rank, self.theoretical, makespan)
         ctx.comm.logical_bytes += self._p2p_bytes(len(micro)) + (take_ring_bytes() if self.shard else 0)
-        if self.replicas > 1:
-            self._allreduce_grads(wrapped, ctx)
+        self.data_parallel.reduce(wrapped, ctx)  # over the stage's replicas (none where dp x cp is 1)
         # Everything here but the stage's own compute was spent blocked on peers (start barrier, p2p
         # transfers and waits, the makespan all-gather, the dp all-reduce): like a DDP rank's comm time,
         # so that compute time (step - comm) blames a slow stage and not the stages waiting for it.
@@ -273,12 +298,6 @@ class PipelineStrategy(LoopHooks):
         self.control.all_gather(every, mine, dim="pp")
         loss = float(every[self.owner(self.n_stages - 1)][1])
         return loss, max(float(t[0]) for t in every)
-
-    def _allreduce_grads(self, wrapped: nn.Module, ctx: StrategyContext) -> float:
-        """Average gradients over the data-parallel replicas of this rank's stages; returns seconds."""
-        t0 = time.perf_counter()
-        average_in_place([_local(p.grad) for p in wrapped.parameters() if p.grad is not None], self.dp_group, ctx.comm)
-        return time.perf_counter() - t0
 
     def _p2p_bytes(self, n_micro: int) -> int:
         """Logical bytes this rank sends per step: activations forward and their gradients backward."""
@@ -303,6 +322,9 @@ class PipelineStrategy(LoopHooks):
         norms = torch._foreach_norm([_local(g) for g in grads]) if grads else [torch.zeros((), device=self.device)]
         local = (torch.stack(norms).square() * weights).sum().reshape(1) / self.stage_copies
         dist.all_reduce(local, group=self.pp_group)
+        if self.sharded:  # FSDP: each replica holds a shard of every gradient of its stage
+            assert isinstance(self.data_parallel, ShardStep) and self.data_parallel.dp_mesh is not None
+            dist.all_reduce(local, group=self.data_parallel.dp_mesh.get_group())
         if self.tp > 1:
             dist.all_reduce(local, group=self.tp_group)
         total = local.sqrt()

@@ -6,7 +6,7 @@ Worker 0's subnetwork is cut on the meta device (shapes only) and its pieces giv
   comm/step    every step: one ring all-reduce per holder set over its bucket, 2(|H|-1)/|H| x bytes;
                backward masking adds one broadcast of every holder set's pieces that not all workers hold;
                {period: H}: both divided by H; FSDP adds its gathers and reduce-scatter within dp_shard
-               (workers/parallel/fsdp_root.py: the root unit is gathered once per micro-batch).
+               (workers/parallel/data_parallel/shard_root.py: the root unit is gathered once per micro-batch).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 
 from workers.models import build_model
 from workers.models.description import blocks_at
-from workers.parallel.fsdp_root import gathered_per_micro_batch
+from workers.parallel.data_parallel.shard_root import gathered_per_micro_batch
 from workers.parallel.sdp.assignment import assignment_of, blocks_of
 from workers.parallel.sdp.subnetwork import build_subnetwork
 from workers.spec import JobSpec, SDPPeriodSpec

@@ -37,8 +37,8 @@ from workers.parallel.base import (
     local_clip_grad_norm,
 )
 from workers.parallel.common import apply_activation_checkpointing, precision
-from workers.parallel.fsdp import fsdp_forward_backward
-from workers.parallel.fsdp_root import root_reshard_after_forward
+from workers.parallel.data_parallel.shard import sharded_forward_backward
+from workers.parallel.data_parallel.shard_root import root_reshard_after_forward
 from workers.parallel.loop_hooks import LoopHooks
 from workers.parallel.mesh import group_mesh
 from workers.parallel.replicas import ReplicaGroup
@@ -150,7 +150,7 @@ class SDPStrategy(LoopHooks):
     def forward_backward(self, wrapped: nn.Module, micro: list, loss_fn: LossFn,
                          ctx: StrategyContext) -> ForwardBackward:
         if self.shards > 1:
-            fb = fsdp_forward_backward(wrapped, micro, loss_fn, ctx)
+            fb = sharded_forward_backward(wrapped, micro, loss_fn, ctx)
         else:
             with precision(ctx):
                 fb = accumulate(wrapped, micro, loss_fn, ctx, contextlib.nullcontext)

@@ -1,4 +1,5 @@
-"""The rule for an FSDP root unit, shared by FSDP (workers/parallel/fsdp.py) and SDP's sharded mode.
+"""The rule for an FSDP root unit, shared by the shard step (shard.py) and SDP's sharded mode; torch-free (the
+layouts' cost reads it).
 
 The root holds what is outside the repeated blocks (embeddings, final norm, head). Backward needs it
 first, so FSDP2 keeps a root's gathered parameters from forward into backward (its default for a
