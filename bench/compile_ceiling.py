@@ -8,7 +8,7 @@ compiler of the blocks could gain. Measured here with torch's profiler on one ea
 bench's model (one micro-batch, one thread, forward, backward, clip and AdamW, as one worker runs it): the kernels'
 profiled time against the median unprofiled step.
 
-    .venv/bin/python -m bench.compile_ceiling    (or imported by bench/compile.py)
+Imported by bench/compile.py, which prints it beside each model's rows.
 """
 
 from __future__ import annotations
@@ -68,16 +68,3 @@ def gemm_share(spec, warmup: int = 5, steps: int = 10) -> float:
 def ceiling(share: float) -> float:
     """The most a compiler of the blocks could speed the step up: everything but the floor made free."""
     return 1.0 / share if share > 0 else math.inf
-
-
-def main() -> int:
-    from bench.compile import MODELS, spec_for
-
-    for name in MODELS:
-        share = gemm_share(spec_for(name, 10, 1, False))
-        print(f"{name}: {share:.0%} of an eager step in GEMM and attention kernels; ceiling {ceiling(share):.2f}x")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
