@@ -22,10 +22,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from workers.events import RankEvent, RankProgress, RestartCause
 from workers.parallel.parameter_server.names import kill_named, shard_prefix
 from workers.phases import Progress
-from workers.program.errors import ProgramFailed
 from workers.program.prestarted import ENABLED as PRESTART
 from workers.program.session_server import DRAIN_S
 from workers.runtime.actor import TrainWorker
+from workers.runtime.failure_reason import failure_reason
 from workers.runtime.group_owner import GroupOwner
 from workers.runtime.lost_ranks import LostRanks
 from workers.runtime.node_leaders import node_leaders
@@ -132,10 +132,10 @@ class WorkerGroup(LostRanks):
                                          for a in self.actors], timeout_s)
         except ray.exceptions.RayTaskError as exc:
             retryable = not isinstance(exc.cause, CONFIGURATION_ERRORS)
-            raise GroupFailure(f"group did not form: {_reason(exc)}", retryable,
+            raise GroupFailure(f"group did not form: {failure_reason(exc)}", retryable,
                                restart_cause(exc, RestartCause.START)) from exc
         except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
-            raise GroupFailure(f"group did not form: {_reason(exc)}",
+            raise GroupFailure(f"group did not form: {failure_reason(exc)}",
                                cause=restart_cause(exc, RestartCause.START)) from exc
         self.train_refs = [a.train.remote() for a in self.actors]
         self.results = [None] * n
@@ -259,7 +259,7 @@ class WorkerGroup(LostRanks):
             failures = self._collect(self.train_refs)
             rank, exc = min(failures, key=_first_failure)
             retryable = not self._same_user_error(failures) and not _any_unfixable(failures)
-            raise GroupFailure(f"rank {rank} failed: {_reason(exc)}", retryable, self._cause(rank, exc)) from exc
+            raise GroupFailure(f"rank {rank} failed: {failure_reason(exc)}", retryable, self._cause(rank, exc)) from exc
         done = all(res is not None for i, res in enumerate(self.results) if i not in self.lost)
         if done and self.lost and not any(r is not None and ("lead" in r or "stopped_at" in r) for r in self.results):
             # The live ranks finished but the one that led their final phases was lost in them: redo those.
@@ -344,14 +344,3 @@ def _first_failure(failure: tuple[int, ray.exceptions.RayError]) -> tuple[bool, 
 def _any_unfixable(failures: list[tuple[int, ray.exceptions.RayError]]) -> bool:
     """A program rank failed in a way no restart fixes (workers/program/errors.py)."""
     return any(getattr(getattr(exc, "cause", None), "retryable", True) is False for _, exc in failures)
-
-
-def _reason(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, (UserModelError, ProgramFailed)):  # the whole message: it says what to change
-        return f"UserModelError: {cause}"
-    if getattr(cause, "restart_cause", None) == RestartCause.OUT_OF_MEMORY:  # the figures, whole
-        return f"{type(cause).__name__}: {cause}"
-    text = str(exc).strip().splitlines()
-    tail = [line for line in text if line.strip()][-1:] or [type(exc).__name__]
-    return f"{type(exc).__name__}: {tail[0][:300]}"

@@ -17,6 +17,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from workers.parallel.parameter_server.names import shard_prefix, tell_lost
 from workers.runtime.actor import TrainWorker
+from workers.runtime.failure_reason import failure_reason
 from workers.spec import JobSpec
 from workers.storage import Storage
 
@@ -105,9 +106,7 @@ class LostRanks:
         for rank, exc in failures:
             alive = len(self.train_refs) - len(self.lost)
             if isinstance(exc, ray.exceptions.RayActorError) and alive - 1 >= floor:
-                from workers.runtime.group import _reason  # the group's wording of a rank's failure
-
-                reason = f"rank {rank} lost: {_reason(exc)}"
+                reason = f"rank {rank} lost: {failure_reason(exc)}"
                 self.lost[rank] = reason
                 self.newly_lost.append((rank, reason))
                 if self.pg is not None:  # its trainer index is its rank (the parameter server is dp only)

@@ -111,11 +111,10 @@ class DDPReducer:
         return True
 
 
-class LocalGradientAllReduce:
-    """Tensor-parallel parameters: partial gradients reduced over tp, then each local piece averaged over the
-    data-parallel (x cp) group once per step."""
+class _ReduceAfterBackward:
+    """What the reducers that act once after the backward share: nothing wraps the model, AdamW, no
+    per-micro-batch state to silence, replicas kept identical."""
 
-    meters_itself = False
     hooks: LoopHooks = NO_HOOKS
 
     def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
@@ -126,6 +125,16 @@ class LocalGradientAllReduce:
 
     def no_sync(self, wrapped: nn.Module) -> AbstractContextManager:
         return contextlib.nullcontext()
+
+    def replicas_identical(self) -> bool:
+        return True
+
+
+class LocalGradientAllReduce(_ReduceAfterBackward):
+    """Tensor-parallel parameters: partial gradients reduced over tp, then each local piece averaged over the
+    data-parallel (x cp) group once per step."""
+
+    meters_itself = False
 
     def reduce(self, wrapped: nn.Module, ctx: StrategyContext) -> None:
         reduce_partial_grads(wrapped)
@@ -134,30 +143,17 @@ class LocalGradientAllReduce:
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         return global_grad_norm_clip(wrapped, max_norm)
 
-    def replicas_identical(self) -> bool:
-        return True
 
-
-class StageAllReduce:
+class StageAllReduce(_ReduceAfterBackward):
     """A pipeline stage's replicas (parallel.pp > 1): the schedule runs forward and backward (every stage's
     micro-batches, no reduction between them); then each gradient's local piece (a tp shard's own) is averaged over
     the stage's replicas in one flat all-reduce. Over dp x cp, or a group the pipeline names (chimera: a stage's
     two copies and their replicas). The pipeline clips: the norm spans its stages."""
 
     meters_itself = True  # average_in_place meters its all-reduce
-    hooks: LoopHooks = NO_HOOKS
 
     def __init__(self, group=None) -> None:
         self.group = group
-
-    def wrap(self, model: nn.Module, ctx: StrategyContext) -> nn.Module:
-        return model
-
-    def build_optimizer(self, wrapped: nn.Module, ctx: StrategyContext) -> torch.optim.Optimizer:
-        return adamw(wrapped.parameters(), ctx.spec)
-
-    def no_sync(self, wrapped: nn.Module) -> AbstractContextManager:
-        return contextlib.nullcontext()
 
     def reduce(self, wrapped: nn.Module, ctx: StrategyContext) -> None:
         group = self.group if self.group is not None else data_parallel_mesh(ctx).get_group()
@@ -167,9 +163,6 @@ class StageAllReduce:
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
         raise NotImplementedError("a pipeline clips by the norm over all its stages (PipelineStrategy.clip_grad_norm)")
-
-    def replicas_identical(self) -> bool:
-        return True
 
 
 @torch.no_grad()
