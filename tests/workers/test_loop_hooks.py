@@ -143,6 +143,7 @@ def test_every_registered_strategy_declares_its_hooks():
                 and getattr(type(hooks), name) is not getattr(LoopHooks, name)}
 
     assert overridden(ParameterServerStrategy().hooks) == {"after_load", "before_save", "evaluation_model",
-                                                           "full_model_state", "step_report"}
+                                                           "full_model_state", "step_report", "trains_alone",
+                                                           "join_step", "writes_for_all", "wait_for_peers"}
     assert overridden(SDPStrategy().hooks) == {"evaluation_model", "full_model_state", "final_report"}
     assert overridden(PipelineStrategy().hooks) == {"full_model_state"}
