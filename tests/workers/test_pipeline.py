@@ -123,6 +123,7 @@ def test_checkpoints_reshard_between_pipeline_and_data_parallel(ray_cluster, tmp
     assert set(exported) == set(build_model(spec_of(**base)).state_dict())
 
 
+@pytest.mark.exhaustive  # 50 s; make test keeps pp x FSDP2's parity runs
 def test_a_pp_x_fsdp_checkpoint_reshards_to_and_from_data_parallel(ray_cluster, tmp_path):
     """pp 2 x FSDP2 (dp 2) writes each stage's shards through DCP; dp 2 resumes them, and a zero 3 (dp 2)
     checkpoint resumes under pp 2 x FSDP2: the losses continue the reference's."""
