@@ -20,9 +20,9 @@ TINY_GPT = {
 }
 
 
-def tiny_spec(**overrides):
-    """TINY_GPT with dotted-key overrides, e.g. tiny_spec(**{"resources.workers": 2})."""
-    data = copy.deepcopy(TINY_GPT)
+def with_overrides(base: dict, overrides: dict) -> dict:
+    """A deep copy of `base` with dotted-key overrides, e.g. {"resources.workers": 2}."""
+    data = copy.deepcopy(base)
     for key, value in overrides.items():
         node = data
         *path, last = key.split(".")
@@ -30,6 +30,11 @@ def tiny_spec(**overrides):
             node = node.setdefault(part, {})
         node[last] = value
     return data
+
+
+def tiny_spec(**overrides):
+    """TINY_GPT with dotted-key overrides, e.g. tiny_spec(**{"resources.workers": 2})."""
+    return with_overrides(TINY_GPT, overrides)
 
 
 def spec_of(**overrides):

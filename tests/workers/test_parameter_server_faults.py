@@ -6,37 +6,25 @@ has the sync/bounded/async runs without faults)."""
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 
 import pytest
 
-from tests.helpers import Events, alive_actors, wait_until
+from tests.helpers import Events, alive_actors, wait_until, with_overrides
+from tests.workers.test_parameter_server_jobs import DLRM_SPEC
 from workers.spec_loading import parse_spec
 
 ASYNC_SPEC = {
-    "name": "dlrm-async",
-    "model": {"name": "dlrm", "table_sizes": [200, 100, 50], "embedding_dim": 8},
-    "data": {"name": "synthetic:clicks", "n_samples": 4096},
-    "train": {"steps": 40, "global_batch_size": 64, "micro_batch_size": 16, "lr": 1e-2, "loss": "bce",
-              "grad_clip": None},
+    **DLRM_SPEC, "name": "dlrm-async",
     "parallel": {"parameter_server": {"shards": 2, "mode": "async"}},
-    "resources": {"workers": 2},
     "checkpoint": {"every_steps": 20},
     "fault_tolerance": {"max_restarts": 0},  # a restart would hide a lost trainer the job did not survive
 }
 
 
 def spec_with(**changes):
-    data = copy.deepcopy(ASYNC_SPEC)
-    for key, value in changes.items():
-        node = data
-        *path, last = key.split(".")
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return parse_spec(data, allow_fault_injection=True)
+    return parse_spec(with_overrides(ASYNC_SPEC, changes), allow_fault_injection=True)
 
 
 def shard_actors() -> list[dict]:
