@@ -104,7 +104,8 @@ class LeaderLoops:
         self.reconciler = Reconciler(fenced, settings, launcher, metrics=plane.live, cluster=cluster)
         self.reconciler.on_job_end = plane.wake.set  # capacity freed: the scheduler looks at once
         self.scheduler = Scheduler(fenced, settings, launcher, self.reconciler.handles, metrics=plane.live,
-                                   capacity=lambda: plane.capacity, cluster=cluster)
+                                   capacity=lambda: plane.capacity, cluster=cluster,
+                                   admission_lock=self.reconciler.launch_lock)
         self.count = 0
         self.leaked_groups = LeakedGroups(fenced, cluster)
         self._stop = threading.Event()
@@ -175,12 +176,11 @@ class LeaderLoops:
             wake.wait(max(0.0, started + settings.loop_interval_s - time.monotonic()))
 
     def schedule(self) -> None:
-        with self.reconciler.launch_lock:  # admissions committed, each marked launching before a pass looks
-            started = time.monotonic()
-            try:
-                self.scheduler.tick(launch=False)
-            finally:
-                self.plane.live.control_pass("schedule", time.monotonic() - started)
+        started = time.monotonic()
+        try:  # the tick holds the launch lock around its admissions only (Scheduler.admission_lock)
+            self.scheduler.tick(launch=False)
+        finally:
+            self.plane.live.control_pass("schedule", time.monotonic() - started)
         self.scheduler.launch_pending()  # outside the lock: a slow start holds up no reconcile pass
 
     def close(self) -> None:

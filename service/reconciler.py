@@ -18,13 +18,15 @@ columns, the events in one multi-row insert at the flush, the metrics in one ups
 progress in one UPDATE over arrays). If that transaction fails, each job is stored in one of its
 own, so one bad drain loses no other job's. The metrics see the stored records after the commit;
 checkpoint sizes are listed on the store afterwards, off this thread (service/checkpoint_sizes.py),
-so a slow store never holds a pass.
+so a slow store never holds a pass; the supervisors of ended jobs are killed off it too (a kill is a
+call to the cluster, which a loaded cluster answers late: seconds, at a fleet's size).
 
 The scheduler runs on a thread of its own (service/control.py) and shares `handles` and the
-supervisor launcher with this one: both take `launch_lock` around what they read of the jobs and
-the handles and around starting or stopping a supervisor, so a job the scheduler has committed but
-not yet handed to its supervisor is never taken for a lost one. Drains are gathered and stored
-outside that lock: admission goes on meanwhile.
+supervisor launcher with this one: this pass takes `launch_lock` around what it reads of the jobs
+and the handles and around restarting a supervisor, the scheduler around its admissions (each
+committed and marked launching under it), so a job the scheduler has committed but not yet handed to
+its supervisor is never taken for a lost one. The scheduler reads the queue and plans outside the
+lock, and drains are gathered and stored outside it: neither loop waits for the other's reads.
 
 With several control-plane replicas only the lease holder reconciles, and its
 sessions are fenced (service/leases.py): a replica that lost the lease cannot
@@ -65,6 +67,7 @@ from workers.storage import client_env
 log = logging.getLogger("trainyard.reconciler")
 JOBS_PER_TRANSACTION = 1000  # a pass's drains are stored in transactions of at most this many jobs
 FEED_MAX_PENDING = 20_000  # jobs' drains waiting for the metrics feed before a pass waits for it
+KILLS_MAX_PENDING = 10_000  # supervisors waiting to be killed before a pass waits for room
 
 
 class Reconciler:
@@ -85,6 +88,10 @@ class Reconciler:
         # The live metrics are fed the stored records after the commit, in order, on a thread of their
         # own: the next pass does not wait for them (a feed that falls far behind does hold it up).
         self.feed: Background[tuple] = Background("trainyard-metrics-feed", self._feed, FEED_MAX_PENDING, block=True)
+        # Supervisors of ended jobs are killed on a thread of their own: a pass never waits for the cluster
+        # to answer a kill. Safe to defer: a job's next supervisor (a requeued job's) has a new name.
+        self.kills: Background[Any] = Background("trainyard-supervisor-kills", self._kill_all, KILLS_MAX_PENDING,
+                                                 block=True)
         self.drains = DrainStore(sessions, settings)
         self.waiting = UnansweredDrains()  # drains past a pass's deadline, gathered again next pass
         # A pass waits for its supervisors at most half its interval, so it keeps its cadence on a loaded
@@ -214,9 +221,18 @@ class Reconciler:
         for job_id, records, layout, spec in batch:
             self.metrics.drained(job_id, records, layout, spec)
 
+    def _kill_all(self, handles: list[Any]) -> None:
+        for handle in handles:
+            try:
+                self.cluster.kill(handle)
+            except Exception as exc:  # already gone, or the cluster unreachable: the orphan sweep retries
+                log.warning("killing a retired supervisor failed: %s: %s", type(exc).__name__, exc)
+
     def drain_background(self, timeout_s: float = 30.0) -> bool:
-        """Until the drains stored so far have fed the metrics and their checkpoints are sized (tests, benches)."""
-        return self.feed.wait_idle(timeout_s) and self.sizer.worker.wait_idle(timeout_s)
+        """Until the drains stored so far have fed the metrics, their checkpoints are sized and the retired
+        supervisors killed (tests, benches)."""
+        return (self.feed.wait_idle(timeout_s) and self.sizer.worker.wait_idle(timeout_s)
+                and self.kills.wait_idle(timeout_s))
 
     # --- supervisors that vanished -----------------------------------------
 
@@ -289,11 +305,14 @@ class Reconciler:
                     job = repo.get_job(s, job_id)
                     handle = self.cluster.find_supervisor(job.supervisor_name if job else None)
         if handle is not None:
-            self.cluster.kill(handle)
+            self.kills.submit([handle])
 
     def close(self) -> None:
-        """Stepping down: forget the handles; the metrics of what was stored are still fed."""
+        """Stepping down: forget the handles; the metrics of what was stored are still fed, the retired
+        supervisors still killed (any left over are the next leader's orphan sweep's)."""
         self.handles.clear()
         self.feed.wait_idle(5.0)
         self.feed.close()
+        self.kills.wait_idle(5.0)
+        self.kills.close()
         self.sizer.worker.close()

@@ -21,6 +21,9 @@ its writes fenced by the lease token; on top of that a job is claimed with
 
 A tick commits all its admissions before it starts any supervisor (service/scheduler_launches.py):
 a job's admission does not wait for the cluster calls that start the supervisors admitted before it.
+Only the admissions hold `admission_lock` (the leader's launch lock, which the reconciler holds while
+it reads the jobs and their handles): the tick's reads, its cluster calls and the plan do not, so a
+reconcile pass never waits for them, nor they for it.
 
 With TRAINYARD_PREEMPTION a tenant's job that waits (the first in fair order that does not fit, or
 one its tenant's max_workers quota holds back) asks the same tenant's lower-priority running jobs to
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -92,9 +96,11 @@ class Scheduler:
     def __init__(self, sessions: SessionSource, settings: Settings, launcher: Launcher | None = None,
                  handles: Handles | None = None, metrics: LiveMetrics | None = None,
                  capacity: Callable[[], Capacity | None] | None = None, cluster: Cluster | None = None,
-                 resync_s: float = RESYNC_S, clock: Callable[[], float] = time.time):
+                 resync_s: float = RESYNC_S, clock: Callable[[], float] = time.time,
+                 admission_lock: AbstractContextManager = nullcontext()):
         """`capacity`: the cluster's size as the control plane sees it (service/cluster_view.py); None
-        reads the nodes alive now from the cluster. `resync_s`: how often the whole queue is read."""
+        reads the nodes alive now from the cluster. `resync_s`: how often the whole queue is read.
+        `admission_lock`: held around the tick's admissions (the leader's launch lock)."""
         self.sessions, self.settings = sessions, settings
         if cluster is None:
             from service.ray_cluster import RayCluster
@@ -107,6 +113,7 @@ class Scheduler:
         self.handles = handles if handles is not None else Handles()  # shared with the reconciler
         self.pending: list[Launch] = []  # admitted this tick, supervisors not started yet (launch_pending)
         self.clock = clock  # "now" for how long a job has waited
+        self.admission_lock = admission_lock
         self.feed = QueueFeed(resync_s=resync_s, sessions=sessions)
         self.reserved_for: str | None = None  # the job capacity is held for (sticky across ticks)
         self._marks_checked = False  # a former leader's reserved_at marks cleared (at the first tick)
@@ -150,7 +157,11 @@ class Scheduler:
             if self._fail(job.id, why) or not self._still_queued(job.id):
                 self.feed.drop(job.id)
         self._hold_for(decision.reservation)
-        admitted = self._admit_all(decision, free)
+        if decision.admit:
+            with self.admission_lock:  # committed and marked launching before a reconcile pass reads them
+                admitted = self._admit_all(decision, free)
+        else:
+            admitted = []
         if decision.head is not None:
             self.metrics.decision("deferred")
         if self.settings.preemption:

@@ -9,8 +9,11 @@ A pass's wall time is split four ways, all on the thread that runs it, so the pa
   and commits and rollbacks (the dialect's do_commit/do_rollback, which the engine calls for a
   transaction's end and for a pooled connection's reset) the thread spent off CPU, waiting for
   PostgreSQL;
-- other: the rest, wall less the three: waiting for the GIL (the API, the metrics feed and the
-  other loop run in the same interpreter), for a lock, or asleep.
+- lock wait: the time spent waiting to take the reconciler's launch lock (which the other loop holds
+  around its admissions and its reads of the jobs), off CPU;
+- other: the rest, wall less the four: waiting for the GIL (the API, the metrics feed and the
+  other loop run in the same interpreter), for another lock, or asleep.
+The cluster wait is also kept by the port's operation (`cluster_ops`), for the slowest passes.
 """
 
 from __future__ import annotations
@@ -24,25 +27,58 @@ from contextlib import contextmanager
 from typing import Any
 
 _local = threading.local()
-PARTS = ("cpu", "cluster_wait", "database")
+PARTS = ("cpu", "cluster_wait", "database", "lock_wait")
 
 
 def spent() -> dict[str, float]:
     """This thread's off-CPU seconds so far inside cluster calls and database calls."""
     totals = getattr(_local, "totals", None)
     if totals is None:
-        totals = _local.totals = {"cluster_wait": 0.0, "database": 0.0}
+        totals = _local.totals = {"cluster_wait": 0.0, "database": 0.0, "lock_wait": 0.0}
     return totals
 
 
+def cluster_ops() -> dict[str, float]:
+    """This thread's off-CPU seconds so far inside cluster calls, by the port's operation."""
+    ops = getattr(_local, "ops", None)
+    if ops is None:
+        ops = _local.ops = {}
+    return ops
+
+
 @contextmanager
-def waiting_on(part: str) -> Iterator[None]:
-    """Adds the off-CPU time of the block to this thread's `part`."""
+def waiting_on(part: str, op: str | None = None) -> Iterator[None]:
+    """Adds the off-CPU time of the block to this thread's `part` (and to its cluster `op`)."""
     wall, cpu = time.perf_counter(), time.thread_time()
     try:
         yield
     finally:
-        spent()[part] += max(0.0, (time.perf_counter() - wall) - (time.thread_time() - cpu))
+        waited = max(0.0, (time.perf_counter() - wall) - (time.thread_time() - cpu))
+        spent()[part] += waited
+        if op is not None:
+            cluster_ops()[op] = cluster_ops().get(op, 0.0) + waited
+
+
+class TimedLock:
+    """A re-entrant lock whose callers' waits to take it count as their thread's `lock_wait`."""
+
+    def __init__(self, lock: Any):
+        self._lock = lock
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        with waiting_on("lock_wait"):
+            return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
 
 
 def _open_statement(*_args: Any) -> None:
@@ -81,21 +117,26 @@ def install_database_timing() -> None:
 
 
 class PassClock:
-    """Started at a pass's beginning on its thread; `parts()` at its end: cpu, cluster_wait, database."""
+    """Started at a pass's beginning on its thread; `parts()` at its end: cpu, cluster_wait, database,
+    lock_wait, and the cluster wait by operation (those over 10 ms)."""
 
     def __init__(self):
         self.cpu = time.thread_time()
         self.before = dict(spent())
+        self.ops_before = dict(cluster_ops())
 
-    def parts(self) -> tuple[float, float, float]:
+    def parts(self) -> tuple[float, float, float, float, dict[str, float]]:
         now = spent()
+        ops = {op: round(t - self.ops_before.get(op, 0.0), 3) for op, t in cluster_ops().items()}
         return (time.thread_time() - self.cpu, now["cluster_wait"] - self.before["cluster_wait"],
-                now["database"] - self.before["database"])
+                now["database"] - self.before["database"], now["lock_wait"] - self.before["lock_wait"],
+                {op: t for op, t in ops.items() if t >= 0.01})
 
 
 def pass_parts(passes: list[list], since: float, p99: Callable[[list[float]], float | None]) -> dict[str, Any]:
     """The figures of each loop's passes that ended after `since` (serve.py's records: loop, thread,
-    started, seconds, serial seconds, cpu, cluster wait, database): the pass's CPU p50 and p99, the
+    started, seconds, serial seconds, cpu, cluster wait, database, lock wait, cluster wait by
+    operation): the pass's CPU p50 and p99, the
     p99 of each wait, and the p99 of the wall time of the same passes (as timed)."""
     out: dict[str, Any] = {}
     for loop in ("reconcile", "schedule"):
@@ -104,10 +145,12 @@ def pass_parts(passes: list[list], since: float, p99: Callable[[list[float]], fl
         cpu = [p[5] for p in rows]
         cluster = [p[6] for p in rows]
         database = [p[7] for p in rows]
-        other = [max(0.0, p[3] - p[5] - p[6] - p[7]) for p in rows]
+        lock = [p[8] if len(p) > 8 else 0.0 for p in rows]
+        other = [max(0.0, p[3] - p[5] - p[6] - p[7] - lk) for p, lk in zip(rows, lock)]
         out.update({f"{loop}_pass_cpu_p50_s": sorted(cpu)[len(cpu) // 2] if cpu else None,
                     f"{loop}_pass_cpu_p99_s": p99(cpu), f"{loop}_cluster_wait_p99_s": p99(cluster),
-                    f"{loop}_database_p99_s": p99(database), f"{loop}_other_wait_p99_s": p99(other),
+                    f"{loop}_database_p99_s": p99(database), f"{loop}_lock_wait_p99_s": p99(lock),
+                    f"{loop}_other_wait_p99_s": p99(other),
                     f"{loop}_pass_timed_p99_s": p99(wall), f"{loop}_passes_split": len(rows)})
     return out
 
@@ -136,5 +179,11 @@ def cpu_shares(before: dict[str, float], after: dict[str, float], seconds: float
 def slowest_passes(passes: list[list], since: float, loop: str, n: int = 3) -> list[dict[str, float]]:
     """The `n` slowest passes of a loop that ended after `since`, each split as pass_parts splits them."""
     rows = sorted((p for p in passes if p[0] == loop and len(p) >= 8 and p[2] + p[3] >= since), key=lambda p: -p[3])
-    return [{"wall": round(p[3], 3), "cpu": round(p[5], 3), "cluster_wait": round(p[6], 3),
-             "database": round(p[7], 3), "other": round(max(0.0, p[3] - p[5] - p[6] - p[7]), 3)} for p in rows[:n]]
+    out = []
+    for p in rows[:n]:
+        lock = p[8] if len(p) > 8 else 0.0
+        out.append({"wall": round(p[3], 3), "cpu": round(p[5], 3), "cluster_wait": round(p[6], 3),
+                    "database": round(p[7], 3), "lock_wait": round(lock, 3),
+                    "other": round(max(0.0, p[3] - p[5] - p[6] - p[7] - lock), 3),
+                    "cluster_ops": p[9] if len(p) > 9 else {}})
+    return out

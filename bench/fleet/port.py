@@ -80,7 +80,7 @@ class SimulatedClusterPort:
         not back by then, as `ray.wait` returns on time however slow the actors: the connection is
         dropped (its late answer with it) and the next call opens a new one."""
         conn = self._thread_conn()
-        with waiting_on("cluster_wait"):  # the calling pass's wait for the cluster process
+        with waiting_on("cluster_wait", op):  # the calling pass's wait for the cluster process
             conn.send((op, args))
             if deadline is not None and not conn.poll(max(0.0, deadline - time.monotonic())):
                 self._local.conn = None

@@ -25,14 +25,15 @@ from pathlib import Path
 
 from api.cli.processes import LOG_FORMAT, run_uvicorn, serve_processes, uvicorn_options
 from api.http.app import create_app
-from bench.fleet.pass_time import PassClock, install_database_timing, thread_cpu
+from bench.fleet.pass_time import PassClock, TimedLock, install_database_timing, thread_cpu
 from bench.fleet.port import SimulatedClusterPort
 from service.reconciler import Reconciler
 from service.scheduler import Scheduler
 from service.settings import get_settings
 
-# (loop, thread, started, seconds, serial seconds, cpu, cluster wait, database: bench/fleet/pass_time.py)
-PASSES: list[tuple[str, str, float, float, float, float, float, float]] = []
+# (loop, thread, started, seconds, serial seconds, cpu, cluster wait, database, lock wait, cluster wait
+# by operation: bench/fleet/pass_time.py)
+PASSES: list[tuple] = []
 IN_FLIGHT: dict[str, tuple[str, float]] = {}  # thread -> (loop, started): a pass not over yet
 
 
@@ -78,6 +79,14 @@ def main() -> None:
     port = SimulatedClusterPort((host, int(port_s)), bytes.fromhex(a.authkey_hex))
     install_database_timing()  # before the service makes its engines
     Reconciler.tick = timed("reconcile", Reconciler.tick, port)  # type: ignore[method-assign]
+    made = Reconciler.__init__
+
+    @wraps(made)
+    def timed_lock(self, *args, **kwargs):  # the launch lock's waits counted as the pass's lock wait
+        made(self, *args, **kwargs)
+        self.launch_lock = TimedLock(self.launch_lock)
+
+    Reconciler.__init__ = timed_lock  # type: ignore[method-assign]
     Scheduler.tick = timed("schedule", Scheduler.tick, port)  # type: ignore[method-assign]
     # the supervisors' starts after a tick's admissions, outside the launch lock: timed apart, not a pass
     Scheduler.launch_pending = timed("launch", Scheduler.launch_pending, port)  # type: ignore[method-assign]

@@ -76,6 +76,29 @@ class SlowListingCluster(FakeCluster):
         return {}
 
 
+class SlowCapacityCluster(FakeCluster):
+    """Once armed, reading the free resources takes READ_S (a scheduler tick's call to a loaded cluster);
+    a kill takes READ_S too."""
+
+    def __init__(self):
+        super().__init__()
+        self.armed = False
+        self.reading = threading.Event()
+
+    def available_resources(self) -> dict[str, float]:
+        if self.armed:
+            self.reading.set()
+            time.sleep(READ_S)
+        return super().available_resources()
+
+    def kill(self, handle) -> None:
+        time.sleep(READ_S)
+        super().kill(handle)
+
+
+READ_S = 2.0
+
+
 def _submit(plane) -> str:
     spec = spec_of(**{"train.steps": 10})  # (not inside the transaction: its first call imports a lot)
     with plane.sessions.begin() as s:
@@ -130,6 +153,47 @@ def test_a_submit_is_admitted_while_the_periodic_sweep_lists_the_cluster(db_url,
         assert admitted < cluster.listing_started + LISTING_S  # the listing was still going on
     finally:
         plane.stop()
+
+
+def test_reconcile_passes_go_on_while_a_scheduler_tick_waits_on_the_cluster(db_url, tmp_path):
+    """The tick holds the launch lock around its admissions only: its reads and cluster calls hold up no
+    reconcile pass (before, the whole tick held it, and the passes stopped while it waited)."""
+    cluster = SlowCapacityCluster()
+    settings = Settings(home=tmp_path, database_url=db_url, loop_interval_s=0.1, standby_supervisors=0,
+                        warm_workers=0, lease_ttl_s=2.0)
+    plane = ControlPlane(settings, cluster=cluster)
+    plane.start()
+    try:
+        running_jobs(plane.sessions, cluster, 1)
+        spec_of()  # its first call imports a lot: not inside the timed part
+        cluster.armed = True
+        job_id = _submit(plane)
+        assert cluster.reading.wait(10), "the scheduler never read the free resources"
+        before, _ = _passes(plane, "reconcile")
+        time.sleep(READ_S * 0.75)
+        after, _ = _passes(plane, "reconcile")
+        assert _state(plane, job_id) == "QUEUED"  # the tick was still waiting on the cluster
+        assert after - before >= 3, f"{after - before:g} reconcile passes while the tick waited"
+    finally:
+        plane.stop()
+
+
+def test_retiring_a_supervisor_does_not_wait_for_its_kill(tmp_path):
+    from service.live_metrics import LiveMetrics
+    from service.reconciler import Reconciler
+
+    cluster = SlowCapacityCluster()
+    handle = cluster.create_supervisor("trainyard-supervisor-x-1")
+    reconciler = Reconciler(lambda: None, Settings(home=tmp_path), launcher=object(), metrics=LiveMetrics(),
+                            cluster=cluster)
+    try:
+        started = time.monotonic()
+        reconciler._retire("x", handle)
+        assert time.monotonic() - started < READ_S / 4, "the pass waited for the kill"
+        assert reconciler.drain_background(10 * READ_S)
+        assert cluster.killed == [handle]  # and it was killed all the same
+    finally:
+        reconciler.close()
 
 
 def _passes(plane, loop: str) -> tuple[float, float]:
