@@ -104,8 +104,7 @@ class LeaderLoops:
         self.reconciler = Reconciler(fenced, settings, launcher, metrics=plane.live, cluster=cluster)
         self.reconciler.on_job_end = plane.wake.set  # capacity freed: the scheduler looks at once
         self.scheduler = Scheduler(fenced, settings, launcher, self.reconciler.handles, metrics=plane.live,
-                                   capacity=lambda: plane.capacity, cluster=cluster,
-                                   admission_lock=self.reconciler.launch_lock)
+                                   capacity=lambda: plane.capacity, cluster=cluster)
         self.count = 0
         self.leaked_groups = LeakedGroups(fenced, cluster)
         self._stop = threading.Event()
@@ -177,7 +176,7 @@ class LeaderLoops:
 
     def schedule(self) -> None:
         started = time.monotonic()
-        try:  # the tick holds the launch lock around its admissions only (Scheduler.admission_lock)
+        try:  # no launch lock: the tick marks its admissions launching before they commit (service/scheduler.py)
             self.scheduler.tick(launch=False)
         finally:
             self.plane.live.control_pass("schedule", time.monotonic() - started)

@@ -105,10 +105,14 @@ class Reconciler:
 
     def tick(self) -> None:
         with self.launch_lock:
+            # The handles before the jobs: a handle is put in only after its job's admission commits, so each
+            # one here whose job is not in the read below belongs to a job that left the active states (the
+            # scheduler admits without this lock: a handle taken after the read could be a new job's).
+            handles = self.handles.snapshot()
             with self.sessions() as s:
                 rows = batched.active_rows(s)
             known = {row.id: row for row in rows}
-            for job_id, handle in self.handles.snapshot().items():
+            for job_id, handle in handles.items():
                 if job_id not in known:  # ended, or requeued: its supervisor's work is over
                     self._retire(job_id, handle)
             preempts = preemption.pending(None, rows)  # asked by the scheduler, resent until requeued

@@ -21,9 +21,11 @@ its writes fenced by the lease token; on top of that a job is claimed with
 
 A tick commits all its admissions before it starts any supervisor (service/scheduler_launches.py):
 a job's admission does not wait for the cluster calls that start the supervisors admitted before it.
-Only the admissions hold `admission_lock` (the leader's launch lock, which the reconciler holds while
-it reads the jobs and their handles): the tick's reads, its cluster calls and the plan do not, so a
-reconcile pass never waits for them, nor they for it.
+A tick takes no lock the reconciler holds: each admitted job is marked `launching` in the shared
+handles before its transaction commits (the mark is taken back if it is not admitted), so a reconcile
+pass that reads the job STARTING finds it marked and leaves it alone; a standby supervisor it takes
+stays the pool's to the orphan sweep until the commit (StandbyPool.lent). So no reconcile pass waits
+for a tick's reads, cluster calls, plan or commits, nor a tick for a pass.
 
 With TRAINYARD_PREEMPTION a tenant's job that waits (the first in fair order that does not fit, or
 one its tenant's max_workers quota holds back) asks the same tenant's lower-priority running jobs to
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -96,11 +97,9 @@ class Scheduler:
     def __init__(self, sessions: SessionSource, settings: Settings, launcher: Launcher | None = None,
                  handles: Handles | None = None, metrics: LiveMetrics | None = None,
                  capacity: Callable[[], Capacity | None] | None = None, cluster: Cluster | None = None,
-                 resync_s: float = RESYNC_S, clock: Callable[[], float] = time.time,
-                 admission_lock: AbstractContextManager = nullcontext()):
+                 resync_s: float = RESYNC_S, clock: Callable[[], float] = time.time):
         """`capacity`: the cluster's size as the control plane sees it (service/cluster_view.py); None
-        reads the nodes alive now from the cluster. `resync_s`: how often the whole queue is read.
-        `admission_lock`: held around the tick's admissions (the leader's launch lock)."""
+        reads the nodes alive now from the cluster. `resync_s`: how often the whole queue is read."""
         self.sessions, self.settings = sessions, settings
         if cluster is None:
             from service.ray_cluster import RayCluster
@@ -113,7 +112,6 @@ class Scheduler:
         self.handles = handles if handles is not None else Handles()  # shared with the reconciler
         self.pending: list[Launch] = []  # admitted this tick, supervisors not started yet (launch_pending)
         self.clock = clock  # "now" for how long a job has waited
-        self.admission_lock = admission_lock
         self.feed = QueueFeed(resync_s=resync_s, sessions=sessions)
         self.reserved_for: str | None = None  # the job capacity is held for (sticky across ticks)
         self._marks_checked = False  # a former leader's reserved_at marks cleared (at the first tick)
@@ -157,11 +155,7 @@ class Scheduler:
             if self._fail(job.id, why) or not self._still_queued(job.id):
                 self.feed.drop(job.id)
         self._hold_for(decision.reservation)
-        if decision.admit:
-            with self.admission_lock:  # committed and marked launching before a reconcile pass reads them
-                admitted = self._admit_all(decision, free)
-        else:
-            admitted = []
+        admitted = self._admit_all(decision, free)
         if decision.head is not None:
             self.metrics.decision("deferred")
         if self.settings.preemption:
@@ -205,8 +199,7 @@ class Scheduler:
                     left["CPU"] -= job.cpus
                     left["GPU"] -= job.gpus
                     admitted.append(job.id)
-                    launches.append(outcome)
-                    self.handles.launching(job.id)  # the reconciler leaves it alone until its start is over
+                    launches.append(outcome)  # marked launching by _admit: the reconciler leaves it alone
                     self.metrics.decision("backfilled" if ahead_of else "admitted")
         finally:  # what was committed gets its supervisor, even if a later admission raised
             self.pending.extend(launches)
@@ -301,11 +294,15 @@ class Scheduler:
         False: no longer admissible (cancelled, gone). None: locked elsewhere.
         `ahead_of`: the job that does not fit and that this one starts ahead of (backfill)."""
         reservation = self.launcher.reserve()
+        # Marked before the commit: a reconcile pass that reads the row STARTING finds the mark (it takes no
+        # lock against this tick); taken back below if the job is not admitted after all.
+        self.handles.launching(job_id)
         try:
             with self.sessions.begin() as s:  # fenced: a replica that lost the lease writes nothing
                 job = self._claim(s, job_id)
                 if job is None or job.cancel_requested:
                     self.launcher.release(reservation)
+                    self.handles.launched(job_id, None)
                     return None if job is None and self._still_queued(job_id) else False
                 created = job.created_at if job.created_at.tzinfo else job.created_at.replace(tzinfo=utcnow().tzinfo)
                 self.metrics.queue_wait((utcnow() - created).total_seconds())
@@ -320,6 +317,7 @@ class Scheduler:
                                 restarts_used(s, job.id))  # a preempted job's earlier restarts count
         except Exception:
             self.launcher.release(reservation)
+            self.handles.launched(job_id, None)
             raise
         return launch
 

@@ -71,8 +71,9 @@ def orphans(sessions: SessionSource, pool: StandbyPool, actors: Iterable[str]) -
     and this plane's standbys the pool no longer knows. Other planes' actors are left alone."""
     from service.supervisor.actor import SUPERVISOR_PREFIX
 
+    pooled = pool.names()  # before the jobs: a standby settled since is in their read (StandbyPool.lent)
     with sessions() as s:
-        in_use = set(s.scalars(select(Job.supervisor_name).where(Job.state.in_(ACTIVE)))) | pool.names()
+        in_use = set(s.scalars(select(Job.supervisor_name).where(Job.state.in_(ACTIVE)))) | pooled
         candidates = [name for name in actors if name not in in_use]
         job_of = {name: name.removeprefix(SUPERVISOR_PREFIX).rsplit("-", 1)[0] for name in candidates
                   if not pool.owns(name) and name.startswith(SUPERVISOR_PREFIX)}

@@ -155,7 +155,7 @@ def run(args) -> dict:
                     "--groups-per-s", str(args.groups_per_s), "--step-s", str(args.step_s)]
     settings = {"TRAINYARD_RESERVE_AFTER_S": str(args.reserve_after_s), "TRAINYARD_API_WORKERS": str(args.api_workers)}
     try:
-        with fleet_service(work, pg_schema_url(schema), cluster_args, settings) as service:
+        with fleet_service(work, pg_schema_url(schema), cluster_args, settings, args.cluster_nice) as service:
             link = ClusterLink(service.cluster_address, service.authkey)
             plans = tenants(args.tenants)
             tokens = create_tenants(service.url, service.admin_token, plans)
@@ -262,7 +262,7 @@ def run(args) -> dict:
                 "queued": states.get("QUEUED", 0), "running": round(statistics.fmean(samples["running"]))
                 if samples["running"] else 0, "running_min": min(samples["running"], default=0),
                 "big_job_ranks": args.big_job_ranks, "database": "postgresql", "minutes": args.minutes,
-                "api_workers": args.api_workers,
+                "api_workers": args.api_workers, "cluster_nice": args.cluster_nice,
                 "control_pass_p99_s": passes_p99, "reconcile_pass_p99_s": by_loop["reconcile"],
                 "schedule_pass_p99_s": by_loop["schedule"],
                 # as timed, with the simulated cluster answering every supervisor one after another
@@ -331,6 +331,9 @@ def main() -> None:
     p.add_argument("--api-workers", type=int, default=2, help="processes answering the API (trainyard serve --workers)")
     p.add_argument("--groups-per-s", type=float, default=100, help="placement groups the GCS creates per second")
     p.add_argument("--step-s", type=float, default=1.0)
+    p.add_argument("--cluster-nice", type=int, default=10,
+                   help="niceness of the simulated cluster's process (the fleet's other machines: on one host "
+                        "it yields the cores to the service; 0: it competes with it as an equal)")
     p.add_argument("--min-steps", type=int, default=30)
     p.add_argument("--max-steps", type=int, default=300)
     p.add_argument("--checkpoint-every", type=int, default=25)

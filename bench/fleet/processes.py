@@ -28,10 +28,10 @@ class Service:
     authkey: bytes
 
 
-def _spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+def _spawn(args: list[str], log: Path, env: dict[str, str], nice: int = 0) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             env={**os.environ, **QUIET_VENDORS, "PYTHONPATH": str(ROOT), **env},
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=(lambda: os.nice(nice)) if nice else None)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -45,13 +45,16 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def fleet_service(work: Path, database_url: str, cluster_args: list[str], settings: dict[str, str]):
-    """The cluster process, then `trainyard serve` on it; both stopped (with their process groups) on exit."""
+def fleet_service(work: Path, database_url: str, cluster_args: list[str], settings: dict[str, str],
+                  cluster_nice: int = 0):
+    """The cluster process, then `trainyard serve` on it; both stopped (with their process groups) on exit.
+    `cluster_nice`: the cluster process's niceness. It stands for the fleet's other machines, whose cores the
+    control plane never shares: niced, it yields this host's cores to the service when both want them."""
     authkey = secrets.token_bytes(16)
     cluster_port, port = free_port(), free_port()
     admin = "ty_fleet_admin_" + secrets.token_hex(8)
     cluster = _spawn(["-m", "bench.fleet.cluster_process", "--port", str(cluster_port),
-                      "--authkey-hex", authkey.hex(), *cluster_args], work / "cluster.log", {})
+                      "--authkey-hex", authkey.hex(), *cluster_args], work / "cluster.log", {}, cluster_nice)
     server = None
     try:
         env = {"TRAINYARD_DATABASE_URL": database_url, "TRAINYARD_HOME": str(work / "home"),

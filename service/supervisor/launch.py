@@ -57,6 +57,8 @@ class Launcher:
     def launch(self, reservation: Reservation, job_id: str, spec: dict, epoch: int, total_steps: int,
                used: RestartsUsed) -> Any:
         assert reservation.name is not None, "name() named the supervisor in the transaction that admitted the job"
+        if self.pool is not None:
+            self.pool.settle(reservation.name)  # committed: the job's row names the standby from now on
         handle = reservation.handle or self.cluster.create_supervisor(reservation.name)
         handle.start.remote(job_id, spec, self.settings.job_storage(job_id).uri, epoch,
                             metric_stride(total_steps, self.settings.metrics_max_points), client_env(), used)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import uuid
 from typing import Any
 
@@ -25,17 +26,25 @@ def plane_id(database_url: str) -> str:
 
 
 class StandbyPool:
+    """Thread-safe: the scheduler takes standbys for its admissions without the launch lock, while the
+    reconciler refills the pool and the orphan sweep reads its names."""
+
     def __init__(self, plane: str, size: int, cluster: Cluster):
         self.prefix, self.size, self.cluster = f"{STANDBY_PREFIX}{plane}-", size, cluster
         self.ready: list[tuple[str, Any]] = []
         self.starting: dict = {}  # ready() ref -> (name, handle)
+        # Taken for a job whose admission is not committed yet: still this pool's to the orphan sweep,
+        # which reads these names before the jobs' (service/sweeps.py), until `settle` or `give_back`.
+        self.lent: set[str] = set()
+        self._lock = threading.RLock()
 
     def refill(self) -> None:
-        self._harvest()
-        while len(self.ready) + len(self.starting) < self.size:
-            name = f"{self.prefix}{uuid.uuid4().hex[:12]}"
-            handle = self.cluster.create_supervisor(name)
-            self.starting[handle.ready.remote()] = (name, handle)
+        with self._lock:
+            self._harvest()
+            while len(self.ready) + len(self.starting) < self.size:
+                name = f"{self.prefix}{uuid.uuid4().hex[:12]}"
+                handle = self.cluster.create_supervisor(name)
+                self.starting[handle.ready.remote()] = (name, handle)
 
     def _harvest(self) -> None:
         if not self.starting:
@@ -52,23 +61,33 @@ class StandbyPool:
     def take(self) -> tuple[str, Any] | None:
         """A ready standby (name, handle); else one still starting (the job's call waits for its
         start-up, which is already under way: sooner than a new actor's); else None."""
-        self._harvest()
-        if self.ready:
-            return self.ready.pop(0)
-        if self.starting:
-            return self.starting.pop(next(iter(self.starting)))
-        return None
+        with self._lock:
+            self._harvest()
+            taken = self.ready.pop(0) if self.ready else (
+                self.starting.pop(next(iter(self.starting))) if self.starting else None)
+            if taken is not None:
+                self.lent.add(taken[0])
+            return taken
 
     def give_back(self, standby: tuple[str, Any]) -> None:
-        self.ready.insert(0, standby)
+        with self._lock:
+            self.lent.discard(standby[0])
+            self.ready.insert(0, standby)
+
+    def settle(self, name: str | None) -> None:
+        """The job that took this standby is committed: its row names it from now on."""
+        with self._lock:
+            self.lent.discard(name or "")
 
     def names(self) -> set[str]:
-        return {name for name, _ in self.ready} | {name for name, _ in self.starting.values()}
+        with self._lock:
+            return {name for name, _ in self.ready} | {name for name, _ in self.starting.values()} | self.lent
 
     def owns(self, name: str) -> bool:
         return name.startswith(self.prefix)
 
     def shutdown(self) -> None:
-        for _, handle in [*self.ready, *self.starting.values()]:
+        with self._lock:
+            standbys, self.ready, self.starting = [*self.ready, *self.starting.values()], [], {}
+        for _, handle in standbys:
             self.cluster.kill(handle)
-        self.ready, self.starting = [], {}

@@ -2,7 +2,8 @@
 service/scheduler_launches.py): while the first job's supervisor start waits on the cluster, the
 second job admitted in the same tick is already STARTING for any other database connection; and a
 reconcile pass neither waits for a start under way (it runs outside the launch lock) nor takes its job
-for a lost one."""
+for a lost one. A job is marked launching before its admission commits: a reconcile pass, which takes no
+lock against the tick, never reads it STARTING without the mark."""
 
 from __future__ import annotations
 
@@ -101,8 +102,7 @@ def test_a_reconcile_pass_neither_waits_for_a_supervisor_start_nor_takes_its_job
                           capacity=lambda: (size, size))
     recovered: list[str] = []
     monkeypatch.setattr(reconciler, "recover", recovered.append)
-    with reconciler.launch_lock:  # as the leader's loop: admissions under the lock, starts after it
-        assert scheduler.tick(launch=False) == [job_id]
+    assert scheduler.tick(launch=False) == [job_id]  # as the leader's loop: no lock, starts after the tick
     launch = threading.Thread(target=scheduler.launch_pending, daemon=True)
     launch.start()
     try:
@@ -118,3 +118,35 @@ def test_a_reconcile_pass_neither_waits_for_a_supervisor_start_nor_takes_its_job
     assert job_id in reconciler.handles and not reconciler.handles.is_launching(job_id)
     reconciler.tick()
     assert recovered == []
+
+
+def test_a_job_is_marked_launching_before_its_admission_commits_and_unmarked_if_not_admitted(sessions, tmp_path):
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+
+    with sessions.begin() as s:
+        tenant = tenant_repo.ensure_tenant(s, "acme")
+        job_id = repo.create_job(s, tenant.id, spec_of(), 0, "sha", None, max_open_jobs=None).id
+    size = {"CPU": 8.0, "GPU": 0.0}
+    scheduler = Scheduler(sessions, Settings(home=tmp_path, standby_supervisors=0), cluster=BlockingCluster(),
+                          capacity=lambda: (size, size))
+    marked_at_commit: list[bool] = []
+
+    def on_commit(session):  # every commit of the tick: the admission's is the one that writes STARTING
+        marked_at_commit.append(scheduler.handles.is_launching(job_id))
+
+    event.listen(Session, "before_commit", on_commit)
+    try:
+        assert scheduler.tick(launch=False) == [job_id]
+    finally:
+        event.remove(Session, "before_commit", on_commit)
+    assert True in marked_at_commit and scheduler.handles.is_launching(job_id)
+    with sessions() as s:
+        assert repo.get_job(s, job_id).state == JobState.STARTING
+    # A job cancelled before its claim is not admitted: no mark is left behind.
+    with sessions.begin() as s:
+        other = repo.create_job(s, tenant.id, spec_of(), 0, "sha", None, max_open_jobs=None)
+        other.cancel_requested = True
+        other_id = other.id
+    assert scheduler._admit(other_id, dict(size)) is False
+    assert not scheduler.handles.is_launching(other_id)

@@ -68,3 +68,29 @@ def test_a_leaked_groups_holder_jobs_are_read_in_one_statement(sessions):
     assert {GroupOwner.of_group(name).job_id for name in names} == set(ended)
     assert len(removed) == len(ended)
     assert statements == 1, f"{statements} statements for {len(groups)} groups' holders"
+
+
+def test_a_standby_taken_for_an_admission_not_committed_yet_is_kept_until_it_settles(sessions):
+    """The scheduler takes a standby without the launch lock: until its admission commits (the job's row
+    names it), the orphan sweep must count it as the pool's, and after `settle` the row does."""
+    cluster = FakeCluster()
+    pool = StandbyPool("plane", 0, cluster)
+    with sessions.begin() as s:
+        queued = _job(s, tenant_repo.ensure_tenant(s, "t").id)
+    taken = f"{pool.prefix}taken"
+    cluster.create_supervisor(taken)
+    pool.ready.append((taken, cluster.supervisors[taken]))
+    assert pool.take()[0] == taken  # the admission's transaction has not committed yet
+    assert sweep_orphans(sessions, cluster, pool, [taken]) == []
+    with sessions.begin() as s:  # it commits, then settles the standby
+        job = repo.get_job(s, queued)
+        repo.transition(s, job, JobState.STARTING, "admitted")
+        job.supervisor_name = taken
+    pool.settle(taken)
+    assert sweep_orphans(sessions, cluster, pool, [taken]) == []
+    assert taken in cluster.supervisors
+    standby = f"{pool.prefix}lost"  # taken, never committed nor given back, then settled: nobody's
+    cluster.create_supervisor(standby)
+    pool.ready.append((standby, cluster.supervisors[standby]))
+    pool.settle(pool.take()[0])
+    assert sweep_orphans(sessions, cluster, pool, [standby]) == [standby]

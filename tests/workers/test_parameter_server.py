@@ -5,6 +5,7 @@ never waits, only touched rows travel, shards save/restore and die with their ow
 from __future__ import annotations
 
 import copy
+import math
 import threading
 import time
 
@@ -211,3 +212,21 @@ def test_async_shards_let_a_trainer_leave_and_rejoin_and_end_with_their_placemen
     assert len(named_shards("ps-elastic")) == 2
     ray_cluster.util.remove_placement_group(pg)  # detached, they end with the group
     assert wait_until(lambda: not [a for a in alive_actors() if a["Name"].startswith("ps-elastic")], 30)
+
+
+def test_async_clips_what_it_pushes_to_train_grad_clip_and_zeroes_a_non_finite_push():
+    from workers.parallel.parameter_server.client import PulledRows
+
+    rows = [torch.ones(3, 4, requires_grad=True), torch.ones(1, 5, requires_grad=True)]
+    (rows[0].sum() * 3 + rows[1].sum() * 4).backward()  # gradients 3 (12 entries) and 4 (5 entries)
+    pulled = PulledRows([torch.arange(3), torch.zeros(1, dtype=torch.long)], rows, 0)
+    before = (12 * 9 + 5 * 16) ** 0.5
+    assert pulled.clip_gradients(1.0) == pytest.approx(before)
+    after = torch.cat([r.grad.reshape(-1) for r in rows]).norm().item()
+    assert after == pytest.approx(1.0, rel=1e-4)
+    assert rows[0].grad[0, 0] / rows[1].grad[0, 0] == pytest.approx(3 / 4)  # scaled together, direction kept
+    assert pulled.clip_gradients(10.0) == pytest.approx(1.0, rel=1e-4)  # under the bound: left alone
+    assert torch.cat([r.grad.reshape(-1) for r in rows]).norm().item() == pytest.approx(1.0, rel=1e-4)
+    rows[1].grad[0, 0] = float("nan")
+    assert math.isnan(pulled.clip_gradients(1.0))  # reported as is: the loop skips the step as non-finite
+    assert all(float(r.grad.abs().sum()) == 0.0 for r in rows)  # nothing pushed changes a row

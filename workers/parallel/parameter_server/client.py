@@ -6,6 +6,7 @@ only those rows travel, both ways."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,22 @@ class PulledRows:
         """The embedding rows of a (batch, tables) id tensor, one (batch, dim) tensor per table."""
         return [self.rows[t][torch.searchsorted(self.ids[t], sparse[:, t].contiguous())]
                 for t in range(sparse.shape[1])]
+
+    def clip_gradients(self, max_norm: float) -> float:
+        """Scale the gradients the step left on these rows to a global norm of at most `max_norm`; their norm
+        before. A non-finite norm zeroes them: the push then changes nothing (the step's update is skipped)
+        but still advances this trainer's clock, so no other trainer waits for it."""
+        grads = [r.grad for r in self.rows if r.grad is not None]
+        if not grads:
+            return 0.0
+        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+        if not math.isfinite(norm):
+            for g in grads:
+                g.zero_()
+        elif norm > max_norm:
+            for g in grads:
+                g.mul_(max_norm / (norm + 1e-6))
+        return norm
 
     def whole(self, first: int) -> list[torch.Tensor]:
         """The tables from `first` on, pulled whole (pull's `whole`): one (1, numel) leaf each."""

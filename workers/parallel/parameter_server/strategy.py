@@ -21,6 +21,7 @@ name. A checkpoint holds the shards' state beside the model's, and a restart res
 from __future__ import annotations
 
 import contextlib
+import math
 import uuid
 from typing import Any
 
@@ -56,6 +57,7 @@ class ParameterServerStrategy(LoopHooks):
         self.alone = False  # async: the trainers never meet after the set-up (the module's docstring)
         self.dense: list[tuple[str, torch.Size]] = []  # async: the dense parameters the shards hold, in order
         self.tables = 0  # embedding tables (the dense parameters' tables come after them)
+        self.pushed_norm: float | None = None  # async: the norm of the gradients the last step pushed (unclipped)
 
     @property
     def trains_alone(self) -> bool:
@@ -134,6 +136,9 @@ class ParameterServerStrategy(LoopHooks):
                 loss.backward()
             loss_sum += loss.item()
             samples += samples_in(inputs)
+        if self.alone:  # async: the gradients leave with this push, so train.grad_clip applies here, per trainer
+            clip = ctx.spec.train.grad_clip
+            self.pushed_norm = rows.clip_gradients(clip if clip is not None else math.inf)
         pushed = self.client.push(self.step, rows, lr_at(ctx.spec.train, self.step))
         self.rows_moved = 2 * pushed  # each row pulled once and its gradient pushed once
         # fp32 both ways, each row its own width (async's dense rows are whole parameters)
@@ -146,8 +151,8 @@ class ParameterServerStrategy(LoopHooks):
         return {"ps_staleness": self.staleness, "ps_rows": self.rows_moved}
 
     def clip_grad_norm(self, wrapped: nn.Module, max_norm: float) -> float | None:
-        if self.alone:  # async: the gradients are pushed already (the spec refuses grad_clip with it)
-            return None
+        if self.alone:  # async: clipped as they were pushed (forward_backward); their norm, for the step record
+            return self.pushed_norm  # and the non-finite skip (a non-finite push was zeroed)
         return local_clip_grad_norm(wrapped, max_norm)  # the dense part's: the shards clip nothing
 
     def replica_groups(self, wrapped: nn.Module, ctx: StrategyContext) -> list[ReplicaGroup]:
