@@ -3,10 +3,10 @@
 A tick first commits every admission (each job claimed with SKIP LOCKED and moved to STARTING in a
 transaction of its own), then starts their supervisors here, one call to the cluster each. So a
 job's admission never waits for the supervisor starts of the jobs admitted before it in the same
-tick (at a fleet's size a start is a round trip to Ray's GCS). The leader's loop starts them outside
-the launch lock (a 4,096-rank job's start held every reconcile pass behind it): each admitted job is
-marked `launching` in the shared handles while the lock is held, and the reconciler leaves a marked
-job alone, so it never takes a committed job without its handle for a lost one.
+tick (at a fleet's size a start is a round trip to Ray's GCS). No lock is held here (a 4,096-rank
+job's start once held every reconcile pass behind it): each admitted job was marked `launching` in the
+shared handles before its admission committed, and the reconciler leaves a marked job alone, so it
+never takes a committed job without its handle for a lost one.
 """
 
 from __future__ import annotations

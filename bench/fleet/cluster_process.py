@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import queue
 import threading
 import time
 from functools import partial
@@ -36,6 +37,8 @@ class SimulatedCluster:
         # Calls past their gather's deadline go on in the background, as Ray's actors go on answering
         # after the caller's ray.wait returned: call id -> (kind, value, error, when), or None while running.
         self.late: dict[int, tuple[str, Any, str, float] | None] = {}
+        self.queued_calls: queue.SimpleQueue = queue.SimpleQueue()  # calls sent with .remote(), run in order
+        threading.Thread(target=self._run_calls, name="actor-calls", daemon=True).start()
 
         def slow_ranks(spec: JobSpec) -> dict[int, float]:
             # every `straggler_every`-th rank of a large job computes 1.6x slower: the watch must name it
@@ -67,11 +70,22 @@ class SimulatedCluster:
         if sup is not None and sup._run is not None:
             threading.Thread(target=_tear_down, args=(sup._run,), name="kill", daemon=True).start()
 
-    def call(self, name: str, method: str, args: tuple) -> Any:
+    def call(self, name: str, method: str, args: tuple) -> None:
+        """A method sent with `.remote()` and never gathered (start, cancel, preempt): queued and answered at
+        once, run after on the actor-calls thread in the order sent, as Ray queues an actor's calls and
+        returns a reference without waiting for them to run."""
         sup = self.supervisors.get(name)
-        if sup is None:
-            return None
-        return getattr(sup, method)(*args)
+        if sup is not None:
+            self.queued_calls.put((name, sup, method, args))
+
+    def _run_calls(self) -> None:
+        while True:
+            name, sup, method, args = self.queued_calls.get()
+            try:
+                getattr(sup, method)(*args)
+            except Exception as exc:  # nobody waits for its answer: Ray would keep it in the reference
+                logging.getLogger("bench.fleet").warning("%s.%s raised: %s: %s", name, method,
+                                                         type(exc).__name__, exc)
 
     def gather(self, calls: list[tuple[Any, int, str, str, tuple]], deadline: float
                ) -> tuple[list[tuple[Any, str, Any, str]], float]:

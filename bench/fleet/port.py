@@ -3,7 +3,8 @@
 Every call crosses to the cluster process (bench/fleet/cluster_process.py) over one connection,
 pickled both ways, as Ray's calls cross to its GCS and actors. Supervisor handles keep Ray's calling
 convention: `handle.drain.remote(ack)` returns a reference that `gather` resolves, many at once in
-one round trip; other methods (start, cancel, preempt) are sent at once, as Ray sends them.
+one round trip; other methods (start, cancel, preempt) are sent and answered at once and run after, in order, as Ray
+queues them on the actor.
 """
 
 from __future__ import annotations
