@@ -22,11 +22,12 @@ so a slow store never holds a pass; the supervisors of ended jobs are killed off
 call to the cluster, which a loaded cluster answers late: seconds, at a fleet's size).
 
 The scheduler runs on a thread of its own (service/control.py) and shares `handles` and the
-supervisor launcher with this one: this pass takes `launch_lock` around what it reads of the jobs
-and the handles and around restarting a supervisor, the scheduler around its admissions (each
-committed and marked launching under it), so a job the scheduler has committed but not yet handed to
-its supervisor is never taken for a lost one. The scheduler reads the queue and plans outside the
-lock, and drains are gathered and stored outside it: neither loop waits for the other's reads.
+supervisor launcher with this one. This pass takes `launch_lock` around what it reads of the jobs
+and the handles and around restarting a supervisor; the scheduler takes no lock against it: it marks
+a job launching before its admission commits, so a job it has committed but not yet handed to its
+supervisor is never taken for a lost one, and this pass snapshots the handles before it reads the
+jobs, so it never retires the handle of a job admitted after its read. Drains are gathered and stored
+outside the lock: neither loop waits for the other.
 
 With several control-plane replicas only the lease holder reconciles, and its
 sessions are fenced (service/leases.py): a replica that lost the lease cannot

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import select, update
@@ -139,31 +140,34 @@ def test_slow_supervisors_hold_up_neither_a_submit_nor_the_reconcile_pass(plane)
     assert cluster.unanswered >= reconciles - 1  # and the drains were still out
 
 
-def test_a_submit_is_admitted_while_the_periodic_sweep_lists_the_cluster(db_url, tmp_path):
-    cluster = SlowListingCluster()
+@contextmanager
+def _fast_plane(db_url, tmp_path, cluster):
+    """A started control plane on `cluster`, its loops every 0.1 s; stopped on exit."""
     settings = Settings(home=tmp_path, database_url=db_url, loop_interval_s=0.1, standby_supervisors=0,
                         warm_workers=0, lease_ttl_s=2.0)
     plane = ControlPlane(settings, cluster=cluster)
     plane.start()
     try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+def test_a_submit_is_admitted_while_the_periodic_sweep_lists_the_cluster(db_url, tmp_path):
+    cluster = SlowListingCluster()
+    with _fast_plane(db_url, tmp_path, cluster) as plane:
         spec_of()  # its first call imports a lot: not inside the timed submit
         cluster.armed = True  # the sweep every 20 reconciler passes lists the groups from now on
         assert cluster.listing.wait(15), "the leader never swept"
         admitted = _submit_and_wait_admitted(plane)
         assert admitted < cluster.listing_started + LISTING_S  # the listing was still going on
-    finally:
-        plane.stop()
 
 
 def test_reconcile_passes_go_on_while_a_scheduler_tick_waits_on_the_cluster(db_url, tmp_path):
-    """The tick holds the launch lock around its admissions only: its reads and cluster calls hold up no
-    reconcile pass (before, the whole tick held it, and the passes stopped while it waited)."""
+    """The tick takes no lock the reconciler holds: its reads and cluster calls hold up no reconcile pass
+    (before, the whole tick held the launch lock, and the passes stopped while it waited)."""
     cluster = SlowCapacityCluster()
-    settings = Settings(home=tmp_path, database_url=db_url, loop_interval_s=0.1, standby_supervisors=0,
-                        warm_workers=0, lease_ttl_s=2.0)
-    plane = ControlPlane(settings, cluster=cluster)
-    plane.start()
-    try:
+    with _fast_plane(db_url, tmp_path, cluster) as plane:
         running_jobs(plane.sessions, cluster, 1)
         spec_of()  # its first call imports a lot: not inside the timed part
         cluster.armed = True
@@ -174,8 +178,6 @@ def test_reconcile_passes_go_on_while_a_scheduler_tick_waits_on_the_cluster(db_u
         after, _ = _passes(plane, "reconcile")
         assert _state(plane, job_id) == "QUEUED"  # the tick was still waiting on the cluster
         assert after - before >= 3, f"{after - before:g} reconcile passes while the tick waited"
-    finally:
-        plane.stop()
 
 
 def test_retiring_a_supervisor_does_not_wait_for_its_kill(tmp_path):
