@@ -1,8 +1,7 @@
 """The leader's two loops, one thread each, for one leadership term: `trainyard-reconciler` (a pass
 every loop_interval_s, then the standby pool's refill and the periodic sweeps) and
-`trainyard-scheduler` (a tick when a submit or a job's end wakes it, else every loop_interval_s),
-whose admissions' supervisors are started on `trainyard-launches`. All write through sessions fenced
-by the term's lease token (TermSessions)."""
+`trainyard-scheduler` (a tick when a submit or a job's end wakes it, else every loop_interval_s).
+Both write through sessions fenced by the term's lease token (TermSessions)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.orm import Session
 
-from service.background import Background
 from service.cluster_port import Cluster
 from service.db.engine import Sessions
 from service.leases import FencedSessions, LeaderLease, LeaseLost
@@ -23,7 +21,6 @@ from service.live_metrics import LiveMetrics
 from service.settings import Settings
 
 if TYPE_CHECKING:
-    from service.scheduler_launches import Launch
     from service.supervisor.standby import StandbyPool
 
 
@@ -108,10 +105,6 @@ class LeaderLoops:
         self.reconciler.on_job_end = plane.wake.set  # capacity freed: the scheduler looks at once
         self.scheduler = Scheduler(fenced, settings, launcher, self.reconciler.handles, metrics=plane.live,
                                    capacity=lambda: plane.capacity, cluster=cluster)
-        # The supervisor starts of each tick's admissions, on a thread of their own: a slow start (a loaded
-        # cluster: seconds) holds up no later tick's admissions. In order; never dropped while the term lasts.
-        self.launches: Background[Launch] = Background("trainyard-launches", self.scheduler.launch, 100_000,
-                                                       block=True)
         self.count = 0
         self.leaked_groups = LeakedGroups(fenced, cluster)
         self._stop = threading.Event()
@@ -187,7 +180,7 @@ class LeaderLoops:
             self.scheduler.tick(launch=False)
         finally:
             self.plane.live.control_pass("schedule", time.monotonic() - started)
-        self.launches.submit(self.scheduler.take_pending())  # started on trainyard-launches: no tick waits
+        self.scheduler.launch_pending()  # outside the lock: a slow start holds up no reconcile pass
 
     def close(self) -> None:
         """The term is over: both loops stop (joined, so nothing of this term runs on), then the
@@ -199,8 +192,6 @@ class LeaderLoops:
                 thread.join(timeout=JOIN_TIMEOUT_S)
                 if thread.is_alive():
                     log.warning("%s did not stop in %.0f s; its writes are fenced", thread.name, JOIN_TIMEOUT_S)
-        self.launches.wait_idle(5.0)  # what is not started now is the next leader's (launch_all checks the term)
-        self.launches.close()
         self.reconciler.close()
         try:
             self.pool.shutdown()  # our standbys; the next leader starts its own

@@ -128,14 +128,7 @@ class Scheduler:
 
     def launch_pending(self) -> None:
         """Start the supervisors of the jobs the last ticks admitted (service/scheduler_launches.py)."""
-        self.launch(self.take_pending())
-
-    def take_pending(self) -> list[Launch]:
-        """The admissions whose supervisors are not started yet, handed to the caller to start (`launch`)."""
         launches, self.pending = self.pending, []
-        return launches
-
-    def launch(self, launches: list[Launch]) -> None:
         launch_all(self.launcher, self.sessions, self.handles, launches)
 
     def _admit_what_fits(self) -> list[str]:

@@ -88,8 +88,8 @@ def main() -> None:
 
     Reconciler.__init__ = timed_lock  # type: ignore[method-assign]
     Scheduler.tick = timed("schedule", Scheduler.tick, port)  # type: ignore[method-assign]
-    # the supervisors' starts after a tick's admissions, on trainyard-launches: timed apart, not a pass
-    Scheduler.launch = timed("launch", Scheduler.launch, port)  # type: ignore[method-assign]
+    # the supervisors' starts after a tick's admissions, outside the launch lock: timed apart, not a pass
+    Scheduler.launch_pending = timed("launch", Scheduler.launch_pending, port)  # type: ignore[method-assign]
     threading.Thread(target=write_stats, args=(a.stats, port), daemon=True).start()
     settings = get_settings()
     if settings.api_workers > 1:
