@@ -74,10 +74,10 @@ class StandbyPool:
             self.lent.discard(standby[0])
             self.ready.insert(0, standby)
 
-    def settle(self, name: str | None) -> None:
+    def settle(self, name: str) -> None:
         """The job that took this standby is committed: its row names it from now on."""
         with self._lock:
-            self.lent.discard(name or "")
+            self.lent.discard(name)
 
     def names(self) -> set[str]:
         with self._lock:

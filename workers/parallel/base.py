@@ -94,7 +94,13 @@ def adamw(params, spec: JobSpec) -> torch.optim.Optimizer:
 
 def local_clip_grad_norm(wrapped: nn.Module, max_norm: float) -> float | None:
     """Clip when every rank holds whole, identical gradients (data parallel)."""
-    params = [p for p in wrapped.parameters() if p.grad is not None]
+    return clip_grads_(list(wrapped.parameters()), max_norm)
+
+
+def clip_grads_(tensors: list[torch.Tensor], max_norm: float) -> float | None:
+    """Scale the gradients of `tensors` to a global norm of at most `max_norm`; their norm before (None:
+    no gradients)."""
+    params = [p for p in tensors if p.grad is not None]
     if not params:
         return None
     # Multi-tensor kernels on a GPU; per parameter on the CPU (foreach=None would take _foreach_norm there too).

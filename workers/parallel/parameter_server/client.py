@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from workers.parallel.base import clip_grads_
 from workers.parallel.parameter_server.sharding import RowSharding
 
 
@@ -32,16 +33,13 @@ class PulledRows:
         """Scale the gradients the step left on these rows to a global norm of at most `max_norm`; their norm
         before. A non-finite norm zeroes them: the push then changes nothing (the step's update is skipped)
         but still advances this trainer's clock, so no other trainer waits for it."""
-        grads = [r.grad for r in self.rows if r.grad is not None]
-        if not grads:
+        norm = clip_grads_(self.rows, max_norm)
+        if norm is None:
             return 0.0
-        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
         if not math.isfinite(norm):
-            for g in grads:
-                g.zero_()
-        elif norm > max_norm:
-            for g in grads:
-                g.mul_(max_norm / (norm + 1e-6))
+            for r in self.rows:
+                if r.grad is not None:
+                    r.grad.zero_()
         return norm
 
     def whole(self, first: int) -> list[torch.Tensor]:
